@@ -1,0 +1,38 @@
+"""recollect: experience replay for reinforcement learning.
+
+Importing recollect imports only numpy and optree; framework adapters
+(``recollect.torch``, ``recollect.tf_data``, ``recollect.jax``) import their
+framework when used.
+"""
+
+from recollect import errors
+from recollect.buffers import BufferInfo, ReplayBuffer, Sample, TransitionBuffer, TransitionSample
+from recollect.samplers import Sampler, Uniform
+from recollect.specs import ArraySpec, spec_from_example, spec_from_space
+
+__version__ = "0.1.0"
+
+_LAZY_SUBMODULES = ("torch", "jax", "tf_data", "tf_agents")
+
+
+def __getattr__(name: str):  # PEP 562: framework adapters load on first use
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"recollect.{name}")
+    raise AttributeError(f"module 'recollect' has no attribute {name!r}")
+
+__all__ = [
+    "ArraySpec",
+    "BufferInfo",
+    "ReplayBuffer",
+    "Sample",
+    "Sampler",
+    "TransitionBuffer",
+    "TransitionSample",
+    "Uniform",
+    "__version__",
+    "errors",
+    "spec_from_example",
+    "spec_from_space",
+]

@@ -1,0 +1,319 @@
+"""TransitionBuffer: the beginner API of ``(s, a, r, s', terminated, truncated)`` tuples.
+
+Built on :class:`~recollect.ReplayBuffer`. Each ``add`` stores one step
+``(observation, action, reward, terminated, truncated)``. The
+``next_observation`` is not stored again when the next ``add`` of that env
+passes it back as its ``observation`` (the usual chained case): it is read
+from the following step. Only when the chain breaks (episode end, reset, or
+any other jump) is the previous ``next_observation`` kept, in a small
+growable side ring of "final observations". So observations cost one copy per
+step, and a sampled ``next_observation`` is always exactly what was passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from recollect.buffers.replay_buffer import ReplayBuffer, RngLike, _positive_int
+from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.specs import ArraySpec, FlatSpec, spec_from_example
+from recollect.validation import convert_step
+
+__all__ = ["TransitionBuffer", "TransitionSample"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TransitionSample:
+    """A batch of transitions; every field has leading dim ``batch_size``.
+
+    ``terminated`` is a real termination (no bootstrapping); ``truncated`` a
+    time limit or other cut (bootstrap from ``next_observation``).
+    """
+
+    observation: Any
+    action: Any
+    reward: np.ndarray
+    next_observation: Any
+    terminated: np.ndarray
+    truncated: np.ndarray
+    ids: np.ndarray
+    probabilities: np.ndarray
+    weights: np.ndarray | None = None
+
+
+class _FinalObservations:
+    """Growable FIFO ring of observations that no following step holds.
+
+    Entry ``k`` (a logical, never reused index) lives at position ``k % size``
+    and belongs to the transition stored at step time ``times[k % size]``.
+    Entries die in time order, when their transition's slot is overwritten.
+    """
+
+    def __init__(self, obs_flat: FlatSpec, max_size: int) -> None:
+        self.obs_flat = obs_flat
+        self.max_size = max_size
+        self.size = 0
+        self.arrays = [np.empty((0, *s), d) for s, d in zip(obs_flat.shapes, obs_flat.dtypes)]
+        self.times = np.empty(0, np.int64)
+        self.start = 0
+        self.n = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays) + self.times.nbytes
+
+    def clear(self) -> None:
+        self.start = self.n
+
+    def append(self, leaves: list[np.ndarray], time: int, lo: int) -> np.ndarray:
+        """Appends ``k`` observations of step ``time``; returns their logical indices."""
+        k = len(leaves[0])
+        if self.n - self.start + k > self.size:
+            live = np.arange(self.start, self.n)
+            self.start += int(np.searchsorted(self.times[live % self.size], lo)) if self.size else 0
+            if self.n - self.start + k > self.size:
+                self._grow(self.n - self.start + k)
+        ks = np.arange(self.n, self.n + k)
+        pos = ks % self.size
+        for array, leaf in zip(self.arrays, leaves, strict=True):
+            array[pos] = leaf
+        self.times[pos] = time
+        self.n += k
+        return ks
+
+    def _grow(self, needed: int) -> None:
+        new_size = min(max(needed, 2 * self.size, 64), self.max_size)
+        live = np.arange(self.start, self.n)
+        new_arrays = []
+        for array in self.arrays:
+            grown = np.empty((new_size, *array.shape[1:]), array.dtype)
+            grown[live % new_size] = array[live % self.size] if self.size else array[:0]
+            new_arrays.append(grown)
+        times = np.empty(new_size, np.int64)
+        times[live % new_size] = self.times[live % self.size] if self.size else 0
+        self.arrays, self.times, self.size = new_arrays, times, new_size
+
+    def gather(self, refs: np.ndarray) -> list[np.ndarray]:
+        pos = refs % self.size
+        return [array[pos] for array in self.arrays]
+
+
+class TransitionBuffer:
+    """Stores ``(observation, action, reward, next_observation, terminated, truncated)``.
+
+    Args:
+        capacity: transitions stored in total (a multiple of ``num_envs``).
+        num_envs: parallel envs; with ``num_envs > 1`` every argument of
+            :meth:`add` has a leading env dim.
+        rng: seed or ``np.random.Generator`` for sampling.
+
+    The spec is inferred from the first :meth:`add` (observation and action
+    may be nests; dtypes are kept as given). Sampling is uniform over the
+    stored transitions.
+
+    Example:
+        >>> buf = TransitionBuffer(capacity=1000, rng=0)
+        >>> buf.add(np.zeros(4, np.float32), 1, 1.0, np.ones(4, np.float32), False)
+        >>> buf.sample(2).next_observation.shape
+        (2, 4)
+    """
+
+    def __init__(self, capacity: int, num_envs: int = 1, rng: RngLike = None) -> None:
+        self._capacity = _positive_int("capacity", capacity)
+        self._num_envs = _positive_int("num_envs", num_envs)
+        if self._capacity < self._num_envs or self._capacity % self._num_envs:
+            raise InvalidArgumentError(
+                f"`capacity` must be a positive multiple of `num_envs`; got "
+                f"capacity={capacity}, num_envs={num_envs}."
+            )
+        self._rng = rng
+        self._buffer: ReplayBuffer | None = None
+
+    # -- lazily built state ----------------------------------------------
+    def _build(self, observation: Any, action: Any, reward: Any) -> None:
+        lead = self._num_envs > 1
+
+        def strip(x: Any) -> Any:
+            spec = spec_from_example(x)
+            if not lead:
+                return spec
+            import optree
+
+            return optree.tree_map(lambda s: ArraySpec(s.shape[1:], s.dtype), spec)
+
+        obs_spec = strip(observation)
+        spec = {
+            "observation": obs_spec,
+            "action": strip(action),
+            "reward": strip(reward),
+            "terminated": ArraySpec((), np.bool_),
+            "truncated": ArraySpec((), np.bool_),
+        }
+        buffer = ReplayBuffer(spec, self._capacity, self._num_envs, rng=self._rng)
+        self._obs_flat = FlatSpec(obs_spec)
+        flat = buffer._flat
+        self._obs_leaf_ids = [
+            i for i, p in enumerate(flat.paths) if p == "observation" or p.startswith("observation/")
+        ]
+        self._pending = [np.zeros((self._num_envs, *s), d) for s, d in zip(
+            self._obs_flat.shapes, self._obs_flat.dtypes)]
+        self._has_pending = np.zeros(self._num_envs, bool)
+        self._final_ref = np.full((self._num_envs, buffer.max_length), -1, np.int64)
+        self._finals = _FinalObservations(self._obs_flat, self._capacity + self._num_envs)
+        self._buffer = buffer
+
+    @property
+    def replay_buffer(self) -> ReplayBuffer:
+        """The underlying :class:`ReplayBuffer` (available after the first add)."""
+        if self._buffer is None:
+            raise NotEnoughDataError("the TransitionBuffer is empty; call add() first.")
+        return self._buffer
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def num_envs(self) -> int:
+        return self._num_envs
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated: step storage, final observations and per-env pending state."""
+        if self._buffer is None:
+            return 0
+        pending = sum(p.nbytes for p in self._pending)
+        return self._buffer.nbytes + self._finals.nbytes + pending + self._final_ref.nbytes
+
+    def num_frames(self) -> int:
+        """Transitions currently stored."""
+        return 0 if self._buffer is None else self._buffer.num_frames()
+
+    def __len__(self) -> int:
+        return self.num_frames()
+
+    # -- writing ----------------------------------------------------------
+    def add(
+        self,
+        observation: Any,
+        action: Any,
+        reward: Any,
+        next_observation: Any,
+        terminated: Any,
+        truncated: Any = False,
+    ) -> None:
+        """Stores one transition per env.
+
+        Raises:
+            SpecError, ShapeError, DTypeError, CastError: an argument does not
+                match the spec inferred from the first call; nothing is written.
+        """
+        if self._buffer is None:
+            self._build(observation, action, reward)
+        buffer = self._buffer
+        assert buffer is not None  # for type checkers; _build always sets it
+        lead = (self._num_envs,)
+        if self._num_envs == 1:
+            terminated, truncated = np.reshape(terminated, 1), np.reshape(truncated, 1)
+        step = {
+            "observation": observation,
+            "action": action,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": np.broadcast_to(truncated, lead) if np.ndim(truncated) == 0 else truncated,
+        }
+        if self._num_envs == 1:
+            step = {k: v if k in ("terminated", "truncated") else _add_dim(v) for k, v in step.items()}
+            next_observation = _add_dim(next_observation)
+        leaves = convert_step(buffer._flat, step, lead, "add")
+        nxt = convert_step(self._obs_flat, next_observation, lead, "add next_observation")
+        obs = [leaves[i] for i in self._obs_leaf_ids]
+        with buffer._lock:
+            self._link_previous(obs)
+            t = buffer._index.t
+            self._final_ref[:, t % buffer.max_length] = -1
+            buffer._write(leaves)
+            for pending, value in zip(self._pending, nxt, strict=True):
+                pending[...] = value
+            self._has_pending[:] = True
+
+    def _link_previous(self, obs: list[np.ndarray]) -> None:
+        """Keeps the previous next_observation of envs whose chain breaks now."""
+        buffer = self._buffer
+        assert buffer is not None
+        chained = self._has_pending.copy()
+        for current, pending in zip(obs, self._pending, strict=True):
+            chained &= (current == pending).reshape(self._num_envs, -1).all(axis=1)
+        broken = np.flatnonzero(self._has_pending & ~chained)
+        prev_t = buffer._index.t - 1
+        new_lo = max(buffer._index.t_clear, buffer._index.t + 1 - buffer.max_length)
+        if len(broken) == 0 or prev_t < new_lo:
+            return
+        refs = self._finals.append([p[broken] for p in self._pending], prev_t, new_lo)
+        self._final_ref[broken, prev_t % buffer.max_length] = refs
+
+    def clear(self) -> None:
+        """Forgets every transition; the next add starts a new chain."""
+        if self._buffer is None:
+            return
+        with self._buffer._lock:
+            self._buffer.clear()
+            self._finals.clear()
+            self._has_pending[:] = False
+
+    # -- reading ----------------------------------------------------------
+    def sample(self, batch_size: int) -> TransitionSample:
+        """Draws ``batch_size`` transitions uniformly (with replacement).
+
+        Returns:
+            :class:`TransitionSample`, every field ``[batch_size, ...]``.
+
+        Raises:
+            InvalidArgumentError: ``batch_size`` < 1.
+            NotEnoughDataError: the buffer is empty.
+        """
+        batch_size = _positive_int("batch_size", batch_size)
+        buffer = self.replay_buffer
+        with buffer._lock:
+            draw = buffer._draw(batch_size, 1, False, {})
+            leaves = buffer._gather(draw, 1, time_axis=False)
+            next_obs = self._next_observations(draw.rows, draw.times)
+        data = buffer._flat.unflatten(leaves)
+        ids = draw.times * self._num_envs + draw.rows
+        return TransitionSample(
+            observation=data["observation"],
+            action=data["action"],
+            reward=data["reward"],
+            next_observation=self._obs_flat.unflatten(next_obs),
+            terminated=data["terminated"],
+            truncated=data["truncated"],
+            ids=ids,
+            probabilities=draw.probabilities,
+            weights=draw.weights,
+        )
+
+    def _next_observations(self, rows: np.ndarray, times: np.ndarray) -> list[np.ndarray]:
+        buffer = self._buffer
+        assert buffer is not None
+        length = buffer.max_length
+        flat_next = rows * length + (times + 1) % length
+        out = buffer._storage.gather(flat_next, self._obs_leaf_ids)
+        refs = self._final_ref[rows, times % length]
+        has_final = np.flatnonzero(refs >= 0)
+        if len(has_final):
+            for o, v in zip(out, self._finals.gather(refs[has_final]), strict=True):
+                o[has_final] = v
+        newest = np.flatnonzero((times == buffer._index.t - 1) & (refs < 0))
+        if len(newest):
+            for o, p in zip(out, self._pending, strict=True):
+                o[newest] = p[rows[newest]]
+        return out
+
+
+def _add_dim(tree: Any) -> Any:
+    import optree
+
+    return optree.tree_map(lambda x: np.asarray(x)[None], tree, none_is_leaf=False)

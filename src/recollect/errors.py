@@ -1,0 +1,41 @@
+"""Errors raised by recollect.
+
+Every error is a subclass of :class:`RecollectError` and of the builtin
+exception a caller would expect (``ValueError``, ``TypeError`` or
+``RuntimeError``), so ``except ValueError`` keeps working. Messages name the
+leaf path, what was expected, what was received and what to do.
+"""
+
+from __future__ import annotations
+
+
+class RecollectError(Exception):
+    """Base class of every error raised by recollect."""
+
+
+class InvalidArgumentError(RecollectError, ValueError):
+    """An argument or a combination of arguments is invalid."""
+
+
+class SpecError(RecollectError, ValueError):
+    """A spec is malformed, or data does not have the spec's structure."""
+
+
+class ShapeError(RecollectError, ValueError):
+    """A leaf's shape (or its leading env/batch dim) does not match the spec."""
+
+
+class DTypeError(RecollectError, TypeError):
+    """A leaf's dtype cannot be cast safely (``same_kind``) to the spec's dtype."""
+
+
+class CastError(RecollectError, ValueError):
+    """A same-kind cast would lose values (overflow, out of range, NaN or inf)."""
+
+
+class NotEnoughDataError(RecollectError, RuntimeError):
+    """The buffer holds no valid window of the requested length yet."""
+
+
+class CheckpointError(RecollectError, RuntimeError):
+    """A checkpoint is missing, damaged, or of an unsupported format version."""

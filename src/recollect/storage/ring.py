@@ -1,0 +1,63 @@
+"""Numpy ring storage: one contiguous array per leaf, leading dims ``[num_envs, max_length]``.
+
+Storage owns bytes and nothing else: it knows slots, not ids, windows or
+sampling. Slot ``(row, t % max_length)`` holds step ``t`` of env row ``row``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from recollect.specs import FlatSpec
+
+__all__ = ["RingStorage"]
+
+
+class RingStorage:
+    """Preallocated ``[num_envs, max_length, *leaf_shape]`` arrays, one per leaf.
+
+    Args:
+        flat_spec: the flattened spec.
+        num_envs: number of env rows.
+        max_length: slots per row.
+
+    Each leaf also has a row-flattened view ``[num_envs * max_length, *shape]``
+    so a gather is a single-integer-array fancy index (the fastest numpy path).
+    """
+
+    def __init__(self, flat_spec: FlatSpec, num_envs: int, max_length: int) -> None:
+        self.flat_spec = flat_spec
+        self.num_envs = num_envs
+        self.max_length = max_length
+        self.arrays: list[np.ndarray] = [
+            self._allocate(shape, dtype)
+            for shape, dtype in zip(flat_spec.shapes, flat_spec.dtypes, strict=True)
+        ]
+        self.flat_views = [a.reshape((num_envs * max_length, *a.shape[2:])) for a in self.arrays]
+
+    def _allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        return np.zeros((self.num_envs, self.max_length, *shape), dtype=dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the leaf arrays."""
+        return sum(a.nbytes for a in self.arrays)
+
+    def write_column(self, slot: int, leaves: Sequence[np.ndarray]) -> None:
+        """Writes one step for every row at ``slot``; leaves are ``[num_envs, *shape]``."""
+        for array, leaf in zip(self.arrays, leaves, strict=True):
+            array[:, slot] = leaf
+
+    def gather(self, flat_index: np.ndarray, leaf_ids: Sequence[int] | None = None) -> list[np.ndarray]:
+        """Gathers ``row * max_length + slot`` indices of any shape, one fancy index per leaf.
+
+        Returns arrays shaped ``[*flat_index.shape, *leaf_shape]``.
+        """
+        views = self.flat_views if leaf_ids is None else [self.flat_views[i] for i in leaf_ids]
+        return [view[flat_index] for view in views]
+
+    def read_rows(self, slots: np.ndarray) -> list[np.ndarray]:
+        """Returns ``[num_envs, len(slots), *shape]`` copies of the given slots of every row."""
+        return [array[:, slots] for array in self.arrays]
