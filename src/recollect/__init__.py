@@ -7,8 +7,14 @@ framework when used.
 
 from recollect import errors
 from recollect.buffers import BufferInfo, ReplayBuffer, Sample, TransitionBuffer, TransitionSample
-from recollect.samplers import Sampler, Uniform
+from recollect.checkpoint import load_buffer, save_buffer
+from recollect.manager import ReplayBufferManager
+from recollect.memory import estimate_memory
+from recollect.observers import Observer
+from recollect.nstep import n_step_returns, n_step_transitions
+from recollect.samplers import Fifo, Lifo, LinearSchedule, Prioritized, Sampler, Uniform
 from recollect.specs import ArraySpec, spec_from_example, spec_from_space
+from recollect.storage.frame_store import FrameStack
 
 __version__ = "0.1.0"
 
@@ -25,7 +31,14 @@ def __getattr__(name: str):  # PEP 562: framework adapters load on first use
 __all__ = [
     "ArraySpec",
     "BufferInfo",
+    "Fifo",
+    "FrameStack",
+    "Lifo",
+    "LinearSchedule",
+    "Observer",
+    "Prioritized",
     "ReplayBuffer",
+    "ReplayBufferManager",
     "Sample",
     "Sampler",
     "TransitionBuffer",
@@ -33,6 +46,11 @@ __all__ = [
     "Uniform",
     "__version__",
     "errors",
+    "estimate_memory",
+    "load_buffer",
+    "n_step_returns",
+    "n_step_transitions",
+    "save_buffer",
     "spec_from_example",
     "spec_from_space",
 ]

@@ -39,3 +39,11 @@ class NotEnoughDataError(RecollectError, RuntimeError):
 
 class CheckpointError(RecollectError, RuntimeError):
     """A checkpoint is missing, damaged, or of an unsupported format version."""
+
+
+class InsufficientMemoryError(InvalidArgumentError, MemoryError):
+    """A RAM buffer would not fit in the available memory (use memmap storage or ``force=True``)."""
+
+
+class StateError(RecollectError, RuntimeError):
+    """An object was used in the wrong state (a closed manager, no buffer created yet)."""

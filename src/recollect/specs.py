@@ -96,7 +96,13 @@ class ArraySpec:
             )
         shape = spec.shape
         if hasattr(shape, "as_list"):  # tf.TensorShape
-            shape = shape.as_list()
+            try:
+                shape = shape.as_list()
+            except ValueError as err:  # TensorShape(None)
+                raise SpecError(
+                    f"spec leaf {spec!r} has an unknown rank; replay storage is "
+                    "preallocated, so the shape must be fully defined."
+                ) from err
         if any(d is None for d in shape):
             raise SpecError(
                 f"spec leaf {spec!r} has an undefined dimension {tuple(shape)}; "

@@ -1,20 +1,29 @@
-"""PyTorch adapter: turns sample nests into ``torch.Tensor`` nests (torch imported lazily).
+"""PyTorch adapter: sample nests as ``torch.Tensor`` nests (torch imported lazily).
 
 On CPU the conversion is zero-copy (``torch.from_numpy`` shares memory with
 the sampled numpy arrays, which the buffer never touches again). With a
 ``device`` the tensors are copied there, from pinned memory and non-blocking
 when ``pin_memory=True``.
+
+:class:`ReplayDataset` is an ``IterableDataset`` that samples on a background
+thread and yields ``(data, BufferInfo)`` nests of tensors, ready for
+``torch.utils.data.DataLoader(dataset, batch_size=None)``.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import optree
 import torch
 
-__all__ = ["as_tensors"]
+from recollect._adapter import Prefetcher, buffer_closed, check_prefetch, sample_concurrent
+from recollect.buffers.sample import BufferInfo
+
+__all__ = ["ReplayDataset", "as_tensors"]
 
 
 def _to_tensor(x: Any, device: torch.device | None, pin_memory: bool) -> Any:
@@ -28,7 +37,9 @@ def _to_tensor(x: Any, device: torch.device | None, pin_memory: bool) -> Any:
     return tensor.to(device, non_blocking=pin_memory)
 
 
-def as_tensors(tree: Any, device: str | torch.device | None = None, pin_memory: bool = False) -> Any:
+def as_tensors(
+    tree: Any, device: str | torch.device | None = None, pin_memory: bool = False
+) -> Any:
     """Converts every numpy leaf of ``tree`` into a ``torch.Tensor``.
 
     Args:
@@ -48,3 +59,88 @@ def as_tensors(tree: Any, device: str | torch.device | None = None, pin_memory: 
         fields = {f.name: getattr(tree, f.name) for f in dataclasses.fields(tree)}
         return type(tree)(**{k: as_tensors(v, dev, pin_memory) for k, v in fields.items()})
     return optree.tree_map(lambda x: _to_tensor(x, dev, pin_memory), tree, none_is_leaf=False)
+
+
+class ReplayDataset(torch.utils.data.IterableDataset):
+    """An endless stream of sampled batches as tensors, prefetched on a background thread.
+
+    Each item is ``(data, BufferInfo(ids, probabilities))``: ``data`` is a nest
+    like the spec with tensor leaves ``[batch_size, num_steps, *leaf_shape]``
+    (``[batch_size, *leaf_shape]`` for ``num_steps=None``) of the spec's dtypes;
+    ``ids`` is int64 ``[batch_size]``, ``probabilities`` float64 ``[batch_size]``.
+    On CPU the tensors share memory with freshly gathered numpy arrays (no
+    copy); with a ``device`` they are copied there on the prefetch thread
+    (through pinned memory, non-blocking, when ``pin_memory=True``).
+
+    Iteration stops cleanly (``StopIteration``) when :meth:`close` is called or
+    when the buffer is closed (``buffer.close()``, i.e. ``buffer.closed`` is
+    true). Sampling errors (e.g. :class:`~recollect.errors.NotEnoughDataError`
+    on an empty buffer) are raised by ``next()``, never replaced by zeros.
+
+    Use ``DataLoader(dataset, batch_size=None)`` (batches are already formed)
+    and ``num_workers=0``: the buffer lives in this process; the prefetch
+    thread already overlaps sampling with training.
+
+    Args:
+        buffer: a :class:`~recollect.ReplayBuffer` (or anything with ``sample``).
+        batch_size: windows per batch, >= 1.
+        num_steps: window length, or None for single steps without a time axis.
+        device: where tensors go (``"cpu"``, ``"cuda"``, ``torch.device``); None keeps CPU.
+        pin_memory: copy to the device through pinned memory, non-blocking.
+        prefetch: batches kept ready, >= 1.
+
+    Raises:
+        InvalidArgumentError: ``prefetch`` < 1 (bad ``batch_size``/``num_steps``
+            are raised by the first ``next()``).
+
+    Example:
+        >>> loader = DataLoader(ReplayDataset(buf, batch_size=32, num_steps=2), batch_size=None)
+        >>> data, info = next(iter(loader))
+    """
+
+    def __init__(
+        self,
+        buffer: Any,
+        batch_size: int,
+        num_steps: int | None = None,
+        device: str | torch.device | None = None,
+        pin_memory: bool = False,
+        prefetch: int = 2,
+    ) -> None:
+        super().__init__()
+        self.buffer = buffer
+        self.batch_size = batch_size
+        self.num_steps = num_steps
+        self.device = torch.device(device) if device is not None else None
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        self.prefetch = check_prefetch(prefetch)
+        self._closed = threading.Event()
+        self._prefetchers: list[Prefetcher] = []
+
+    def _produce(self) -> tuple[Any, BufferInfo]:
+        s = sample_concurrent(self.buffer, self.batch_size, self.num_steps)
+        data = as_tensors(s.data, self.device, self.pin_memory)
+        return data, BufferInfo(torch.from_numpy(s.ids), torch.from_numpy(s.probabilities))
+
+    def _should_stop(self) -> bool:
+        return self._closed.is_set() or buffer_closed(self.buffer)
+
+    def __iter__(self) -> Iterator[tuple[Any, BufferInfo]]:
+        if self._closed.is_set():
+            return iter(())
+        prefetcher = Prefetcher(self._produce, self.prefetch, self._should_stop)
+        self._prefetchers = [p for p in self._prefetchers if not p.closed]
+        self._prefetchers.append(prefetcher)
+        return prefetcher
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed.is_set()
+
+    def close(self) -> None:
+        """Stops every iterator of this dataset and its prefetch threads; idempotent."""
+        self._closed.set()
+        for prefetcher in self._prefetchers:
+            prefetcher.close()
+        self._prefetchers = []

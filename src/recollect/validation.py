@@ -31,7 +31,7 @@ def check_structure(flat: FlatSpec, data: Any, what: str) -> list[Any]:
         pass
     try:
         got = set(leaf_paths(data))
-    except Exception:  # noqa: BLE001 - any unflattenable object is reported below
+    except Exception:  # any unflattenable object is reported below
         got = set()
     want = set(flat.paths)
     missing = sorted(want - got)
@@ -59,7 +59,16 @@ def convert_leaf(
         DTypeError: the dtype cannot be cast with ``same_kind``.
         CastError: the cast would lose values.
     """
-    arr = value if type(value) is np.ndarray else np.asarray(value)
+    try:
+        arr = value if type(value) is np.ndarray else np.asarray(value)
+    except ValueError:  # ragged nested sequences
+        arr = np.empty((), dtype=object)
+    if arr.dtype.hasobject:
+        raise SpecError(
+            f"{what} leaf '{path}': expected an array of shape {shape} and dtype {dtype}, "
+            f"got {type(value).__name__}: {value!r:.80}. Pass one array (not a nest, None "
+            "or ragged lists) per spec leaf."
+        )
     if arr.shape != shape:
         raise ShapeError(
             f"{what} leaf '{path}': expected shape {shape}, got {arr.shape}. "
@@ -107,18 +116,48 @@ def _check_lossless(arr: np.ndarray, dtype: np.dtype, path: str, what: str) -> N
             )
 
 
+def _fast_plan(flat: FlatSpec, leading: tuple[int, ...]) -> tuple[list[str] | None, list[tuple]]:
+    """Cached per spec and leading dims: the keys of a flat dict spec (else None), full shapes."""
+    plans = flat.__dict__.setdefault("_convert_plans", {})
+    plan = plans.get(leading)
+    if plan is None:
+        spec = flat.spec
+        flat_dict = type(spec) is dict and all(type(k) is str for k in spec)
+        keys = list(flat.paths) if flat_dict and list(flat.paths) == sorted(spec) else None
+        plan = plans[leading] = (keys, [leading + shape for shape in flat.shapes])
+    return plan
+
+
 def convert_step(
     flat: FlatSpec, data: Any, leading: tuple[int, ...], what: str
 ) -> list[np.ndarray]:
     """Validates a nest against the spec with ``leading`` extra dims; returns flat arrays.
 
-    The fast path (exact dtype and shape) costs one optree flatten and one
-    comparison per leaf.
+    The fast path (a plain dict for a flat dict spec, or any nest; exact dtype
+    and shape) costs a dict lookup (else one optree flatten) and one comparison
+    per leaf; anything else goes through :func:`convert_leaf`, which raises.
 
     Raises:
         SpecError, ShapeError, DTypeError, CastError: see :func:`convert_leaf`.
     """
-    values = check_structure(flat, data, what)
+    keys, shapes = _fast_plan(flat, leading)
+    values = None
+    if keys is not None and type(data) is dict and len(data) == len(keys):
+        try:  # same key set as the spec: what flatten_up_to returns, without optree
+            values = [data[k] for k in keys]
+        except KeyError:
+            values = None
+    if values is None:
+        values = check_structure(flat, data, what)
+    for value, shape, dtype in zip(values, shapes, flat.dtypes, strict=True):
+        if type(value) is not np.ndarray or value.shape != shape or value.dtype != dtype:
+            return _convert_leaves(flat, values, leading, what)
+    return values
+
+
+def _convert_leaves(
+    flat: FlatSpec, values: list[Any], leading: tuple[int, ...], what: str
+) -> list[np.ndarray]:
     out = []
     for value, shape, dtype, path in zip(values, flat.shapes, flat.dtypes, flat.paths, strict=True):
         if type(value) is np.ndarray and value.dtype == dtype and value.shape == leading + shape:

@@ -12,7 +12,7 @@ from recollect.errors import InvalidArgumentError, NotEnoughDataError, SpecError
 from recollect.samplers.base import Sampler, WindowDraw
 from recollect.samplers.uniform import Uniform
 from recollect.specs import FlatSpec
-from recollect.storage.ring import RingStorage
+from recollect.storage.factory import make_storage
 from recollect.validation import convert_step
 from recollect.windows import WindowIndex
 
@@ -50,11 +50,23 @@ class ReplayBuffer:
         sampler: a :class:`~recollect.samplers.Sampler`; default :class:`Uniform`.
         sequence_length: fixed window length, required by samplers that score
             windows (prioritized); ``sample`` then defaults ``num_steps`` to it.
+        storage: ``"numpy"`` (RAM, default) or ``"memmap"`` (``.npy`` files in
+            ``directory``, for buffers larger than RAM; an existing directory is
+            reopened with its data, counters and sampler state).
+        directory: where memmap storage keeps its files (memmap only).
+        frame_stacks: ``{leaf path: FrameStack}``: those leaves hold stacked
+            frames; only the newest frame of each step is stored and stacks are
+            rebuilt at sample time, bit-exact (needs an ``is_first`` or
+            ``is_last`` leaf). See :class:`~recollect.FrameStack`.
+        force: allocate a RAM buffer even when it exceeds ``MemAvailable``.
 
     Raises:
         InvalidArgumentError: ``capacity`` < ``num_envs``, not a multiple of it,
             or a non-positive argument.
         SpecError: the spec is malformed, or ``is_last`` is not a bool scalar.
+        InsufficientMemoryError: a RAM buffer larger than the available memory
+            (see :func:`~recollect.estimate_memory`); use memmap or ``force=True``.
+        CheckpointError: ``directory`` holds another buffer or unflushed writes.
 
     Example:
         >>> spec = {"observation": ArraySpec((4,), np.float32), "is_last": ArraySpec((), bool)}
@@ -74,6 +86,10 @@ class ReplayBuffer:
         rng: RngLike = None,
         sampler: Sampler | None = None,
         sequence_length: int | None = None,
+        storage: str = "numpy",
+        directory: Any = None,
+        frame_stacks: dict[str, Any] | None = None,
+        force: bool = False,
     ) -> None:
         capacity = _positive_int("capacity", capacity)
         num_envs = _positive_int("num_envs", num_envs)
@@ -94,10 +110,12 @@ class ReplayBuffer:
         self._is_last = self._find_is_last()
         self._rng = np.random.default_rng(rng)
         self._lock = threading.RLock()
-        self._storage = RingStorage(self._flat, num_envs, self._max_length)
         self._index = WindowIndex(num_envs, self._max_length)
+        self._storage, self._persist = make_storage(self, storage, directory, frame_stacks, force)
         self._sampler = sampler if sampler is not None else Uniform()
         self._sampler.bind(self._index, sequence_length)
+        if self._persist is not None:  # memmap: reopen the directory or write its manifest
+            self._persist.attach(self)
 
     def _find_is_last(self) -> int | None:
         if "is_last" not in self._flat.paths:
@@ -206,11 +224,30 @@ class ReplayBuffer:
             self._index.advance(is_last)
             self._sampler.on_add(is_last)
 
+    def flush(self) -> None:
+        """Memmap storage: writes data, counters and sampler state to ``directory`` (else no-op)."""
+        if self._persist is not None:
+            self._persist.flush(self)
+
     def clear(self) -> None:
         """Forgets every stored step. Ids keep increasing (never reused)."""
         with self._lock:
             self._index.clear()
             self._sampler.on_clear()
+
+    def close(self) -> None:
+        """Marks the buffer closed; idempotent.
+
+        Readers streaming from it (``as_dataset``, ``recollect.torch.ReplayDataset``,
+        ``recollect.jax.as_iterator``) then end their iteration cleanly. Stored
+        data stays readable and writable; nothing is freed.
+        """
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return getattr(self, "_closed", False)
 
     # -- reading ----------------------------------------------------------
     def _check_num_steps(self, num_steps: int, name: str = "num_steps") -> None:
@@ -276,7 +313,8 @@ class ReplayBuffer:
         Args:
             batch_size: windows to draw (with replacement), >= 1.
             num_steps: window length; None gives one step per item and drops
-                the time axis (or ``sequence_length`` when the buffer fixes it).
+                the time axis, or, when the buffer fixes ``sequence_length``,
+                windows of that length with a time axis (as Reverb items).
             within_episode: override of episode-aware mode (default: on when
                 the spec has ``is_last``).
             **sampler_options: passed to the sampler (e.g. the prioritized
@@ -297,7 +335,8 @@ class ReplayBuffer:
         n, within_episode = self._resolve_window(num_steps, within_episode)
         with self._lock:
             draw = self._draw(batch_size, n, within_episode, sampler_options)
-            leaves = self._gather(draw, n, time_axis=num_steps is not None)
+            time_axis = num_steps is not None or self._sequence_length is not None
+            leaves = self._gather(draw, n, time_axis=time_axis)
         ids = draw.times * self._num_envs + draw.rows
         return Sample(self._flat.unflatten(leaves), ids, draw.probabilities, draw.weights)
 

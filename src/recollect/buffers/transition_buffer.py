@@ -17,8 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from recollect.buffers.nstep_transitions import n_step_fields
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike, _positive_int
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.nstep import check_discount
+from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
 from recollect.validation import convert_step
 
@@ -42,6 +45,8 @@ class TransitionSample:
     ids: np.ndarray
     probabilities: np.ndarray
     weights: np.ndarray | None = None
+    #: ``[B]`` bootstrap discount ``gamma^k`` of n-step samples (``sample(n_step=...)``), else None.
+    discount: np.ndarray | None = None
 
 
 class _FinalObservations:
@@ -56,7 +61,9 @@ class _FinalObservations:
         self.obs_flat = obs_flat
         self.max_size = max_size
         self.size = 0
-        self.arrays = [np.empty((0, *s), d) for s, d in zip(obs_flat.shapes, obs_flat.dtypes)]
+        self.arrays = [
+            np.empty((0, *s), d) for s, d in zip(obs_flat.shapes, obs_flat.dtypes, strict=True)
+        ]
         self.times = np.empty(0, np.int64)
         self.start = 0
         self.n = 0
@@ -109,6 +116,10 @@ class TransitionBuffer:
         num_envs: parallel envs; with ``num_envs > 1`` every argument of
             :meth:`add` has a leading env dim.
         rng: seed or ``np.random.Generator`` for sampling.
+        prioritized: False (uniform sampling), True (prioritized replay with
+            :class:`~recollect.Prioritized` defaults) or a ``Prioritized(...)``
+            instance; then ``sample`` returns importance ``weights`` and
+            :meth:`update_priorities` sets priorities.
 
     The spec is inferred from the first :meth:`add` (observation and action
     may be nests; dtypes are kept as given). Sampling is uniform over the
@@ -121,7 +132,10 @@ class TransitionBuffer:
         (2, 4)
     """
 
-    def __init__(self, capacity: int, num_envs: int = 1, rng: RngLike = None) -> None:
+    def __init__(
+        self, capacity: int, num_envs: int = 1, rng: RngLike = None, *, prioritized: Any = False
+    ) -> None:
+        self._prioritized = _prioritized_sampler(prioritized)
         self._capacity = _positive_int("capacity", capacity)
         self._num_envs = _positive_int("num_envs", num_envs)
         if self._capacity < self._num_envs or self._capacity % self._num_envs:
@@ -152,14 +166,26 @@ class TransitionBuffer:
             "terminated": ArraySpec((), np.bool_),
             "truncated": ArraySpec((), np.bool_),
         }
-        buffer = ReplayBuffer(spec, self._capacity, self._num_envs, rng=self._rng)
+        sampler = self._prioritized
+        buffer = ReplayBuffer(
+            spec, self._capacity, self._num_envs, rng=self._rng, sampler=sampler,
+            sequence_length=None if sampler is None else 1,
+        )
+        self._attach(buffer, obs_spec)
+
+    def _attach(self, buffer: ReplayBuffer, obs_spec: Any) -> None:
+        """Sets up the per-env state around ``buffer`` (also used by checkpoint loading)."""
         self._obs_flat = FlatSpec(obs_spec)
         flat = buffer._flat
         self._obs_leaf_ids = [
-            i for i, p in enumerate(flat.paths) if p == "observation" or p.startswith("observation/")
+            i
+            for i, p in enumerate(flat.paths)
+            if p == "observation" or p.startswith("observation/")
         ]
-        self._pending = [np.zeros((self._num_envs, *s), d) for s, d in zip(
-            self._obs_flat.shapes, self._obs_flat.dtypes)]
+        self._pending = [
+            np.zeros((self._num_envs, *s), d)
+            for s, d in zip(self._obs_flat.shapes, self._obs_flat.dtypes, strict=True)
+        ]
         self._has_pending = np.zeros(self._num_envs, bool)
         self._final_ref = np.full((self._num_envs, buffer.max_length), -1, np.int64)
         self._finals = _FinalObservations(self._obs_flat, self._capacity + self._num_envs)
@@ -195,6 +221,19 @@ class TransitionBuffer:
     def __len__(self) -> int:
         return self.num_frames()
 
+    def save(self, path: Any) -> None:
+        """Writes a checkpoint directory (see :mod:`recollect.checkpoint`)."""
+        from recollect.checkpoint import save_buffer
+
+        save_buffer(self, path)
+
+    @classmethod
+    def load(cls, path: Any, *, mmap: bool = False) -> TransitionBuffer:
+        """Restores a buffer written by :meth:`save` (see :mod:`recollect.checkpoint`)."""
+        from recollect.checkpoint import load_buffer
+
+        return load_buffer(path, mmap=mmap, kind="TransitionBuffer")
+
     # -- writing ----------------------------------------------------------
     def add(
         self,
@@ -226,7 +265,9 @@ class TransitionBuffer:
             "truncated": np.broadcast_to(truncated, lead) if np.ndim(truncated) == 0 else truncated,
         }
         if self._num_envs == 1:
-            step = {k: v if k in ("terminated", "truncated") else _add_dim(v) for k, v in step.items()}
+            step = {
+                k: v if k in ("terminated", "truncated") else _add_dim(v) for k, v in step.items()
+            }
             next_observation = _add_dim(next_observation)
         leaves = convert_step(buffer._flat, step, lead, "add")
         nxt = convert_step(self._obs_flat, next_observation, lead, "add next_observation")
@@ -246,7 +287,8 @@ class TransitionBuffer:
         assert buffer is not None
         chained = self._has_pending.copy()
         for current, pending in zip(obs, self._pending, strict=True):
-            chained &= (current == pending).reshape(self._num_envs, -1).all(axis=1)
+            # Bitwise: NaN chains, and -0.0 does not chain to 0.0 (replayed exactly).
+            chained &= (_row_bytes(current) == _row_bytes(pending)).all(axis=1)
         broken = np.flatnonzero(self._has_pending & ~chained)
         prev_t = buffer._index.t - 1
         new_lo = max(buffer._index.t_clear, buffer._index.t + 1 - buffer.max_length)
@@ -265,23 +307,61 @@ class TransitionBuffer:
             self._has_pending[:] = False
 
     # -- reading ----------------------------------------------------------
-    def sample(self, batch_size: int) -> TransitionSample:
-        """Draws ``batch_size`` transitions uniformly (with replacement).
+    def sample(
+        self,
+        batch_size: int,
+        *,
+        n_step: int | None = None,
+        discount: float | None = None,
+        importance_sampling_exponent: float | None = None,
+    ) -> TransitionSample:
+        """Draws ``batch_size`` transitions (with replacement): uniformly, or by priority.
+
+        Args:
+            batch_size: transitions to draw, >= 1.
+            n_step: n-step transitions (needs ``discount``): ``reward`` is the
+                discounted sum of up to ``n_step`` rewards, cut at the episode
+                end (terminated, truncated or a broken observation chain) and
+                at the newest stored transition; ``next_observation``,
+                ``terminated`` and ``truncated`` are those of the last summed
+                transition and ``discount`` is ``gamma^k`` for the ``k``
+                rewards summed. See :mod:`recollect.buffers.nstep_transitions`.
+            discount: ``gamma`` in ``[0, 1]``; alone it means ``n_step=1``.
+            importance_sampling_exponent: ``beta`` of prioritized buffers
+                (default: the sampler's).
 
         Returns:
-            :class:`TransitionSample`, every field ``[batch_size, ...]``.
+            :class:`TransitionSample`, every field ``[batch_size, ...]``;
+            ``weights`` when prioritized, ``discount`` when n-step.
 
         Raises:
-            InvalidArgumentError: ``batch_size`` < 1.
+            InvalidArgumentError: ``batch_size``/``n_step`` < 1, ``n_step``
+                without ``discount``, a discount outside ``[0, 1]``, or
+                ``importance_sampling_exponent`` on a uniform buffer.
             NotEnoughDataError: the buffer is empty.
         """
         batch_size = _positive_int("batch_size", batch_size)
+        n, gamma = _n_step_args(n_step, discount)
+        options = {}
+        if importance_sampling_exponent is not None:
+            if self._prioritized is None and not _is_prioritized(self.replay_buffer):
+                raise InvalidArgumentError(
+                    "importance_sampling_exponent needs a prioritized buffer; construct "
+                    "TransitionBuffer(..., prioritized=True)."
+                )
+            options["importance_sampling_exponent"] = importance_sampling_exponent
         buffer = self.replay_buffer
         with buffer._lock:
-            draw = buffer._draw(batch_size, 1, False, {})
+            draw = buffer._draw(batch_size, 1, False, options)
             leaves = buffer._gather(draw, 1, time_axis=False)
-            next_obs = self._next_observations(draw.rows, draw.times)
+            if gamma is None:
+                next_obs = self._next_observations(draw.rows, draw.times)
+            else:
+                fields = n_step_fields(self, draw.rows, draw.times, n, gamma)
+                next_obs = fields.pop("next_observation")
         data = buffer._flat.unflatten(leaves)
+        if gamma is not None:
+            data.update(fields)
         ids = draw.times * self._num_envs + draw.rows
         return TransitionSample(
             observation=data["observation"],
@@ -293,7 +373,20 @@ class TransitionBuffer:
             ids=ids,
             probabilities=draw.probabilities,
             weights=draw.weights,
+            discount=data.get("discount"),
         )
+
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        """Sets priorities of sampled transitions (prioritized buffers).
+
+        Returns:
+            Number of ids skipped because their transitions were overwritten.
+
+        Raises:
+            InvalidArgumentError: a uniform buffer, or NaN/inf/negative
+                priorities (nothing is changed).
+        """
+        return self.replay_buffer.update_priorities(ids, priorities)
 
     def _next_observations(self, rows: np.ndarray, times: np.ndarray) -> list[np.ndarray]:
         buffer = self._buffer
@@ -311,6 +404,39 @@ class TransitionBuffer:
             for o, p in zip(out, self._pending, strict=True):
                 o[newest] = p[rows[newest]]
         return out
+
+
+def _prioritized_sampler(prioritized: Any) -> Prioritized | None:
+    if isinstance(prioritized, Prioritized):
+        return prioritized
+    if prioritized is True:
+        return Prioritized()
+    if prioritized is False or prioritized is None:
+        return None
+    raise InvalidArgumentError(
+        f"`prioritized` must be True, False or a recollect.Prioritized(...); got {prioritized!r}."
+    )
+
+
+def _is_prioritized(buffer: ReplayBuffer) -> bool:
+    return isinstance(buffer.sampler, Prioritized)
+
+
+def _n_step_args(n_step: Any, discount: Any) -> tuple[int, float | None]:
+    if n_step is None and discount is None:
+        return 1, None
+    n = 1 if n_step is None else _positive_int("n_step", n_step)
+    if discount is None:
+        raise InvalidArgumentError(
+            f"n-step sampling needs a discount; got n_step={n_step}, discount=None. Pass e.g. "
+            "discount=0.99."
+        )
+    return n, check_discount(discount)
+
+
+def _row_bytes(x: np.ndarray) -> np.ndarray:
+    """The bytes of each env row of ``x`` (``[num_envs, ...]``) as uint8 ``[num_envs, nbytes]``."""
+    return np.ascontiguousarray(x).reshape(len(x), -1).view(np.uint8)
 
 
 def _add_dim(tree: Any) -> Any:

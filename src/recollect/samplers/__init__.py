@@ -1,6 +1,19 @@
 """Samplers (Reverb: selectors) decide which windows come back."""
 
 from recollect.samplers.base import Sampler, WindowDraw
+from recollect.samplers.fifo import Fifo, Lifo
+from recollect.samplers.prioritized import Prioritized
+from recollect.samplers.schedules import LinearSchedule
+from recollect.samplers.sum_tree import SumTree
 from recollect.samplers.uniform import Uniform
 
-__all__ = ["Sampler", "Uniform", "WindowDraw"]
+__all__ = [
+    "Fifo",
+    "Lifo",
+    "LinearSchedule",
+    "Prioritized",
+    "Sampler",
+    "SumTree",
+    "Uniform",
+    "WindowDraw",
+]

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from recollect.specs import FlatSpec
+from recollect.storage._gather import gather_leaves
 
 __all__ = ["RingStorage"]
 
@@ -50,13 +51,17 @@ class RingStorage:
         for array, leaf in zip(self.arrays, leaves, strict=True):
             array[:, slot] = leaf
 
-    def gather(self, flat_index: np.ndarray, leaf_ids: Sequence[int] | None = None) -> list[np.ndarray]:
+    def gather(
+        self, flat_index: np.ndarray, leaf_ids: Sequence[int] | None = None
+    ) -> list[np.ndarray]:
         """Gathers ``row * max_length + slot`` indices of any shape, one fancy index per leaf.
 
-        Returns arrays shaped ``[*flat_index.shape, *leaf_shape]``.
+        Returns arrays shaped ``[*flat_index.shape, *leaf_shape]``, views into one
+        new block of memory; row leaves are copied with ``np.take`` (one memmove
+        per row), large ones by several threads (see :mod:`recollect.storage._gather`).
         """
         views = self.flat_views if leaf_ids is None else [self.flat_views[i] for i in leaf_ids]
-        return [view[flat_index] for view in views]
+        return gather_leaves(views, flat_index)
 
     def read_rows(self, slots: np.ndarray) -> list[np.ndarray]:
         """Returns ``[num_envs, len(slots), *shape]`` copies of the given slots of every row."""

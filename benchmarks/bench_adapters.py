@@ -1,0 +1,161 @@
+"""Adapter throughput: batches/s through tf.data, torch and jax vs ``buf.sample`` (W1, batch 32).
+
+W1 atari data (WORKLOADS.md): observation uint8 [84, 84, 4], action int64,
+reward float32, is_last bool (episode ends with probability 0.01), filled with
+random data in batches of 8 envs. A transition is a window of ``num_steps=2``
+(next_observation is the following step, the ReplayBuffer's default way).
+Capacity defaults to 20_000 steps (not W1's 100_000) to keep the run short;
+``--capacity 100000`` gives the full size. Sampling cost does not depend on it
+beyond cache effects.
+
+Every row is measured in this one process: median batches/s over ``--repeats``
+runs of ``--batches`` batches after a warm-up, and the ratio to calling
+``buf.sample`` directly. The limit rows are a plain numpy gather of the same
+windows and a memcpy of the same bytes. Consumers do nothing with a batch but
+touch it, so the adapter rows measure pure delivery. Run:
+``python benchmarks/bench_adapters.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np
+
+from recollect import ArraySpec, ReplayBuffer
+from recollect._adapter import sample_concurrent
+
+NUM_ENVS = 8
+BATCH = 32
+NUM_STEPS = 2
+
+
+def make_buffer(capacity: int) -> ReplayBuffer:
+    spec = {
+        "observation": ArraySpec((84, 84, 4), np.uint8),
+        "action": ArraySpec((), np.int64),
+        "reward": ArraySpec((), np.float32),
+        "is_last": ArraySpec((), bool),
+    }
+    buf = ReplayBuffer(spec, capacity, num_envs=NUM_ENVS, rng=0)
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, (64, NUM_ENVS, 84, 84, 4), dtype=np.uint8)
+    for t in range(capacity // NUM_ENVS):
+        buf.add_batch(
+            {
+                "observation": obs[t % 64],
+                "action": rng.integers(0, 18, NUM_ENVS),
+                "reward": rng.standard_normal(NUM_ENVS).astype(np.float32),
+                "is_last": rng.random(NUM_ENVS) < 0.01,
+            }
+        )
+    return buf
+
+
+def measure(next_batch: Callable[[], object], batches: int, repeats: int) -> float:
+    for _ in range(max(5, batches // 10)):
+        next_batch()
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(batches):
+            next_batch()
+        rates.append(batches / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def limit_rows(buf: ReplayBuffer) -> dict[str, Callable[[], object]]:
+    views = buf._storage.flat_views
+    rng = np.random.default_rng(1)
+    capacity = buf.capacity
+
+    def gather() -> object:
+        idx = rng.integers(0, capacity - 1, BATCH)
+        idx2 = idx[:, None] + np.arange(NUM_STEPS)
+        return [v[idx2] for v in views]
+
+    sample_bytes = sum(x.nbytes for x in gather())
+    src = np.empty(sample_bytes, np.uint8)
+    dst = np.empty_like(src)
+    return {
+        "limit: numpy gather store[idx]": gather,
+        "limit: memcpy same bytes": lambda: np.copyto(dst, src),
+    }
+
+
+def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
+    rows: dict[str, Callable[[], object]] = {}
+    closers: list[Callable[[], None]] = []
+    if "torch" not in skip:
+        from torch.utils.data import DataLoader
+
+        from recollect.torch import ReplayDataset
+
+        ds = ReplayDataset(buf, BATCH, NUM_STEPS, prefetch=4)
+        it = iter(ds)
+        loader_ds = ReplayDataset(buf, BATCH, NUM_STEPS, prefetch=4)
+        loader = iter(DataLoader(loader_ds, batch_size=None))
+        rows["torch ReplayDataset (prefetch 4)"] = lambda: next(it)
+        rows["torch DataLoader(batch_size=None)"] = lambda: next(loader)
+        closers += [ds.close, loader_ds.close]
+    if "jax" not in skip:
+        from recollect.jax import as_iterator
+
+        jit = as_iterator(buf, BATCH, NUM_STEPS, prefetch=4)
+        rows["jax as_iterator (prefetch 4)"] = lambda: next(jit)[0]["observation"].block_until_ready()
+        closers.append(jit.close)
+    if "tf" not in skip:
+        import tensorflow as tf
+
+        seq = iter(buf.as_dataset(BATCH, NUM_STEPS).prefetch(4))
+        par = iter(buf.as_dataset(BATCH, NUM_STEPS, num_parallel_calls=2).prefetch(4))
+        auto = iter(buf.as_dataset(BATCH, NUM_STEPS, num_parallel_calls=tf.data.AUTOTUNE))
+        rows["tf.data as_dataset (sequential)"] = lambda: next(seq)
+        rows["tf.data as_dataset (num_parallel_calls=2)"] = lambda: next(par)
+        rows["tf.data as_dataset (AUTOTUNE)"] = lambda: next(auto)
+    return rows, closers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--capacity", type=int, default=20_000)
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="8k capacity, 100 batches x 3")
+    parser.add_argument("--skip", default="", help="comma list of torch,jax,tf to skip")
+    args = parser.parse_args()
+    if args.quick:
+        args.capacity, args.batches, args.repeats = 8_000, 100, 3
+    skip = set(filter(None, args.skip.split(",")))
+    buf = make_buffer(args.capacity)
+    print(
+        f"W1 adapters: capacity={args.capacity}, num_envs={NUM_ENVS}, batch={BATCH}, "
+        f"num_steps={NUM_STEPS}, {args.batches} batches x {args.repeats} repeats (median)"
+    )
+    direct = {
+        "buf.sample(32, 2) direct": lambda: buf.sample(BATCH, NUM_STEPS),
+        "sample_concurrent (adapters' path)": lambda: sample_concurrent(buf, BATCH, NUM_STEPS),
+    }
+    rows, closers = adapter_rows(buf, skip)
+    results = {}
+    for name, fn in {**limit_rows(buf), **direct, **rows}.items():
+        results[name] = measure(fn, args.batches, args.repeats)
+    for close in closers:
+        close()
+    base = results["buf.sample(32, 2) direct"]
+    gather = results["limit: numpy gather store[idx]"]
+    print(f"{'row':44s} {'batches/s':>10s} {'transitions/s':>14s} {'x sample':>9s} {'x gather':>9s}")
+    for name, rate in results.items():
+        print(
+            f"{name:44s} {rate:10.0f} {rate * BATCH:14.0f} {rate / base:9.2f} {rate / gather:9.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""W3 (WORKLOADS.md): prioritized replay learner steps per second at capacity 1M.
+
+One learner step = ``sample(256, importance_sampling_exponent=0.4)`` (data,
+ids, probabilities, weights) + ``update_priorities(ids, 256 new values)``.
+Data: W2 transitions (observation f32[17], action f32[6], reward f32,
+next_observation f32[17], done bool), filled in batches of 8 (8 env rows).
+
+Rows measured in the same process:
+
+* ``recollect W3``            the full learner step through ``ReplayBuffer``.
+* ``  sampler only``          ``Prioritized.sample`` + ``update_priorities`` (no data gather).
+* ``  sum tree only``         ``SumTree.find`` + ``SumTree.set`` of 256.
+* ``limit: gather``           ``rng.integers`` + ``store[idx]`` per field (uniform, no priorities).
+* ``limit: copy``             ``np.copyto`` of the same bytes as one gather.
+* ``naive numpy PER``         ``rng.choice(N, 256, p=p)`` + ``p[idx] = ...`` (O(N) per step).
+
+Usage: ``python benchmarks/bench_prioritized.py [--quick] [--repeats 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import recollect as rc
+
+BATCH = 256
+SPEC = {
+    "observation": rc.ArraySpec((17,), np.float32),
+    "action": rc.ArraySpec((6,), np.float32),
+    "reward": rc.ArraySpec((), np.float32),
+    "next_observation": rc.ArraySpec((17,), np.float32),
+    "done": rc.ArraySpec((), np.bool_),
+}
+
+
+def fill(capacity: int, num_envs: int = 8) -> rc.ReplayBuffer:
+    sampler = rc.Prioritized(priority_exponent=0.6, epsilon=1e-6)
+    buf = rc.ReplayBuffer(SPEC, capacity, num_envs, sampler=sampler, sequence_length=1, rng=0)
+    rng = np.random.default_rng(0)
+    chunk = {k: rng.random((1024, num_envs, *s.shape)).astype(s.dtype) for k, s in SPEC.items()}
+    for i in range(capacity // num_envs):
+        buf.add_batch({k: v[i % 1024] for k, v in chunk.items()})
+    return buf
+
+
+def rate(fn: Callable[[], object], calls: int, repeats: int) -> float:
+    """Median calls/s over ``repeats`` timed runs of ``calls`` calls (after a warm-up)."""
+    for _ in range(max(1, calls // 10)):
+        fn()
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        rates.append(calls / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def rows(buf: rc.ReplayBuffer, calls: int, repeats: int) -> list[tuple[str, float]]:
+    rng = np.random.default_rng(1)
+    capacity = buf.capacity
+    prios = [rng.random(BATCH) * 2 for _ in range(64)]
+    k = [0]
+
+    def learner_step() -> None:
+        s = buf.sample(BATCH, importance_sampling_exponent=0.4)
+        k[0] = (k[0] + 1) % 64
+        buf.update_priorities(s.ids, prios[k[0]])
+
+    sampler = buf.sampler
+
+    def sampler_step() -> None:
+        d = sampler.sample(BATCH, 1, False, buf.rng, importance_sampling_exponent=0.4)
+        sampler.update_priorities(d.times * buf.num_envs + d.rows, prios[0])
+
+    tree = sampler._tree
+
+    def tree_step() -> None:
+        keys = tree.find(rng.random(BATCH) * tree.total)
+        tree.set(keys, prios[1])
+
+    store = [a.reshape(capacity, *a.shape[2:]).copy() for a in buf._storage.arrays]
+
+    def gather() -> None:
+        idx = rng.integers(0, capacity, BATCH)
+        for a in store:
+            a[idx]
+
+    nbytes = sum(a[:BATCH].nbytes for a in store)
+    src, dst = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+
+    def copy() -> None:
+        np.copyto(dst, src)
+
+    p = rng.random(capacity)
+    p /= p.sum()
+
+    def naive() -> None:
+        idx = rng.choice(capacity, BATCH, p=p / p.sum())
+        p[idx] = prios[2] / capacity
+
+    return [
+        ("recollect W3 (sample 256 + weights + update 256)", rate(learner_step, calls, repeats)),
+        ("  sampler only (no data gather)", rate(sampler_step, calls, repeats)),
+        ("  sum tree only (find 256 + set 256)", rate(tree_step, calls, repeats)),
+        ("limit: gather (uniform idx, store[idx] per field)", rate(gather, calls, repeats)),
+        ("limit: copy (np.copyto, same bytes)", rate(copy, calls, repeats)),
+        ("naive numpy PER (rng.choice p=, O(N))", rate(naive, max(3, calls // 200), repeats)),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="capacity 100k, fewer calls")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--capacity", type=int, default=None)
+    args = parser.parse_args()
+    capacity = args.capacity or (100_000 if args.quick else 1_000_000)
+    calls = 300 if args.quick else 1000
+    start = time.perf_counter()
+    buf = fill(capacity)
+    fill_s = time.perf_counter() - start
+    results = rows(buf, calls, args.repeats)
+    gather = results[3][1]
+    copy = results[4][1]
+    print(f"W3 prioritized, capacity {capacity:,}, batch {BATCH}, alpha 0.6, beta 0.4")
+    print(f"fill: {capacity:,} transitions in batches of 8 in {fill_s:.1f} s "
+          f"({capacity / fill_s:,.0f} transitions/s)")
+    print(f"median of {args.repeats} repeats x {calls} calls")
+    print(f"{'row':52s} {'steps/s':>10s} {'x gather':>9s} {'x copy':>8s}")
+    for name, value in results:
+        print(f"{name:52s} {value:10,.0f} {value / gather:9.3f} {value / copy:8.4f}")
+
+
+if __name__ == "__main__":
+    main()

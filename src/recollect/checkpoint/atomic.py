@@ -1,0 +1,136 @@
+"""Atomic replacement of a checkpoint directory.
+
+A save never touches the live checkpoint until the new one is complete::
+
+    1. write everything into the sibling  <name>.tmp-<pid>-<rand>/  (manifest last), fsync
+    2. rename  <name>  ->  <name>.old-<rand>      (only if a checkpoint is there)
+    3. rename  <name>.tmp-...  ->  <name>,  fsync the parent directory
+    4. delete  <name>.old-<rand>
+
+A SIGKILL between any two system calls leaves either ``<name>`` complete (old
+or new), or, only between steps 2 and 3, ``<name>`` missing with both the old
+and the new complete siblings present. :func:`resolve_checkpoint` then reads
+the newest complete sibling (by the manifest's ``created_ns``); the next save
+first renames it into place and deletes the leftovers. A directory counts as
+complete only when its manifest parses and its own checksum matches, and the
+manifest is written after every data file was written and fsynced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from recollect.checkpoint.format import FORMAT_NAME, MANIFEST, parse_manifest
+from recollect.errors import CheckpointError
+
+__all__ = ["atomic_write", "resolve_checkpoint"]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _siblings(path: Path) -> list[Path]:
+    if not path.parent.is_dir():
+        return []
+    prefixes = (f"{path.name}.tmp-", f"{path.name}.old-")
+    return sorted(p for p in path.parent.iterdir() if p.name.startswith(prefixes))
+
+
+def _complete_sibling(path: Path) -> Path | None:
+    """Newest sibling directory whose manifest parses and checks out, if any."""
+    best, best_ns = None, -1
+    for candidate in _siblings(path):
+        try:
+            created = int(parse_manifest(candidate).get("created_ns", 0))
+        except (CheckpointError, TypeError, ValueError, OSError):
+            continue
+        if created > best_ns:
+            best, best_ns = candidate, created
+    return best
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """The directory to load for ``path``: ``path`` itself, or the sibling an interrupted save left.
+
+    Never renames anything (a concurrent saver may be between its renames).
+
+    Raises:
+        CheckpointError: nothing loadable at ``path``.
+    """
+    path = Path(path)
+    if path.exists() or not path.parent.exists():
+        return path
+    recovered = _complete_sibling(path)
+    return recovered if recovered is not None else path
+
+
+def _is_checkpoint(path: Path) -> bool:
+    try:
+        head = (path / MANIFEST).read_bytes()[:4096]
+    except OSError:
+        return False
+    return FORMAT_NAME.encode() in head
+
+
+def _prepare(path: Path) -> None:
+    """Finishes an interrupted save, deletes leftovers, refuses to replace a foreign dir."""
+    if not path.exists():
+        recovered = _complete_sibling(path)
+        if recovered is not None:
+            os.rename(recovered, path)
+            _fsync_dir(path.parent)
+    for leftover in _siblings(path):
+        shutil.rmtree(leftover, ignore_errors=True)
+    if path.exists():
+        if not path.is_dir():
+            raise CheckpointError(f"{path}: exists and is not a directory; choose another path.")
+        if any(path.iterdir()) and not _is_checkpoint(path):
+            raise CheckpointError(
+                f"{path}: a non-empty directory that is not a recollect checkpoint; refusing "
+                "to replace it. Choose an empty or new path."
+            )
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+    """Runs ``write(tmp_dir)`` and atomically puts ``tmp_dir`` in place at ``path``.
+
+    ``write`` must create every file, fsync it, and write the manifest last.
+    One writer per path at a time.
+
+    Returns:
+        The checkpoint path.
+
+    Raises:
+        CheckpointError: ``path`` is a file or a foreign non-empty directory.
+    """
+    path = Path(path).absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _prepare(path)
+    tmp = path.parent / f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        write(tmp)
+        _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if path.exists():
+        old = path.parent / f"{path.name}.old-{secrets.token_hex(4)}"
+        os.rename(path, old)
+    os.rename(tmp, path)
+    _fsync_dir(path.parent)
+    if old is not None:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(old)
+    return path

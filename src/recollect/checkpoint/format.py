@@ -1,0 +1,228 @@
+"""Checkpoint format v1: the manifest, the spec as JSON, checksums.
+
+A checkpoint is a directory::
+
+    manifest.json                  format version, spec, counters, sampler, RNG, checksums
+    leaf-000-observation.npy       one .npy per spec leaf: [num_envs, stored_steps, *shape]
+    sampler-<key>.npy              array entries of the sampler's state_dict
+    transition-*.npy               TransitionBuffer extras (kind "TransitionBuffer")
+
+Leaf files hold only the stored steps. Column ``j`` of a leaf file holds ring
+slot ``(slot_offset + j) % max_length``: a buffer that is not full is written
+oldest first (``slot_offset = lo % max_length``); a full one in slot order
+(``slot_offset = 0``), so it can be memory-mapped back as it is.
+
+Every file is listed in ``manifest["files"]`` with its checksum (``crc32:...``) and
+size in bytes, and the manifest carries the sha256 of its own canonical JSON (without
+that field), so an edited manifest, a truncated or altered ``.npy`` and a
+missing file are all detected. Nothing is pickled: the spec's nest structure
+is described node by node (dict, list, tuple, namedtuple, None) and rebuilt.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recollect.errors import CheckpointError
+from recollect.specs import ArraySpec
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "describe_spec",
+    "dump_manifest",
+    "from_json",
+    "leaf_file_name",
+    "parse_manifest",
+    "rebuild_spec",
+    "to_json",
+]
+
+FORMAT_NAME = "recollect-checkpoint"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+_SELF_CHECKSUM = "manifest_sha256"
+_REQUIRED = ("format", "format_version", "kind", "buffer", "files")
+
+
+# -- spec <-> JSON --------------------------------------------------------
+def describe_spec(node: Any) -> dict[str, Any]:
+    """Describes a normalised spec nest (leaves :class:`ArraySpec`) as plain JSON.
+
+    Raises:
+        CheckpointError: a node type cannot be described (only dict-like,
+            list, tuple, namedtuple and None containers are supported) or a
+            dict key is not a string.
+    """
+    if isinstance(node, ArraySpec):
+        return {"leaf": {"shape": list(node.shape), "dtype": node.dtype.str, "name": node.name}}
+    if node is None:
+        return {"none": None}
+    if isinstance(node, tuple) and hasattr(node, "_fields"):
+        cls = type(node)
+        return {
+            "namedtuple": {
+                "type": cls.__qualname__,
+                "module": cls.__module__,
+                "fields": list(node._fields),
+                "children": [describe_spec(c) for c in node],
+            }
+        }
+    if isinstance(node, Mapping):
+        bad = [k for k in node if not isinstance(k, str)]
+        if bad:
+            raise CheckpointError(
+                f"cannot checkpoint a spec with non-string dict keys {bad!r}; use str keys."
+            )
+        return {"dict": [[k, describe_spec(v)] for k, v in node.items()]}
+    if isinstance(node, tuple | list):
+        kind = "tuple" if isinstance(node, tuple) else "list"
+        return {kind: [describe_spec(c) for c in node]}
+    raise CheckpointError(
+        f"cannot checkpoint a spec node of type {type(node).__name__}; supported containers "
+        "are dict, list, tuple, namedtuple and None."
+    )
+
+
+def rebuild_spec(desc: Any, where: str = MANIFEST) -> Any:
+    """Inverse of :func:`describe_spec`.
+
+    A namedtuple is rebuilt as its original class when that class is already
+    imported (nothing is imported on the manifest's say-so) and has the same
+    fields; otherwise as a new ``collections.namedtuple`` of that name.
+
+    Raises:
+        CheckpointError: the description is malformed.
+    """
+    try:
+        ((kind, body),) = desc.items()
+        if kind == "leaf":
+            dtype = np.dtype(body["dtype"])
+            if dtype.hasobject:
+                raise ValueError(f"object dtype {dtype}")
+            return ArraySpec(tuple(body["shape"]), dtype, body.get("name"))
+        if kind == "none":
+            return None
+        if kind == "dict":
+            return {str(k): rebuild_spec(v, where) for k, v in body}
+        if kind in ("tuple", "list"):
+            children = [rebuild_spec(c, where) for c in body]
+            return tuple(children) if kind == "tuple" else children
+        if kind == "namedtuple":
+            cls = _namedtuple_class(body["module"], body["type"], list(body["fields"]))
+            return cls(*[rebuild_spec(c, where) for c in body["children"]])
+    except CheckpointError:
+        raise
+    except Exception as err:
+        raise CheckpointError(f"{where}: malformed spec description ({err}).") from err
+    raise CheckpointError(f"{where}: unknown spec node kind {kind!r}.")
+
+
+def _namedtuple_class(module: str, qualname: str, fields: list[str]) -> type:
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if (
+        isinstance(obj, type)
+        and issubclass(obj, tuple)
+        and list(getattr(obj, "_fields", ())) == fields
+    ):
+        return obj
+    name = re.sub(r"\W", "_", qualname.rsplit(".", 1)[-1]) or "Node"
+    return collections.namedtuple(name, fields)
+
+
+# -- JSON values ------------------------------------------------------------
+def to_json(value: Any) -> Any:
+    """Converts numpy scalars/small arrays inside dicts and lists to plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.tolist(), "dtype": value.dtype.str}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def from_json(value: Any) -> Any:
+    """Inverse of :func:`to_json`."""
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            return np.asarray(value["__ndarray__"], dtype=np.dtype(value["dtype"]))
+        return {k: from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_json(v) for v in value]
+    return value
+
+
+# -- manifest ---------------------------------------------------------------
+def _canonical(manifest: Mapping[str, Any]) -> bytes:
+    body = {k: v for k, v in manifest.items() if k != _SELF_CHECKSUM}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def dump_manifest(manifest: dict[str, Any]) -> bytes:
+    """Serialises ``manifest`` with its own checksum added."""
+    manifest = dict(manifest)
+    manifest[_SELF_CHECKSUM] = hashlib.sha256(_canonical(manifest)).hexdigest()
+    return json.dumps(manifest, indent=1, sort_keys=True).encode()
+
+
+def parse_manifest(path: Path) -> dict[str, Any]:
+    """Reads and checks ``path/manifest.json`` (structure, version, self-checksum).
+
+    Raises:
+        CheckpointError: missing, not JSON, edited (checksum mismatch), not a
+            recollect checkpoint, or a newer format version.
+    """
+    file = path / MANIFEST
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such checkpoint directory.")
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{file}: missing; {path} is not a recollect checkpoint (or it was not "
+            "completely written)."
+        ) from None
+    try:
+        manifest = json.loads(raw)
+    except ValueError as err:
+        raise CheckpointError(f"{file}: not valid JSON ({err}).") from err
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{file}: not a recollect checkpoint manifest.")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise CheckpointError(f"{file}: invalid format_version {version!r}.")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{file}: format_version {version} is newer than this recollect supports "
+            f"({FORMAT_VERSION}); upgrade recollect to load it."
+        )
+    if manifest.get(_SELF_CHECKSUM) != hashlib.sha256(_canonical(manifest)).hexdigest():
+        raise CheckpointError(
+            f"{file}: checksum mismatch; the manifest was edited or damaged. Restore it "
+            "from a backup or discard the checkpoint."
+        )
+    missing = [k for k in _REQUIRED if k not in manifest]
+    if missing:
+        raise CheckpointError(f"{file}: missing fields {missing}.")
+    return manifest
+
+
+def leaf_file_name(index: int, path: str) -> str:
+    """File name of leaf ``index``: ``leaf-003-observation_camera.npy``."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", path)[:60]
+    return f"leaf-{index:03d}-{safe}.npy"

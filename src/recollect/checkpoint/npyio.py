@@ -1,0 +1,282 @@
+"""Standard ``.npy`` files written straight from ring storage and read straight back.
+
+Leaf columns are streamed between the ring arrays and the file in at most two
+contiguous pieces per env row (no gathered copy of the data) and checksummed
+on the way, on a worker thread that overlaps the I/O (zlib and hashlib release
+the GIL), so saving and loading cost about one pass over the bytes and no
+extra RAM. The files are ordinary ``.npy`` (``np.load(..., allow_pickle=False)``
+reads them).
+
+Checksums are tagged with their algorithm, ``"crc32:1a2b3c4d"`` (written; it
+detects damage at ~2 GB/s) or ``"sha256:<hex>"`` (also accepted on load).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import zlib
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from recollect.errors import CheckpointError
+
+__all__ = [
+    "column_ranges",
+    "mmap_columns",
+    "read_array",
+    "read_columns_into",
+    "verify_file",
+    "write_array",
+    "write_columns",
+]
+
+ALGORITHM = "crc32"
+_CHUNK_BYTES = 1 << 23
+_THREADED_BYTES = 1 << 22  # files smaller than this are checksummed inline
+
+
+class Digest:
+    """Running checksum of a byte stream, optionally computed on one worker thread.
+
+    Chunks are checksummed in the order given. With ``threaded=True`` a chunk
+    must not be modified until :meth:`wait` or :meth:`value` returns.
+    """
+
+    def __init__(self, algorithm: str = ALGORITHM, threaded: bool = False) -> None:
+        if algorithm not in ("crc32", "sha256"):
+            raise CheckpointError(f"unknown checksum algorithm {algorithm!r}.")
+        self.algorithm = algorithm
+        self._crc = 0
+        self._sha = hashlib.sha256() if algorithm == "sha256" else None
+        self._pool = ThreadPoolExecutor(1) if threaded else None
+        self._last: Future | None = None
+
+    def _update(self, data: memoryview | bytes) -> None:
+        if self._sha is not None:
+            self._sha.update(data)
+        else:
+            self._crc = zlib.crc32(data, self._crc)
+
+    def update(self, data: memoryview | bytes) -> Future | None:
+        """Adds ``data``; when threaded, returns the future that finishes with this chunk."""
+        if self._pool is None:
+            self._update(data)
+            return None
+        self._last = self._pool.submit(self._update, data)
+        return self._last
+
+    def wait(self) -> None:
+        """Blocks until every chunk given so far is checksummed."""
+        if self._last is not None:
+            self._last.result()
+
+    def value(self) -> str:
+        """``"algorithm:hex"``; ends the worker thread."""
+        self.wait()
+        if self._pool is not None:
+            self._pool.shutdown()
+        digest = self._sha.hexdigest() if self._sha is not None else f"{self._crc:08x}"
+        return f"{self.algorithm}:{digest}"
+
+
+def _digest_for(expected: str, size: int, path: Path) -> Digest:
+    algorithm = expected.split(":", 1)[0] if isinstance(expected, str) else ""
+    if algorithm not in ("crc32", "sha256"):
+        raise CheckpointError(f"{path}: unknown checksum {expected!r} in the manifest.")
+    return Digest(algorithm, threaded=size >= _THREADED_BYTES)
+
+
+def _mismatch(path: Path) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: checksum mismatch; the file is damaged or was altered. "
+        "Discard this checkpoint or restore the file."
+    )
+
+
+def column_ranges(max_length: int, offset: int, count: int) -> list[tuple[int, int]]:
+    """Slot ranges ``[a, b)`` of columns ``j < count``, column ``j`` = slot ``(offset + j) % L``."""
+    first = offset % max_length
+    n1 = min(count, max_length - first)
+    ranges = [(first, first + n1)] if n1 else []
+    if count > n1:
+        ranges.append((0, count - n1))
+    return ranges
+
+
+def _header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
+    buf = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue()
+
+
+def _chunks(pieces: list[np.ndarray]) -> Iterator[memoryview]:
+    """Byte views of C-contiguous ``pieces``, split into chunks of at most ``_CHUNK_BYTES``."""
+    for piece in pieces:
+        view = memoryview(np.ascontiguousarray(piece).reshape(-1).view(np.uint8))
+        for start in range(0, len(view), _CHUNK_BYTES):
+            yield view[start : start + _CHUNK_BYTES]
+
+
+def _write(path: Path, head: bytes, pieces: list[np.ndarray], nbytes: int) -> tuple[str, int]:
+    digest = Digest(threaded=nbytes >= _THREADED_BYTES)
+    with open(path, "wb") as f:
+        f.write(head)
+        digest.update(head)
+        for chunk in _chunks(pieces):
+            digest.update(chunk)
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+        return digest.value(), f.tell()
+
+
+def write_columns(path: Path, array: np.ndarray, offset: int, count: int) -> tuple[str, int]:
+    """Writes ``count`` columns of ``array`` ``[num_envs, L, *shape]`` to a ``.npy`` file.
+
+    The file holds ``[num_envs, count, *shape]``; column ``j`` is ring slot
+    ``(offset + j) % L``.
+
+    Returns:
+        ``(checksum, size in bytes)`` of the file, which is fsynced.
+    """
+    num_envs, max_length = array.shape[:2]
+    if count == max_length and offset % max_length == 0:
+        pieces = [array]
+    else:
+        ranges = column_ranges(max_length, offset, count)
+        pieces = [array[r, a:b] for r in range(num_envs) for a, b in ranges]
+    head = _header((num_envs, count, *array.shape[2:]), array.dtype)
+    return _write(path, head, pieces, sum(p.nbytes for p in pieces))
+
+
+def write_array(path: Path, array: np.ndarray) -> tuple[str, int]:
+    """Writes one array as ``.npy``; returns ``(checksum, size in bytes)``."""
+    array = np.ascontiguousarray(array)
+    if array.dtype.hasobject:
+        raise CheckpointError(f"{path.name}: cannot checkpoint an object array.")
+    return _write(path, _header(array.shape, array.dtype), [array], array.nbytes)
+
+
+def _open(path: Path):
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing file listed in the manifest.") from None
+
+
+def _read_header(f, path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    try:
+        version = np.lib.format.read_magic(f)
+        reader = {
+            (1, 0): np.lib.format.read_array_header_1_0,
+            (2, 0): np.lib.format.read_array_header_2_0,
+        }[version]
+        shape, fortran, dtype = reader(f)
+    except Exception as err:
+        raise CheckpointError(f"{path}: not a valid .npy file ({err}).") from err
+    if fortran or dtype.hasobject:
+        raise CheckpointError(f"{path}: unsupported .npy layout (fortran order or object dtype).")
+    return tuple(shape), dtype, f.tell()
+
+
+def _check_size(path: Path, actual: int, expected: int, source: str) -> None:
+    if actual != expected:
+        what = "truncated" if actual < expected else "has trailing bytes"
+        raise CheckpointError(f"{path}: {what} ({actual} bytes, {source} says {expected}).")
+
+
+def _check_layout(path: Path, f, want_shape: tuple, want_dtype: np.dtype, size: int) -> int:
+    shape, dtype, data_offset = _read_header(f, path)
+    if shape != tuple(want_shape) or dtype != want_dtype:
+        raise CheckpointError(
+            f"{path}: holds {dtype} {shape}, the manifest expects {want_dtype} {tuple(want_shape)}."
+        )
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    _check_size(path, size, data_offset + nbytes, "its .npy header")
+    return data_offset
+
+
+def read_columns_into(
+    path: Path, dest: np.ndarray, offset: int, count: int, checksum: str, size: int
+) -> None:
+    """Reads a :func:`write_columns` file back into ``dest`` ``[num_envs, max_length, *shape]``.
+
+    Raises:
+        CheckpointError: missing, truncated, wrong shape/dtype, or checksum mismatch.
+    """
+    num_envs, max_length = dest.shape[:2]
+    with _open(path) as f:
+        _check_size(path, os.fstat(f.fileno()).st_size, size, "the manifest")
+        want = (num_envs, count, *dest.shape[2:])
+        data_offset = _check_layout(path, f, want, dest.dtype, size)
+        f.seek(0)
+        digest = _digest_for(checksum, size, path)
+        digest.update(f.read(data_offset))
+        ranges = column_ranges(max_length, offset, count)
+        pieces = [dest[r, a:b] for r in range(num_envs) for a, b in ranges]
+        for chunk in _chunks(pieces):
+            if f.readinto(chunk) != len(chunk):
+                raise CheckpointError(f"{path}: truncated while reading.")
+            digest.update(chunk)
+    if digest.value() != checksum:
+        raise _mismatch(path)
+
+
+def verify_file(path: Path, checksum: str, size: int) -> None:
+    """Streams ``path`` through its checksum (double-buffered) and compares with the manifest.
+
+    Raises:
+        CheckpointError: missing, wrong size (truncated) or checksum mismatch.
+    """
+    with _open(path) as f:
+        _check_size(path, os.fstat(f.fileno()).st_size, size, "the manifest")
+        digest = _digest_for(checksum, size, path)
+        buffers = [bytearray(min(size, _CHUNK_BYTES)) for _ in range(2)]
+        pending: list[Future | None] = [None, None]
+        k = 0
+        while True:
+            b = k % 2
+            if pending[b] is not None:
+                pending[b].result()  # this buffer's previous chunk is checksummed
+            view = memoryview(buffers[b])
+            n = f.readinto(view)
+            if not n:
+                break
+            pending[b] = digest.update(view[:n])
+            k += 1
+    if digest.value() != checksum:
+        raise _mismatch(path)
+
+
+def read_array(path: Path, checksum: str, size: int) -> np.ndarray:
+    """Loads a small ``.npy`` after checking size and checksum (``allow_pickle=False``)."""
+    with _open(path) as f:
+        raw = f.read()
+    _check_size(path, len(raw), size, "the manifest")
+    digest = _digest_for(checksum, 0, path)
+    digest.update(raw)
+    if digest.value() != checksum:
+        raise _mismatch(path)
+    try:
+        return np.load(io.BytesIO(raw), allow_pickle=False)
+    except Exception as err:
+        raise CheckpointError(f"{path}: not a valid .npy file ({err}).") from err
+
+
+def mmap_columns(
+    path: Path, shape: tuple[int, ...], dtype: np.dtype, checksum: str, size: int
+) -> np.ndarray:
+    """Verifies ``path`` then maps it copy-on-write: writes stay private to this process.
+
+    Returns a plain ``np.ndarray`` view of the mapping (not a ``np.memmap``).
+    """
+    verify_file(path, checksum, size)
+    with _open(path) as f:
+        _check_layout(path, f, shape, dtype, size)
+    return np.asarray(np.load(path, mmap_mode="c", allow_pickle=False))

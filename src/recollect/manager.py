@@ -1,0 +1,273 @@
+"""ReplayBufferManager: create or restore a buffer, feed it, sample it, checkpoint it.
+
+The API users know from Reverb-based projects (one object owns the buffer,
+its observer, its dataset and its checkpoint directory), on top of
+:class:`~recollect.ReplayBuffer` and :mod:`recollect.checkpoint`. Imports no
+framework.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
+from recollect.buffers.sample import Sample
+from recollect.checkpoint import load_buffer, save_buffer
+from recollect.checkpoint.atomic import resolve_checkpoint
+from recollect.checkpoint.format import MANIFEST
+from recollect.errors import CheckpointError, InvalidArgumentError, StateError
+from recollect.observers import Observer
+from recollect.samplers.base import Sampler
+from recollect.specs import FlatSpec
+
+__all__ = ["ReplayBufferManager", "SampleIterator"]
+
+
+class SampleIterator(Iterator[Sample]):
+    """Endless iterator of :class:`~recollect.Sample` batches (stops when the manager closes)."""
+
+    def __init__(
+        self,
+        manager: ReplayBufferManager,
+        batch_size: int,
+        num_steps: int | None,
+        options: dict[str, Any],
+    ) -> None:
+        self._manager = manager
+        self._args = (batch_size, num_steps)
+        self._options = options
+
+    def __iter__(self) -> SampleIterator:
+        return self
+
+    def __next__(self) -> Sample:
+        if self._manager.closed:
+            raise StopIteration
+        batch_size, num_steps = self._args
+        return self._manager.replay_buffer.sample(batch_size, num_steps, **self._options)
+
+
+class ReplayBufferManager:
+    """Owns one replay buffer, its observer and its checkpoint directory.
+
+    Args:
+        data_spec: nest of :class:`~recollect.ArraySpec` describing one step;
+            needed by :meth:`create_replay_buffer` (optional for loading, where
+            it is checked against the checkpoint).
+        capacity: total steps stored (needed by :meth:`create_replay_buffer`).
+        checkpoint_dir: the checkpoint directory :meth:`checkpoint` writes and
+            :meth:`load_replay_buffer` reads.
+        num_envs: env rows (parallel environments).
+        sequence_length: default window length of samples (e.g. 2 for
+            transitions); required by prioritized samplers.
+        sampler: a :class:`~recollect.Sampler` (copied for every new buffer)
+            or a zero-argument factory of one; default uniform.
+        rng: seed or generator for sampling.
+
+    Raises:
+        InvalidArgumentError: from the methods, when an argument they need is missing.
+        StateError: a method other than ``close`` after :meth:`close`, or a
+            buffer method before one was created or loaded.
+
+    Example:
+        >>> with ReplayBufferManager(data_spec=spec, capacity=50_000,
+        ...                          checkpoint_dir="ckpt/replay", sequence_length=2) as m:
+        ...     buffer, observer = m.create_replay_buffer()
+        ...     observer(batched_steps)
+        ...     batch = next(m.get_dataset(batch_size=64, num_steps=2))
+        ...     m.checkpoint()
+    """
+
+    def __init__(
+        self,
+        data_spec: Any = None,
+        capacity: int | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        *,
+        num_envs: int = 1,
+        sequence_length: int | None = None,
+        sampler: Sampler | Callable[[], Sampler] | None = None,
+        rng: RngLike = None,
+    ) -> None:
+        self._data_spec = data_spec
+        self._capacity = capacity
+        self._checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self._num_envs = num_envs
+        self._sequence_length = sequence_length
+        self._sampler = sampler
+        self._rng = rng
+        self._buffer: ReplayBuffer | None = None
+        self._observer: Observer | None = None
+        self._closed = False
+
+    # -- state ------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        """The checkpoint directory."""
+        return self._checkpoint_dir
+
+    @property
+    def replay_buffer(self) -> ReplayBuffer:
+        """The current buffer.
+
+        Raises:
+            StateError: closed, or no buffer created or loaded yet.
+        """
+        self._check_open()
+        if self._buffer is None:
+            raise StateError(
+                "no replay buffer yet; call manager.create_replay_buffer() or "
+                "manager.load_replay_buffer() first."
+            )
+        return self._buffer
+
+    @property
+    def observer(self) -> Observer:
+        """The current buffer's observer (see :class:`~recollect.observers.Observer`)."""
+        self.replay_buffer  # noqa: B018 - raises when there is none
+        assert self._observer is not None  # set together with the buffer
+        return self._observer
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StateError("this ReplayBufferManager is closed; create a new one.")
+
+    def _adopt(self, buffer: ReplayBuffer) -> tuple[ReplayBuffer, Observer]:
+        if self._observer is not None:
+            self._observer.close()
+        self._buffer, self._observer = buffer, Observer(buffer)
+        return buffer, self._observer
+
+    def _new_sampler(self) -> Sampler | None:
+        if self._sampler is None or isinstance(self._sampler, Sampler):
+            return copy.deepcopy(self._sampler)
+        return self._sampler()
+
+    # -- buffers ----------------------------------------------------------
+    def create_replay_buffer(self) -> tuple[ReplayBuffer, Observer]:
+        """Creates a new, empty buffer (replacing the current one) and its observer.
+
+        Returns:
+            ``(replay_buffer, observer)``.
+
+        Raises:
+            InvalidArgumentError: ``data_spec`` or ``capacity`` was not given.
+        """
+        self._check_open()
+        if self._data_spec is None or self._capacity is None:
+            raise InvalidArgumentError(
+                "create_replay_buffer needs data_spec and capacity; pass them to "
+                "ReplayBufferManager(data_spec=..., capacity=...)."
+            )
+        buffer = ReplayBuffer(
+            self._data_spec,
+            self._capacity,
+            self._num_envs,
+            rng=self._rng,
+            sampler=self._new_sampler(),
+            sequence_length=self._sequence_length,
+        )
+        return self._adopt(buffer)
+
+    def load_replay_buffer(self, *, mmap: bool = False) -> tuple[ReplayBuffer, Observer]:
+        """Restores the buffer from ``checkpoint_dir`` (data, counters, sampler and RNG state).
+
+        Returns:
+            ``(replay_buffer, observer)``.
+
+        Raises:
+            InvalidArgumentError: no ``checkpoint_dir``, or the checkpoint's
+                spec or capacity differs from the one given to the manager.
+            CheckpointError: no checkpoint there (call :meth:`create_replay_buffer`),
+                or a damaged one (the message names the file).
+        """
+        self._check_open()
+        directory = self._require_dir("load_replay_buffer")
+        if not (resolve_checkpoint(directory) / MANIFEST).is_file():
+            raise CheckpointError(
+                f"no checkpoint in {directory} (it is empty or missing); call "
+                "manager.create_replay_buffer() to start a new buffer."
+            )
+        buffer = load_buffer(directory, mmap=mmap, kind="ReplayBuffer")
+        self._check_matches(buffer)
+        return self._adopt(buffer)
+
+    def _require_dir(self, what: str) -> Path:
+        if self._checkpoint_dir is None:
+            raise InvalidArgumentError(
+                f"{what} needs a checkpoint directory; pass "
+                "ReplayBufferManager(checkpoint_dir=...)."
+            )
+        return self._checkpoint_dir
+
+    def _check_matches(self, buffer: ReplayBuffer) -> None:
+        if self._data_spec is not None:
+            want, got = FlatSpec(self._data_spec), buffer._flat
+            if (want.paths, want.shapes, want.dtypes) != (got.paths, got.shapes, got.dtypes):
+                raise InvalidArgumentError(
+                    f"the checkpoint in {self._checkpoint_dir} has leaves "
+                    f"{list(zip(got.paths, got.shapes, map(str, got.dtypes), strict=True))}, "
+                    "the manager's data_spec "
+                    f"{list(zip(want.paths, want.shapes, map(str, want.dtypes), strict=True))}. "
+                    "Use the checkpoint's spec, or create a new buffer."
+                )
+        if self._capacity is not None and self._capacity != buffer.capacity:
+            raise InvalidArgumentError(
+                f"the checkpoint in {self._checkpoint_dir} has capacity={buffer.capacity}; the "
+                f"manager was given capacity={self._capacity}. Drop the argument or create a "
+                "new buffer."
+            )
+
+    # -- using the buffer -------------------------------------------------
+    def get_dataset(
+        self, batch_size: int, num_steps: int | None = None, **sample_options: Any
+    ) -> SampleIterator:
+        """An endless iterator of ``buffer.sample(batch_size, num_steps)`` results.
+
+        Each ``next()`` samples the buffer as it is then; it raises
+        :class:`~recollect.errors.NotEnoughDataError` while no valid window is
+        stored, and stops once the manager is closed.
+        """
+        self.replay_buffer  # noqa: B018 - raises when there is none
+        return SampleIterator(self, batch_size, num_steps, sample_options)
+
+    def num_frames(self) -> int:
+        """Steps currently stored."""
+        return self.replay_buffer.num_frames()
+
+    def checkpoint(self) -> Path:
+        """Atomically writes the buffer to ``checkpoint_dir``; returns the path."""
+        buffer = self.replay_buffer
+        return save_buffer(buffer, self._require_dir("checkpoint"))
+
+    def clear(self) -> None:
+        """Forgets every stored step (ids keep increasing)."""
+        self.replay_buffer.clear()
+
+    def close(self) -> None:
+        """Releases the buffer; idempotent. Does not checkpoint (call :meth:`checkpoint`)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._observer is not None:
+            self._observer.close()
+        self._buffer = self._observer = None
+
+    def __enter__(self) -> ReplayBufferManager:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else repr(self._buffer)
+        return f"ReplayBufferManager(checkpoint_dir={str(self._checkpoint_dir)!r}, {state})"

@@ -1,0 +1,110 @@
+"""Memory estimates: how many bytes a buffer allocates, known before allocating.
+
+:func:`estimate_memory` gives the bytes a :class:`~recollect.ReplayBuffer`
+with the same arguments allocates for its steps (``buf.nbytes`` after
+construction reports the same number). A RAM buffer (``storage="numpy"``)
+larger than the memory the kernel reports available (``MemAvailable`` of
+``/proc/meminfo``) is refused at construction with
+:class:`~recollect.errors.InsufficientMemoryError` instead of dying later in the
+middle of a run; ``storage="memmap"`` or ``force=True`` go ahead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recollect.errors import InsufficientMemoryError, InvalidArgumentError
+from recollect.specs import FlatSpec
+from recollect.storage.frame_store import frame_store_nbytes, resolve_frame_stacks
+
+__all__ = ["STORAGES", "available_memory", "check_memory", "estimate_memory"]
+
+STORAGES = ("numpy", "memmap")
+
+
+def _check_storage(storage: Any) -> str:
+    if storage not in STORAGES:
+        raise InvalidArgumentError(
+            f"`storage` must be one of {STORAGES}; got storage={storage!r}. Use 'memmap' "
+            "(with a directory) for buffers larger than RAM."
+        )
+    return storage
+
+
+def estimate_memory(
+    spec: Any,
+    capacity: int,
+    num_envs: int = 1,
+    storage: str = "numpy",
+    *,
+    frame_stacks: dict[str, Any] | None = None,
+) -> int:
+    """Bytes a buffer with these arguments allocates for its steps.
+
+    For ``storage="numpy"`` the bytes live in RAM; for ``"memmap"`` the same
+    bytes live in files (RAM then holds only the pages in use).
+
+    Args:
+        spec: the data spec of one step.
+        capacity: total steps (a multiple of ``num_envs``).
+        num_envs: env rows.
+        storage: ``"numpy"`` or ``"memmap"``.
+        frame_stacks: ``{leaf path: FrameStack}`` as passed to the buffer;
+            those leaves cost one frame per step (plus ``stack_size - 1`` frames
+            and one uint8 per row slot of bookkeeping).
+
+    Returns:
+        int bytes; equals ``buf.nbytes`` of the constructed buffer.
+
+    Raises:
+        InvalidArgumentError: unknown storage, or capacity not a positive
+            multiple of ``num_envs``.
+        SpecError: malformed spec or frame stacks.
+
+    Example:
+        >>> spec = {"observation": ArraySpec((84, 84, 4), np.uint8)}
+        >>> estimate_memory(spec, 1_000_000, 8)
+        28224000000
+    """
+    _check_storage(storage)
+    if capacity < 1 or num_envs < 1 or capacity % num_envs:
+        raise InvalidArgumentError(
+            f"`capacity` must be a positive multiple of `num_envs`; got capacity={capacity}, "
+            f"num_envs={num_envs}."
+        )
+    flat = FlatSpec(spec)
+    stacks = resolve_frame_stacks(flat, frame_stacks)
+    if stacks:
+        return frame_store_nbytes(flat, num_envs, capacity // num_envs, stacks)
+    return capacity * flat.nbytes
+
+
+def available_memory() -> int | None:
+    """``MemAvailable`` from ``/proc/meminfo`` in bytes, or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_memory(nbytes: int, storage: str, force: bool) -> None:
+    """Refuses a RAM allocation of ``nbytes`` larger than the available memory.
+
+    Raises:
+        InsufficientMemoryError: ``storage == "numpy"``, not ``force`` and
+            ``nbytes`` > ``MemAvailable``.
+    """
+    if force or storage != "numpy":
+        return
+    available = available_memory()
+    if available is not None and nbytes > available:
+        raise InsufficientMemoryError(
+            f"this buffer needs {nbytes / 2**30:.2f} GiB of RAM but only "
+            f"{available / 2**30:.2f} GiB are available (MemAvailable). Use "
+            "storage='memmap' with a directory (data on disk), frame_stacks for stacked image "
+            "observations, a smaller capacity, or force=True to allocate anyway."
+        )

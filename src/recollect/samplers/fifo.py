@@ -1,0 +1,106 @@
+"""FIFO and LIFO samplers (Reverb's ``Fifo`` / ``Lifo`` selectors): deterministic order.
+
+Valid windows are totally ordered by ``(start time, env row)`` ("time-then-row"
+order; the order of :meth:`WindowIndex.enumerate`).
+
+* :class:`Fifo` returns the ``batch_size`` *first* windows of that order: the
+  oldest window first; windows of the same start time by ascending row.
+* :class:`Lifo` returns the ``batch_size`` *last* windows, newest first: the
+  exact reverse order (descending time, then descending row).
+
+Sampling does not remove anything (removal is the ring's or a table's
+business), so repeated calls without writes return the same batch. When fewer
+than ``batch_size`` windows are valid, the ``N`` valid ones repeat cyclically
+in the same order (``ranks = arange(batch_size) % N``). Probabilities are 1.0
+(the choice is not random) and no ``rng`` draw is consumed.
+
+Cost: O(S log max_length) for ``S`` valid-window segments plus
+O(batch_size + num_envs); never a pass over all stored windows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from recollect.samplers.base import Sampler, WindowDraw
+from recollect.windows import Segments
+
+__all__ = ["Fifo", "Lifo"]
+
+
+def _count_upto(seg: Segments, time: int) -> int:
+    """Valid windows whose start time is <= ``time``."""
+    return int(np.clip(time - seg.starts + 1, 0, seg.counts).sum())
+
+
+def _first_windows(seg: Segments, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` (<= total) first windows in time-then-row order."""
+    lo_t, hi_t = int(seg.starts.min()), int((seg.starts + seg.counts).max()) - 1
+    while lo_t < hi_t:  # smallest time T with count_upto(T) >= k (binary search over time)
+        mid = (lo_t + hi_t) // 2
+        if _count_upto(seg, mid) >= k:
+            hi_t = mid
+        else:
+            lo_t = mid + 1
+    counts = np.clip(lo_t - seg.starts + 1, 0, seg.counts)
+    rows = np.repeat(seg.rows, counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    times = np.repeat(seg.starts, counts) + offsets
+    order = np.lexsort((rows, times))[:k]
+    return rows[order], times[order]
+
+
+def _last_windows(seg: Segments, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` (<= total) last windows in time-then-row order, newest first."""
+    ends = seg.starts + seg.counts - 1
+    lo_t, hi_t = int(seg.starts.min()), int(ends.max())
+    while lo_t < hi_t:  # largest time T with count_from(T) >= k
+        mid = (lo_t + hi_t + 1) // 2
+        if int(np.clip(ends - mid + 1, 0, seg.counts).sum()) >= k:
+            lo_t = mid
+        else:
+            hi_t = mid - 1
+    counts = np.clip(ends - lo_t + 1, 0, seg.counts)
+    rows = np.repeat(seg.rows, counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    times = np.repeat(ends, counts) - offsets
+    order = np.lexsort((-rows, -times))[:k]
+    return rows[order], times[order]
+
+
+class _Ordered(Sampler):
+    _pick = staticmethod(_first_windows)
+
+    def sample(
+        self,
+        batch_size: int,
+        num_steps: int,
+        within_episode: bool,
+        rng: np.random.Generator,
+        **kwargs: Any,
+    ) -> WindowDraw:
+        if kwargs:
+            raise TypeError(
+                f"{type(self).__name__} sampling takes no options; got {sorted(kwargs)}."
+            )
+        seg = self.index.segments(num_steps, within_episode)
+        k = min(batch_size, seg.total)
+        rows, times = self._pick(seg, k)
+        if k < batch_size:
+            ranks = np.arange(batch_size) % k
+            rows, times = rows[ranks], times[ranks]
+        return WindowDraw(rows, times, np.ones(batch_size))
+
+
+class Fifo(_Ordered):
+    """Oldest valid windows first (time-then-row order); deterministic, see module doc."""
+
+    _pick = staticmethod(_first_windows)
+
+
+class Lifo(_Ordered):
+    """Newest valid windows first (reverse time-then-row order); deterministic, see module doc."""
+
+    _pick = staticmethod(_last_windows)

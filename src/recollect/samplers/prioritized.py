@@ -1,0 +1,270 @@
+"""Prioritized experience replay (Schaul et al. 2016, proportional variant).
+
+Every valid window of the buffer's fixed ``sequence_length`` has a priority
+``p_i``; windows are drawn (with replacement) with probability::
+
+    P(i) = (p_i + epsilon)^alpha / sum_j (p_j + epsilon)^alpha
+
+``alpha = 0`` is uniform sampling, ``alpha = 1`` fully proportional. Each
+sample carries importance weights ``w_i = (N * P(i))^-beta``, normalised by
+their max over the batch (``N`` = number of valid windows): ``beta = 0``
+gives weights 1 (no correction), ``beta = 1`` fully corrects the bias.
+
+Windows are keyed by the storage slot of their first step,
+``row * max_length + time % max_length``, in a :class:`SumTree` holding
+``(p + epsilon)^alpha``. A window gets a value when it becomes complete and
+valid (current max priority), and loses it (zero) when its first step is
+overwritten or the buffer is cleared. Windows containing an episode end
+before their last step never get a value. So invalid windows have zero
+probability, always, by construction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.samplers.base import Sampler, WindowDraw
+from recollect.samplers.sum_tree import SumTree
+from recollect.windows import WindowIndex
+
+__all__ = ["Prioritized"]
+
+
+def _check_exponent(name: str, value: Any) -> float:
+    value = float(value)
+    if not np.isfinite(value) or value < 0:
+        raise InvalidArgumentError(f"`{name}` must be a finite float >= 0; got {name}={value!r}.")
+    return value
+
+
+class Prioritized(Sampler):
+    """Proportional prioritized sampling over windows of a fixed length.
+
+    Args:
+        priority_exponent: ``alpha`` >= 0.
+        epsilon: added to every priority before the exponent (>= 0) so that
+            windows of priority 0 can still be drawn.
+        importance_sampling_exponent: default ``beta`` >= 0 when ``sample`` is
+            called without one (anneal it with :class:`LinearSchedule`).
+        initial_max_priority: priority of new windows until an update raises
+            the running max (> 0).
+
+    Raises:
+        InvalidArgumentError: an argument out of range; at ``bind``, a buffer
+            without ``sequence_length``.
+
+    Example:
+        >>> buf = ReplayBuffer(spec, 1000, sampler=Prioritized(0.6), sequence_length=2, rng=0)
+        >>> s = buf.sample(32, importance_sampling_exponent=0.4)
+        >>> buf.update_priorities(s.ids, np.abs(td_errors))
+    """
+
+    def __init__(
+        self,
+        priority_exponent: float = 0.6,
+        epsilon: float = 1e-6,
+        *,
+        importance_sampling_exponent: float = 0.4,
+        initial_max_priority: float = 1.0,
+    ) -> None:
+        self.priority_exponent = _check_exponent("priority_exponent", priority_exponent)
+        self.epsilon = _check_exponent("epsilon", epsilon)
+        self.importance_sampling_exponent = _check_exponent(
+            "importance_sampling_exponent", importance_sampling_exponent
+        )
+        self.initial_max_priority = float(initial_max_priority)
+        self.max_priority = self.initial_max_priority
+        if not np.isfinite(self.max_priority) or self.max_priority <= 0:
+            raise InvalidArgumentError(
+                f"`initial_max_priority` must be a finite float > 0; got {initial_max_priority!r}."
+            )
+        self.num_valid = 0
+        self.episode_aware: bool | None = None
+
+    # -- buffer hooks -----------------------------------------------------
+    def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
+        if sequence_length is None:
+            raise InvalidArgumentError(
+                "Prioritized sampling scores windows of a fixed length; construct the buffer "
+                "with sequence_length=... (1 for single steps, 2 for transitions, n + 1 for "
+                "n-step windows)."
+            )
+        super().bind(index, sequence_length)
+        self._length = index.max_length
+        self._tree = SumTree(index.num_envs * index.max_length)
+        self._valid = np.zeros(index.num_envs * index.max_length, bool)
+        self._row_base = np.arange(index.num_envs, dtype=np.int64) * index.max_length
+        self._last_end = index.last_end.copy()
+
+    def _value(self, priorities: np.ndarray | float) -> np.ndarray:
+        return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
+
+    def on_add(self, is_last: np.ndarray | None) -> None:
+        """Zeroes the window whose first step was just overwritten; scores the new window."""
+        if self.episode_aware is None:
+            self.episode_aware = is_last is not None
+        index, n = self.index, self.sequence_length
+        t = index.t  # step t - 1 was just written
+        gone = self._row_base + (t - 1) % self._length
+        start = t - n
+        new = self._row_base + start % self._length
+        ok = np.full(index.num_envs, start >= index.lo)
+        if is_last is not None:
+            ok &= self._last_end < start  # no episode end before the window's last step
+            self._last_end[:] = index.last_end
+        self.num_valid -= int(np.count_nonzero(self._valid[gone]))
+        self._valid[gone] = False
+        new = new[ok]
+        self._valid[new] = True
+        self.num_valid += len(new)
+        value = np.full(len(new), self._value(self.max_priority))
+        self._tree.set(np.concatenate([gone, new]), np.concatenate([np.zeros(len(gone)), value]))
+
+    def on_clear(self) -> None:
+        self._tree.clear()
+        self._valid[:] = False
+        self.num_valid = 0
+        self._last_end = self.index.last_end.copy()
+
+    # -- sampling ---------------------------------------------------------
+    def sample(
+        self,
+        batch_size: int,
+        num_steps: int,
+        within_episode: bool,
+        rng: np.random.Generator,
+        importance_sampling_exponent: float | None = None,
+        **kwargs: Any,
+    ) -> WindowDraw:
+        """Draws windows with ``P(i) ∝ (p_i + epsilon)^alpha`` and their importance weights.
+
+        Raises:
+            InvalidArgumentError: unknown option, ``num_steps`` other than the
+                fixed ``sequence_length``, ``within_episode=False`` on an
+                episode-aware buffer, or a negative exponent.
+            NotEnoughDataError: every valid window has priority 0 (epsilon=0).
+        """
+        self._check_request(num_steps, within_episode, kwargs)
+        beta = self.importance_sampling_exponent
+        if importance_sampling_exponent is not None:
+            beta = _check_exponent("importance_sampling_exponent", importance_sampling_exponent)
+        total = self._tree.total
+        if total <= 0:
+            raise NotEnoughDataError(
+                "every valid window has priority 0; update some priorities to values > 0 or "
+                "use epsilon > 0."
+            )
+        keys = self._tree.find(rng.random(batch_size) * total)
+        probabilities = self._tree[keys] / total
+        rows = keys // self._length
+        lo = self.index.lo
+        times = lo + (keys - rows * self._length - lo) % self._length
+        weights = np.power(self.num_valid * probabilities, -beta)
+        weights /= weights.max()
+        return WindowDraw(rows, times, probabilities, weights)
+
+    def _check_request(self, num_steps: int, within_episode: bool, kwargs: dict) -> None:
+        if kwargs:
+            raise InvalidArgumentError(
+                f"Prioritized sampling takes only importance_sampling_exponent; got "
+                f"{sorted(kwargs)}."
+            )
+        if num_steps != self.sequence_length:
+            raise InvalidArgumentError(
+                f"this sampler scores windows of sequence_length={self.sequence_length}; got "
+                f"num_steps={num_steps}. Sample with num_steps={self.sequence_length} or None."
+            )
+        if within_episode != bool(self.episode_aware):
+            raise InvalidArgumentError(
+                f"Prioritized sampling decides window validity at write time (episode-aware="
+                f"{bool(self.episode_aware)}); got within_episode={within_episode}. Leave "
+                "within_episode=None."
+            )
+
+    # -- priorities -------------------------------------------------------
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        """Sets the priorities of the windows whose first step has id ``ids``.
+
+        Args:
+            ids: int ``[K]`` window ids as returned by ``sample`` (``Sample.ids``).
+            priorities: float ``[K]`` finite priorities >= 0 (e.g. ``|TD error|``).
+                With repeated ids the last one wins.
+
+        Returns:
+            Number of ids skipped because their window is no longer (or never
+            was) valid: overwritten, cleared, or crossing an episode end.
+
+        Raises:
+            InvalidArgumentError: shapes differ, ids are not integers, or a
+                priority is NaN, inf or negative; nothing is changed.
+        """
+        ids, priorities = self._check_update(ids, priorities)
+        num_envs = self.index.num_envs
+        times, rows = np.divmod(ids, num_envs)
+        keys = rows * self._length + times % self._length
+        live = (times >= self.index.lo) & (times <= self.index.hi - self.sequence_length)
+        live &= self._valid[keys]
+        skipped = len(ids) - int(np.count_nonzero(live))
+        if skipped:
+            keys, priorities = keys[live], priorities[live]
+        if len(keys):
+            self._tree.set(keys, self._value(priorities))
+            self.max_priority = max(self.max_priority, float(priorities.max()))
+        return skipped
+
+    def _check_update(self, ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.asarray(ids)
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if ids.ndim != 1 or ids.shape != priorities.shape:
+            raise InvalidArgumentError(
+                f"update_priorities needs 1-D ids and priorities of the same shape; got ids "
+                f"shape {ids.shape}, priorities shape {priorities.shape}."
+            )
+        if ids.dtype.kind not in "iu":
+            raise InvalidArgumentError(
+                f"update_priorities needs integer ids (Sample.ids); got dtype {ids.dtype}."
+            )
+        bad = ~np.isfinite(priorities) | (priorities < 0)
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            raise InvalidArgumentError(
+                f"priorities must be finite and >= 0; got {float(priorities[first])} at position "
+                f"{first} ({int(bad.sum())} bad value(s)). Nothing was updated; pass e.g. "
+                "np.abs(td_error) and check the loss for NaN."
+            )
+        return ids.astype(np.int64, copy=False), priorities
+
+    # -- checkpoints ------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Leaf values, validity and scalars (plain numpy arrays and floats, no pickle)."""
+        return {
+            "values": self._tree.values.copy(),
+            "valid": self._valid.copy(),
+            "last_end": self._last_end.copy(),
+            "max_priority": self.max_priority,
+            "priority_exponent": self.priority_exponent,
+            "epsilon": self.epsilon,
+            "num_valid": self.num_valid,
+            "episode_aware": -1 if self.episode_aware is None else int(self.episode_aware),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict` output (the buffer must have the same shape)."""
+        values = np.asarray(state["values"], dtype=np.float64)
+        if values.shape != (self._tree.capacity,):
+            raise InvalidArgumentError(
+                f"prioritized sampler state has {values.shape} priorities; this buffer needs "
+                f"({self._tree.capacity},). Load it into a buffer of the same capacity."
+            )
+        self._tree.fill(values)
+        self._valid[:] = np.asarray(state["valid"], dtype=bool)
+        self._last_end = np.asarray(state["last_end"], dtype=np.int64).copy()
+        self.max_priority = float(state["max_priority"])
+        self.priority_exponent = float(state["priority_exponent"])
+        self.epsilon = float(state["epsilon"])
+        self.num_valid = int(state["num_valid"])
+        aware = int(state["episode_aware"])
+        self.episode_aware = None if aware < 0 else bool(aware)

@@ -1,0 +1,171 @@
+"""A vectorized float64 sum tree: batch set, batch prefix-sum search, total.
+
+The tree is ``B``-ary (``branching``, default 16) rather than binary, so a
+million leaves need only a few levels and every batch operation is a handful
+of numpy calls per level, never a Python loop over items::
+
+    levels[0]        leaves, padded with zeros to a multiple of B
+    levels[i + 1]    sums of blocks of B entries of levels[i]   (padded likewise)
+    levels[-1]       the top, at most ``B * B`` entries, searched with one
+                     ``cumsum`` + ``searchsorted``
+
+Search (``find``) descends from the top: at each level it gathers the ``B``
+children of every query's node as one ``[Q, B]`` block, computes their
+exclusive prefix sums with one small matrix product (``block @ strict upper
+triangle of ones``; a BLAS call is ~4x faster than ``np.cumsum(axis=1)`` here)
+and moves to the last child whose prefix is <= the query (``argmax`` of
+``prefix > query``). A zero child has the same prefix as the next one, so it
+is skipped. Parents are sums of their children (``block @ ones``),
+recomputed, never updated by deltas, so the total cannot drift.
+
+Float round-off between a parent and the sum of its children can, very
+rarely, push a query past a block's last positive child; every result is
+therefore checked to be a leaf of positive value, and the few that are not are
+redone exactly (``np.cumsum`` over the leaves + ``searchsorted``). A leaf of
+value zero is never returned while the total is positive.
+
+Profile (1M leaves, 256 queries, 2-core machine, CPU time): find ~50 us,
+set ~30 us, against ~135 us / ~65 us with ``np.cumsum`` per level.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["SumTree"]
+
+
+def _padded(n: int, b: int) -> int:
+    return max(b, -(-n // b) * b)
+
+
+class SumTree:
+    """Sums of non-negative float64 leaves with prefix-sum search.
+
+    Args:
+        capacity: number of leaves (>= 1).
+        branching: children per node (>= 2); 16 is fastest for ~1M leaves here.
+
+    Example:
+        >>> tree = SumTree(4)
+        >>> tree.set(np.array([0, 2]), np.array([1.0, 3.0]))
+        >>> tree.total, tree.find(np.array([0.5, 1.5])).tolist()
+        (4.0, [0, 2])
+    """
+
+    def __init__(self, capacity: int, branching: int = 16) -> None:
+        if capacity < 1 or branching < 2:
+            raise ValueError(
+                f"SumTree needs capacity >= 1 and branching >= 2; got capacity={capacity}, "
+                f"branching={branching}."
+            )
+        self.capacity = int(capacity)
+        self.branching = b = int(branching)
+        sizes = [_padded(self.capacity, b)]
+        while sizes[-1] > b * b:  # too big to be the top: add a level of block sums
+            above = sizes[-1] // b  # the top stays unpadded: one entry per block below
+            sizes.append(_padded(above, b) if above > b * b else above)
+        self._levels = [np.zeros(size, np.float64) for size in sizes]
+        self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
+        self._exclusive = np.triu(np.ones((b, b)), 1)  # block @ this = exclusive prefix sums
+        self._ones = np.ones(b)
+
+    # -- reading ----------------------------------------------------------
+    @property
+    def values(self) -> np.ndarray:
+        """The leaves, float64 ``[capacity]`` (a read-only view)."""
+        view = self._levels[0][: self.capacity]
+        view.flags.writeable = False
+        return view
+
+    @property
+    def total(self) -> float:
+        """Sum of all leaves."""
+        return float(self._levels[-1].sum())
+
+    def __getitem__(self, indices: np.ndarray) -> np.ndarray:
+        return self._levels[0][indices]
+
+    def find(self, targets: np.ndarray) -> np.ndarray:
+        """Leaf index ``i`` with ``cumsum[i - 1] <= target < cumsum[i]`` for every target.
+
+        Args:
+            targets: float64 ``[Q]`` in ``[0, total)``; a target at or past the
+                total maps to the last leaf of positive value.
+
+        Returns:
+            int64 ``[Q]`` leaf indices, each of positive value (when total > 0).
+        """
+        targets = np.asarray(targets, dtype=np.float64).reshape(-1)
+        top = self._levels[-1]
+        cumulative = np.cumsum(np.concatenate(([0.0], top)))  # exclusive, then the total
+        last = np.flatnonzero(top)  # a target at or past the total goes to the last positive
+        node = np.searchsorted(cumulative[1:], targets, side="right")
+        np.minimum(node, last[-1] if len(last) else 0, out=node)
+        u = targets - cumulative[node]
+        b = self.branching
+        base = np.arange(len(u), dtype=np.int64) * b
+        for blocks in reversed(self._blocks):
+            prefix = np.take(blocks, node, axis=0) @ self._exclusive  # [Q, B] exclusive sums
+            child = np.argmax(prefix > u[:, None], axis=1)  # first prefix past u, 0 if none
+            child -= 1
+            child %= b  # last child whose prefix is <= u
+            u -= prefix.reshape(-1)[base + child]
+            node *= b
+            node += child
+        bad = self._levels[0][node] <= 0
+        if bad.any():
+            node[bad] = self._find_exact(targets[bad])
+        return node
+
+    def _find_exact(self, targets: np.ndarray) -> np.ndarray:
+        """Slow exact search over all leaves (only for round-off stragglers)."""
+        leaves = self._levels[0]
+        cs = np.cumsum(leaves)
+        found = np.searchsorted(cs, targets, side="right")
+        positive = np.flatnonzero(leaves > 0)
+        last = positive[-1] if len(positive) else 0
+        found = np.minimum(found, last)
+        return np.where(leaves[found] > 0, found, last)
+
+    # -- writing ----------------------------------------------------------
+    def set(self, indices: np.ndarray, values: np.ndarray) -> None:
+        """Sets leaves ``indices`` to ``values``; with repeated indices the last write wins.
+
+        Args:
+            indices: int ``[K]`` leaf indices in ``[0, capacity)``.
+            values: float64 ``[K]`` non-negative finite values (not checked here;
+                callers validate).
+        """
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        leaves = self._levels[0]
+        leaves[indices] = values
+        if not (leaves[indices] == values).all():  # repeated indices with different values
+            order = np.argsort(indices, kind="stable")
+            ordered = indices[order]
+            last = np.empty(len(ordered), bool)
+            np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
+            last[-1] = True
+            leaves[ordered[last]] = values[order[last]]
+        self._refresh(indices)
+
+    def _refresh(self, indices: np.ndarray) -> None:
+        node = indices
+        for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
+            node = node // self.branching
+            level[node] = np.take(blocks, node, axis=0) @ self._ones
+
+    def fill(self, values: np.ndarray) -> None:
+        """Replaces all leaves with ``values`` float64 ``[capacity]`` and rebuilds every level."""
+        self._levels[0][: self.capacity] = values
+        self._levels[0][self.capacity :] = 0.0
+        for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
+            sums = blocks @ self._ones
+            level[: len(sums)] = sums
+            level[len(sums) :] = 0.0
+
+    def clear(self) -> None:
+        """Sets every leaf to zero."""
+        for level in self._levels:
+            level[:] = 0.0

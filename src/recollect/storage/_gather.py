@@ -1,0 +1,192 @@
+"""Row gathers for ring storage: ``np.take`` for row leaves, split over threads when large.
+
+``np.take(view, index, axis=0)`` copies each row with one ``memmove`` and is
+several times faster than fancy indexing for ``[N, k]`` leaves (fancy indexing
+walks the row element by element); scalar leaves keep fancy indexing, which
+is fastest for them. numpy releases the GIL while it copies, so a large
+gather (image observations) is cut into chunks that the calling thread and a
+small persistent pool of worker threads copy concurrently into one
+preallocated output. Chunks are claimed one at a time, so a worker that is
+not scheduled in time costs nothing: the calling thread then copies the
+remaining chunks itself and never waits for a worker that has not started.
+
+``RECOLLECT_GATHER_THREADS`` (default: usable CPUs, at most 4) sets the number
+of threads copying one gather, the calling thread included; 1 disables the pool.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+import threading
+
+import numpy as np
+
+__all__ = ["PARALLEL_MIN_BYTES", "gather_leaves"]
+
+#: Gathers moving at least this many bytes are split over threads.
+PARALLEL_MIN_BYTES = 1 << 20
+#: Target bytes per chunk of a split gather.
+CHUNK_BYTES = 1 << 19
+MAX_CHUNKS = 32
+
+
+def _thread_count() -> int:
+    env = os.environ.get("RECOLLECT_GATHER_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 4))
+
+
+class _Job:
+    """One split gather: chunks ``[bounds[k], bounds[k + 1])`` claimed under a lock."""
+
+    def __init__(self, src: np.ndarray, index: np.ndarray, out: np.ndarray, bounds: list[int]):
+        self.src, self.index, self.out, self.bounds = src, index, out, bounds
+        self.chunks = len(bounds) - 1
+        self.claimed = 0
+        self.left = self.chunks
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while True:
+            with self.lock:
+                k = self.claimed
+                if k >= self.chunks:
+                    return
+                self.claimed = k + 1
+            a, b = self.bounds[k], self.bounds[k + 1]
+            try:  # indices are internal and in range: "clip" skips the bounds pass
+                np.take(self.src, self.index[a:b], axis=0, out=self.out[a:b], mode="clip")
+            except BaseException as err:  # re-raised in the calling thread
+                self.error = err
+            with self.lock:
+                self.left -= 1
+                if self.left == 0:
+                    self.done.set()
+
+
+class _Pool:
+    """Daemon worker threads started on first use; restarted lazily after a fork."""
+
+    def __init__(self) -> None:
+        self.threads = _thread_count()
+        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._started = False
+        self._start_lock = threading.Lock()
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._started:
+                return
+            for k in range(self.threads - 1):
+                name = f"recollect-gather-{k}"
+                threading.Thread(target=self._work, name=name, daemon=True).start()
+            self._started = True
+
+    def _work(self) -> None:
+        while True:
+            self._queue.get().run()
+
+    def take(self, src: np.ndarray, flat: np.ndarray, out: np.ndarray, nbytes: int) -> None:
+        """``np.take(src, flat, axis=0, out=out)`` copied by several threads."""
+        if not self._started:
+            self._start()
+        n = len(flat)
+        chunks = max(self.threads, min(MAX_CHUNKS, nbytes // CHUNK_BYTES, n))
+        bounds = [n * k // chunks for k in range(chunks + 1)]
+        job = _Job(src, flat, out, bounds)
+        for _ in range(self.threads - 1):
+            self._queue.put(job)
+        job.run()
+        job.done.wait()
+        job.src = job.index = job.out = None  # stale queue entries must not pin the output
+        if job.error is not None:
+            raise job.error
+
+
+_POOL = _Pool()
+
+
+def _after_fork() -> None:
+    global _POOL
+    _POOL = _Pool()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+class _Blocks:
+    """Output memory of large gathers, recycled once the caller dropped every view of it.
+
+    A fresh multi-MiB array costs a page fault per 4 KiB page (as much as
+    copying the data), and several such arrays per sample make glibc return
+    the memory to the OS after each sample. So a gather takes ONE block for
+    all its leaves, and the last ``keep`` blocks are kept: a block whose only
+    reference is this cache (CPython refcount; every leaf returned is a view
+    holding one) is handed out again. Holds at most ``keep`` blocks.
+    """
+
+    def __init__(self, keep: int = 2, min_bytes: int = 1 << 18) -> None:
+        self.keep, self.min_bytes = keep, min_bytes
+        self.blocks: list[np.ndarray] = []
+        self.lock = threading.Lock()
+        # Refcounts are exact only with the GIL (free-threaded builds defer them).
+        self.enabled = getattr(sys, "_is_gil_enabled", lambda: True)()
+
+    def get(self, nbytes: int) -> np.ndarray:
+        if nbytes < self.min_bytes or not self.enabled:
+            return np.empty(nbytes, np.uint8)
+        with self.lock:
+            blocks = self.blocks
+            for i in range(len(blocks)):
+                # 2 = the list's reference + getrefcount's argument: no view is alive.
+                if nbytes <= blocks[i].size <= 2 * nbytes and sys.getrefcount(blocks[i]) == 2:
+                    block = blocks.pop(i)
+                    blocks.append(block)
+                    return block
+            block = np.empty(nbytes, np.uint8)
+            blocks.append(block)
+            if len(blocks) > self.keep:
+                del blocks[0]
+            return block
+
+
+_BLOCKS = _Blocks()
+
+
+def _align(n: int) -> int:
+    return (n + 63) & ~63
+
+
+def gather_leaves(views: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:
+    """Rows ``view[index]`` of ``[N, *shape]`` arrays; returns ``[*index.shape, *shape]`` each.
+
+    ``index`` holds int64 row numbers in ``[0, N)`` (any shape). The results
+    equal ``view[index]`` and are views into one new (or recycled, see
+    :class:`_Blocks`) block of memory.
+    """
+    flat = np.ascontiguousarray(index, dtype=np.intp).reshape(-1)
+    n = len(flat)
+    sizes = [n * v.itemsize * int(np.prod(v.shape[1:])) for v in views]
+    offsets = np.cumsum([0] + [_align(s) for s in sizes]).tolist()
+    block = _BLOCKS.get(offsets[-1])
+    out = []
+    for view, size, offset in zip(views, sizes, offsets, strict=False):
+        dst = block[offset : offset + size].view(view.dtype).reshape((n, *view.shape[1:]))
+        if size >= PARALLEL_MIN_BYTES and _POOL.threads > 1:
+            _POOL.take(view, flat, dst, size)
+        elif view.ndim == 1:
+            dst[...] = view[flat]
+        else:  # internal, in-range indices: "clip" skips the bounds pass (and a copy of out)
+            np.take(view, flat, axis=0, out=dst, mode="clip")
+        out.append(dst.reshape((*index.shape, *view.shape[1:])))
+    return out

@@ -1,0 +1,377 @@
+"""Frame-stack storage: image observations stored once per frame, stacks rebuilt at sample time.
+
+An observation leaf that holds ``stack_size`` stacked frames (gymnasium's
+``FrameStackObservation``, Atari ``[84, 84, 4]``) repeats every frame
+``stack_size`` times across consecutive steps. The frame store keeps only the
+newest frame of each step and rebuilds a stack from the frames of the same env
+row with vectorized index arithmetic: position ``p`` of the stack of step
+``t`` is the frame of step ``t - (stack_size - 1 - p)``.
+
+At an episode start the stack has no history; the missing positions are
+filled exactly as gymnasium 1.x ``FrameStackObservation`` fills them
+(``padding_type``): ``"reset"`` repeats the episode's first frame, ``"zero"``
+uses zeros, a custom frame uses that frame. A sampled stack therefore equals,
+bit for bit, the observation the env returned.
+
+Bookkeeping per stored step is one uint8 ``history`` = ``min(t - episode
+start, 255)`` clamped at ``max stack_size - 1``. An episode starts at a step with
+``is_first`` (when the spec has that top-level bool leaf), at the step after an
+``is_last``, and at the very first write. Each row's frame ring holds
+``max_length + stack_size - 1`` frames, so the oldest stored step of a row
+still finds its ``stack_size - 1`` earlier frames: the buffer keeps behaving as
+``capacity`` steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from recollect.errors import InvalidArgumentError, SpecError
+from recollect.specs import ArraySpec, FlatSpec
+from recollect.storage.frame_layout import FrameRing, lane_word, ring_length
+from recollect.storage.ring import RingStorage
+
+__all__ = ["FrameStack", "FrameStackStorage"]
+
+Allocator = Callable[[str, tuple[int, ...], np.dtype], np.ndarray]
+
+
+def _zeros(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    del name
+    return np.zeros(shape, dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FrameStack:
+    """Marks an observation leaf as ``stack_size`` stacked frames (store each frame once).
+
+    Args:
+        stack_size: frames per stacked observation (the leaf's size along ``axis``).
+        axis: the stack axis within the leaf's per-step shape; ``-1`` (default)
+            for ``[84, 84, 4]``, ``0`` for gymnasium's ``[4, 84, 84]``.
+        padding: how the stack of an episode's first steps is filled, as
+            gymnasium's ``FrameStackObservation(padding_type=...)``: ``"reset"``
+            (repeat the episode's first frame, gymnasium's default), ``"zero"``,
+            or one frame (array of the frame shape) used as padding.
+
+    Raises:
+        InvalidArgumentError: ``stack_size`` not in ``[1, 256]``, or ``padding``
+            neither ``"reset"``, ``"zero"`` nor an array.
+
+    Example:
+        >>> stacks = {"observation": FrameStack(stack_size=4, axis=-1, padding="reset")}
+        >>> buf = ReplayBuffer(spec, 100_000, num_envs=8, frame_stacks=stacks)  # doctest: +SKIP
+    """
+
+    stack_size: int
+    axis: int = -1
+    padding: Any = "reset"
+
+    def __post_init__(self) -> None:
+        k = self.stack_size
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= 256:
+            raise InvalidArgumentError(
+                f"FrameStack `stack_size` must be an int in [1, 256]; got stack_size={k!r}."
+            )
+        if isinstance(self.padding, str) and self.padding not in ("reset", "zero"):
+            raise InvalidArgumentError(
+                f"FrameStack `padding` must be 'reset', 'zero' or one frame (an array); got "
+                f"padding={self.padding!r}."
+            )
+
+    @property
+    def custom_padding(self) -> bool:
+        """Whether ``padding`` is a user-given frame."""
+        return not isinstance(self.padding, str)
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able description (a custom padding frame as a nested list)."""
+        pad = self.padding if isinstance(self.padding, str) else np.asarray(self.padding).tolist()
+        return {"stack_size": int(self.stack_size), "axis": int(self.axis), "padding": pad}
+
+    def frame_spec(self, path: str, leaf: ArraySpec) -> tuple[int, tuple[int, ...]]:
+        """Validates this stack against ``leaf``; returns (normalized axis, frame shape).
+
+        Raises:
+            SpecError: the axis is out of range or the leaf's size along it is
+                not ``stack_size``.
+        """
+        ndim = len(leaf.shape)
+        if not -ndim <= self.axis < ndim:
+            raise SpecError(
+                f"frame_stacks['{path}']: axis={self.axis} is out of range for leaf shape "
+                f"{leaf.shape}. Use the axis along which the frames are stacked."
+            )
+        axis = self.axis % ndim
+        if leaf.shape[axis] != self.stack_size:
+            raise SpecError(
+                f"frame_stacks['{path}']: leaf shape {leaf.shape} has {leaf.shape[axis]} "
+                f"along axis {self.axis}, expected stack_size={self.stack_size}. Fix the axis "
+                "or the stack size."
+            )
+        return axis, leaf.shape[:axis] + leaf.shape[axis + 1 :]
+
+    def padding_frame(self, path: str, frame_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """The padding frame (zeros for "reset"/"zero"); raises SpecError if it does not fit."""
+        if not self.custom_padding:
+            return np.zeros(frame_shape, dtype)
+        pad = np.asarray(self.padding)
+        if pad.shape != frame_shape or not np.can_cast(pad.dtype, dtype, casting="same_kind"):
+            raise SpecError(
+                f"frame_stacks['{path}']: custom padding must be one frame of shape {frame_shape} "
+                f"castable to {dtype}; got shape {pad.shape}, dtype {pad.dtype}."
+            )
+        cast = pad.astype(dtype)
+        if not np.array_equal(cast, pad):
+            raise SpecError(
+                f"frame_stacks['{path}']: custom padding loses values when cast to {dtype}."
+            )
+        return cast
+
+
+@dataclasses.dataclass
+class _Leaf:
+    """One frame-stacked leaf: its stack options and frame ring."""
+
+    stack: FrameStack
+    frames: FrameRing
+
+
+def _ring(flat_spec: FlatSpec, max_length: int, stacks: dict[int, FrameStack]) -> int:
+    lanes = []
+    for i, stack in stacks.items():
+        axis = stack.axis % len(flat_spec.shapes[i])
+        if lane_word(flat_spec.shapes[i], flat_spec.dtypes[i], axis) is not None:
+            lanes.append(stack.stack_size)
+    return ring_length(max_length, [s.stack_size for s in stacks.values()], lanes)
+
+
+class FrameStackStorage:
+    """Ring storage where frame-stacked leaves keep only the newest frame of each step.
+
+    Keeps the interface of :class:`~recollect.storage.ring.RingStorage`
+    (``write_column``, ``gather``, ``read_rows``, ``nbytes``); ``gather`` and
+    ``read_rows`` return rebuilt stacks. Plain leaves live in an inner ring
+    (frame leaves there are zero-size placeholders, so ``arrays[i]`` of a frame
+    leaf is empty; use :meth:`named_arrays` for the raw bytes).
+
+    Args:
+        flat_spec: the flattened spec.
+        num_envs, max_length: ring geometry of the buffer.
+        stacks: ``{leaf index: FrameStack}``.
+        index: the buffer's WindowIndex (``index.t`` is the time being written).
+        is_first, is_last: leaf indices of the top-level bool ``is_first`` /
+            ``is_last`` leaves (episode starts), or None.
+        inner: constructor of the plain-leaf ring (``RingStorage`` or memmap).
+        allocate: ``(name, shape, dtype) -> array`` for the frame rings.
+    """
+
+    def __init__(
+        self,
+        flat_spec: FlatSpec,
+        num_envs: int,
+        max_length: int,
+        stacks: dict[int, FrameStack],
+        index: Any,
+        is_first: int | None,
+        is_last: int | None,
+        inner: Callable[[FlatSpec, int, int], Any] = RingStorage,
+        allocate: Allocator = _zeros,
+    ) -> None:
+        self.flat_spec = flat_spec
+        self.num_envs = num_envs
+        self.max_length = max_length
+        self._index = index
+        self._is_first, self._is_last = is_first, is_last
+        self.ring = _ring(flat_spec, max_length, stacks)
+        placeholder = [
+            ArraySpec((0,), d) if i in stacks else ArraySpec(s, d)
+            for i, (s, d) in enumerate(zip(flat_spec.shapes, flat_spec.dtypes, strict=True))
+        ]
+        self._inner = inner(FlatSpec(placeholder), num_envs, max_length)
+        self._leaves: dict[int, _Leaf] = {}
+        for i, stack in sorted(stacks.items()):
+            path, leaf = flat_spec.paths[i], flat_spec.leaves[i]
+            axis, frame_shape = stack.frame_spec(path, leaf)
+            pad = stack.padding_frame(path, frame_shape, leaf.dtype)
+            frames = FrameRing(
+                f"frames_{i}", leaf.shape, leaf.dtype, axis, num_envs, self.ring, pad, allocate
+            )
+            self._leaves[i] = _Leaf(stack, frames)
+        self.history = allocate("history", (num_envs, self.ring), np.dtype(np.uint8))
+        self._empty = np.empty((num_envs, 0), np.uint8)  # what the inner ring gets for frames
+        self._max_back = max(s.stack_size for s in stacks.values()) - 1
+
+    # -- raw arrays ---------------------------------------------------------
+    @property
+    def arrays(self) -> list[np.ndarray]:
+        """Inner ring arrays (frame leaves are zero-size placeholders)."""
+        return self._inner.arrays
+
+    @property
+    def flat_views(self) -> list[np.ndarray]:
+        """Inner ring flat views (frame leaves are zero-size placeholders)."""
+        return self._inner.flat_views
+
+    @property
+    def frame_leaves(self) -> list[int]:
+        """Leaf indices stored as frames."""
+        return list(self._leaves)
+
+    def named_arrays(self) -> dict[str, np.ndarray]:
+        """Every raw array this storage owns, by a stable file-safe name."""
+        named = {f"leaf_{i}": a for i, a in enumerate(self._inner.arrays) if i not in self._leaves}
+        named.update({f"frames_{i}": leaf.frames.frames for i, leaf in self._leaves.items()})
+        named["history"] = self.history
+        return named
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: plain leaves, frame rings and the uint8 history."""
+        frames = sum(leaf.frames.frames.nbytes for leaf in self._leaves.values())
+        return self._inner.nbytes + frames + self.history.nbytes
+
+    # -- writing ------------------------------------------------------------
+    def _episode_starts(self, t: int, leaves: Sequence[np.ndarray]) -> np.ndarray:
+        """Bool ``[num_envs]``: rows whose step ``t`` starts an episode."""
+        if t == 0:
+            return np.ones(self.num_envs, bool)
+        starts = np.zeros(self.num_envs, bool)
+        if self._is_first is not None:
+            starts |= np.asarray(leaves[self._is_first], bool)
+        if self._is_last is not None:
+            starts |= self._inner.arrays[self._is_last][:, (t - 1) % self.max_length]
+        return starts
+
+    def write_column(self, slot: int, leaves: Sequence[np.ndarray]) -> None:
+        """Writes step ``index.t`` of every row; frame leaves keep only their newest frame."""
+        t = self._index.t
+        s = t % self.ring
+        starts = self._episode_starts(t, leaves)
+        if t == 0:
+            history = np.zeros(self.num_envs, np.uint8)
+        else:
+            previous = self.history[:, (t - 1) % self.ring]
+            grown = np.minimum(previous.astype(np.int16) + 1, self._max_back)
+            history = np.where(starts, 0, grown)
+        self.history[:, s] = history
+        for i, leaf in self._leaves.items():
+            newest = (slice(None),) * (1 + leaf.frames.axis) + (leaf.stack.stack_size - 1,)
+            leaf.frames.write(t, leaves[i][newest])
+        plain = [self._empty if i in self._leaves else x for i, x in enumerate(leaves)]
+        self._inner.write_column(slot, plain)
+
+    # -- reading ------------------------------------------------------------
+    def locate(self, flat_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Maps ``row * max_length + slot`` indices back to (rows, step times).
+
+        Stored times lie in ``[t - max_length, t)`` (``t = index.t``), where
+        each slot names exactly one time.
+        """
+        m = self.max_length
+        rows, slots = np.divmod(flat_index, m)
+        base = self._index.t - m
+        return rows, base + (slots - base) % m
+
+    def stacks(self, i: int, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """Rebuilt stacks of leaf ``i`` for steps ``(rows, times)``: ``[*rows.shape, *shape]``."""
+        leaf = self._leaves[i]
+        k = leaf.stack.stack_size
+        history = self.history[rows, times % self.ring]
+        if not leaf.frames.lanes:
+            return self._stacks(leaf, rows, times, history)
+        out = leaf.frames.full_stacks(rows, times)
+        short = np.flatnonzero(history.reshape(-1) < k - 1)  # near an episode start
+        if len(short):
+            flat = out.reshape(-1, *out.shape[rows.ndim :])
+            picks = [x.reshape(-1)[short] for x in (rows, times, history)]
+            flat[short] = self._stacks(leaf, *picks)
+        return out
+
+    def _stacks(
+        self, leaf: _Leaf, rows: np.ndarray, times: np.ndarray, history: np.ndarray
+    ) -> np.ndarray:
+        """Stacks with padding, from per-position frame lookups (any layout)."""
+        k, ring = leaf.stack.stack_size, leaf.frames
+        back = np.arange(k - 1, -1, -1)
+        history, rows = history[..., None], rows[..., None]
+        if not leaf.stack.custom_padding and leaf.stack.padding == "reset":
+            times, pad = times[..., None] - np.minimum(back, history), None
+        else:
+            times, pad = times[..., None] - back, back > history
+        if ring.axis == 0 and not ring.lanes:
+            return ring.take(rows, times, pad)  # [..., k, *frame_shape]: the stack layout
+        out = np.empty(rows.shape[:-1] + ring.shape, ring.frames.dtype)
+        lead = (slice(None),) * (rows.ndim - 1 + ring.axis)
+        for p in range(k):  # loop over stack positions, not over the batch
+            pad_p = None if pad is None else pad[..., p]
+            out[(*lead, p)] = ring.take(rows[..., 0], times[..., p], pad_p)
+        return out
+
+    def gather(
+        self, flat_index: np.ndarray, leaf_ids: Sequence[int] | None = None
+    ) -> list[np.ndarray]:
+        """Gathers ``row * max_length + slot`` indices; frame leaves come back as full stacks."""
+        flat_index = np.asarray(flat_index)
+        out = self._inner.gather(flat_index, leaf_ids)
+        ids = range(len(out)) if leaf_ids is None else leaf_ids
+        wanted = [(pos, i) for pos, i in enumerate(ids) if i in self._leaves]
+        if wanted:
+            rows, times = self.locate(flat_index)
+            for pos, i in wanted:
+                out[pos] = self.stacks(i, rows, times)
+        return out
+
+    def read_rows(self, slots: np.ndarray) -> list[np.ndarray]:
+        """Returns ``[num_envs, len(slots), *shape]`` copies of the given slots of every row."""
+        rows = np.arange(self.num_envs)[:, None] * self.max_length
+        return self.gather(rows + np.asarray(slots)[None, :])
+
+
+def resolve_frame_stacks(flat_spec: FlatSpec, frame_stacks: Any) -> dict[int, FrameStack]:
+    """Maps ``{leaf path: FrameStack}`` to ``{leaf index: FrameStack}``, validating each.
+
+    Raises:
+        InvalidArgumentError: ``frame_stacks`` is not a mapping of FrameStack.
+        SpecError: a path names no leaf, or a stack does not fit its leaf.
+    """
+    if not frame_stacks:
+        return {}
+    if not isinstance(frame_stacks, dict):
+        raise InvalidArgumentError(
+            "`frame_stacks` must be a dict {leaf path: FrameStack}; got "
+            f"{type(frame_stacks).__name__}. Example: "
+            "frame_stacks={'observation': FrameStack(stack_size=4)}."
+        )
+    resolved = {}
+    for path, stack in frame_stacks.items():
+        if not isinstance(stack, FrameStack):
+            raise InvalidArgumentError(
+                f"frame_stacks['{path}'] must be a recollect.FrameStack; got {stack!r}."
+            )
+        i = flat_spec.index(path)
+        _, frame_shape = stack.frame_spec(path, flat_spec.leaves[i])
+        stack.padding_frame(path, frame_shape, flat_spec.dtypes[i])
+        resolved[i] = stack
+    return resolved
+
+
+def frame_store_nbytes(
+    flat_spec: FlatSpec, num_envs: int, max_length: int, stacks: dict[int, FrameStack]
+) -> int:
+    """Bytes a :class:`FrameStackStorage` allocates (plain leaves, frame rings, history)."""
+    ring = _ring(flat_spec, max_length, stacks)
+    total = num_envs * ring  # uint8 history
+    for i, leaf in enumerate(flat_spec.leaves):
+        if i not in stacks:
+            total += num_envs * max_length * leaf.nbytes
+            continue
+        k = stacks[i].stack_size
+        frame = leaf.nbytes // k
+        lanes = lane_word(leaf.shape, leaf.dtype, stacks[i].axis % len(leaf.shape)) is not None
+        total += (num_envs * ring + k) * frame if lanes else (num_envs * ring + 1) * frame
+    return total

@@ -1,0 +1,225 @@
+"""tf.data adapter: a replay buffer as a ``tf.data.Dataset`` (tensorflow imported lazily).
+
+Elements are ``(items, BufferInfo(ids, probabilities))`` as TF-Agents' replay
+buffers return them: ``items`` is a nest like the data spec with leaves
+``[sample_batch_size, num_steps, *leaf_shape]`` (either axis dropped when its
+argument is None), ``ids`` int64 and ``probabilities`` float64, both
+``[sample_batch_size]``. The ``element_spec`` is static, taken from the data
+spec.
+
+Sampling runs in ``tf.numpy_function`` inside ``Dataset.map``; with
+``num_parallel_calls`` several samples are drawn at once: windows are drawn
+under the buffer lock and gathered outside it (numpy releases the GIL while
+gathering), see :func:`recollect._adapter.sample_concurrent`.
+
+The sampling dataset is endless; it ends cleanly when the buffer is closed
+(``buffer.closed``). Sampling a buffer without a valid window raises (the
+error surfaces from the iterator as a ``tf.errors`` error carrying recollect's
+message); it never yields zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from recollect._adapter import buffer_closed, sample_concurrent
+from recollect.buffers.replay_buffer import ReplayBuffer
+from recollect.buffers.sample import BufferInfo
+from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.samplers.base import WindowDraw
+from recollect.specs import FlatSpec
+
+__all__ = ["as_dataset", "input_fn", "make_sample_fn"]
+
+
+def _flat_spec(buffer: Any) -> FlatSpec:
+    flat = getattr(buffer, "_flat", None)
+    return flat if isinstance(flat, FlatSpec) else FlatSpec(buffer.data_spec)
+
+
+def _check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
+    for name, value in (("sample_batch_size", sample_batch_size), ("num_steps", num_steps)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise InvalidArgumentError(f"`{name}` must be None or an int >= 1; got {value!r}.")
+    if isinstance(buffer, ReplayBuffer):
+        buffer._resolve_window(num_steps, None)  # raises for num_steps > max_length
+
+
+def _outer(sample_batch_size: int | None, num_steps: int | None) -> list[int]:
+    return [d for d in (sample_batch_size, num_steps) if d is not None]
+
+
+def make_sample_fn(
+    buffer: Any, sample_batch_size: int | None, num_steps: int | None, stop_when_closed: bool
+) -> Callable[[Any], tuple[Any, BufferInfo, Any]]:
+    """A TF function ``fn(unused) -> (items, BufferInfo, ok)`` that samples the buffer once.
+
+    Works eagerly, inside ``Dataset.map`` and inside ``tf.function``. Shapes
+    are static. ``ok`` is a bool scalar: False only when ``stop_when_closed``
+    and the buffer is closed (the other outputs are then zeros, to be dropped
+    with ``take_while``).
+    """
+    flat = _flat_spec(buffer)
+    outer = _outer(sample_batch_size, num_steps)
+    batch = 1 if sample_batch_size is None else int(sample_batch_size)
+    info_shape = [] if sample_batch_size is None else [batch]
+    shapes = [[*outer, *s] for s in flat.shapes] + [info_shape, info_shape, []]
+    dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64, tf.bool]
+
+    def sample_numpy(_: Any) -> list[np.ndarray]:
+        if stop_when_closed and buffer_closed(buffer):
+            return [np.zeros(s, d.as_numpy_dtype) for s, d in zip(shapes, dtypes, strict=True)]
+        s = sample_concurrent(buffer, batch, num_steps)
+        leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
+        if sample_batch_size is None:
+            leaves = [x[0] for x in leaves]
+        return [*leaves, np.asarray(True)]
+
+    def fn(unused: Any) -> tuple[Any, BufferInfo, Any]:
+        out = tf.numpy_function(sample_numpy, [unused], dtypes, stateful=True, name="sample")
+        for tensor, shape in zip(out, shapes, strict=True):
+            tensor.set_shape(shape)
+        return flat.unflatten(out[:-3]), BufferInfo(out[-3], out[-2]), out[-1]
+
+    return fn
+
+
+def as_dataset(
+    buffer: Any,
+    sample_batch_size: int | None = None,
+    num_steps: int | None = None,
+    num_parallel_calls: int | None = None,
+    single_deterministic_pass: bool = False,
+) -> tf.data.Dataset:
+    """A ``tf.data.Dataset`` of ``(items, BufferInfo(ids, probabilities))`` sampled from ``buffer``.
+
+    Args:
+        buffer: a :class:`~recollect.ReplayBuffer` (sampling mode also accepts
+            anything with ``sample`` and ``data_spec``).
+        sample_batch_size: windows per element; None gives single windows
+            without a batch axis.
+        num_steps: window length; None gives single steps without a time axis.
+        num_parallel_calls: samples drawn concurrently (``tf.data.AUTOTUNE`` ok);
+            None samples sequentially.
+        single_deterministic_pass: iterate every valid window stored when the
+            iterator is created exactly once, ordered by start time then env
+            row, instead of sampling forever. The last batch may be smaller,
+            so the batch axis of the ``element_spec`` is None in this mode and
+            ``probabilities`` is ``1 / number of windows``.
+
+    Returns:
+        The dataset; its ``element_spec`` gives the exact shapes and dtypes.
+
+    Raises:
+        InvalidArgumentError: a non-positive size, ``num_steps`` > the buffer's
+            ``max_length``, or a deterministic pass over a buffer that is not a
+            :class:`~recollect.ReplayBuffer`.
+        NotEnoughDataError: (while iterating, wrapped in a ``tf.errors``
+            error) no valid window is stored, or, in a deterministic pass, the
+            windows were overwritten or cleared before they were read.
+    """
+    _check_args(buffer, sample_batch_size, num_steps)
+    if single_deterministic_pass:
+        return _deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
+    sample = make_sample_fn(buffer, sample_batch_size, num_steps, stop_when_closed=True)
+    dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
+    return dataset.take_while(_is_ok).map(_drop_ok)
+
+
+def _is_ok(items: Any, info: BufferInfo, ok: Any) -> Any:
+    return ok
+
+
+def _drop_ok(items: Any, info: BufferInfo, ok: Any) -> tuple[Any, BufferInfo]:
+    return items, info
+
+
+def _deterministic_pass(
+    buffer: Any,
+    sample_batch_size: int | None,
+    num_steps: int | None,
+    num_parallel_calls: int | None,
+) -> tf.data.Dataset:
+    if not isinstance(buffer, ReplayBuffer):
+        raise InvalidArgumentError(
+            "single_deterministic_pass=True needs a recollect.ReplayBuffer (it enumerates the "
+            f"stored windows); got {type(buffer).__name__}. Use sampling mode instead."
+        )
+    flat = buffer._flat
+    n, within = buffer._resolve_window(num_steps, None)
+
+    def windows_numpy() -> list[np.ndarray]:
+        with buffer._lock:
+            segments = buffer._index.segments(n, within)
+            rows, times = segments.enumerate()
+        probability = np.full(len(rows), 1.0 / max(segments.total, 1))
+        return [rows, times, probability]
+
+    def gather_numpy(rows: np.ndarray, times: np.ndarray, probs: np.ndarray) -> list[np.ndarray]:
+        single = rows.ndim == 0
+        draw = WindowDraw(np.atleast_1d(rows), np.atleast_1d(times), np.atleast_1d(probs))
+        with buffer._lock:
+            if len(draw.times) and int(draw.times.min()) < buffer._index.lo:
+                raise NotEnoughDataError(
+                    "windows listed for this single deterministic pass were overwritten or "
+                    "cleared before they were read; do not add to or clear the buffer during "
+                    "the pass, or restart the iterator."
+                )
+            leaves = buffer._gather(draw, n, time_axis=num_steps is not None)
+        out = [*leaves, draw.times * buffer.num_envs + draw.rows, draw.probabilities]
+        return [x[0] for x in out] if single else out
+
+    inner = [num_steps] if num_steps is not None else []
+    batch = [] if sample_batch_size is None else [None]
+    dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64]
+    shapes = [[*batch, *inner, *s] for s in flat.shapes] + [batch, batch]
+
+    def windows(_: Any) -> tf.data.Dataset:
+        rows, times, probs = tf.numpy_function(windows_numpy, [], [tf.int64, tf.int64, tf.float64])
+        return tf.data.Dataset.from_tensor_slices(
+            tuple(tf.ensure_shape(x, [None]) for x in (rows, times, probs))
+        )
+
+    def gather(rows: Any, times: Any, probs: Any) -> tuple[Any, BufferInfo]:
+        out = tf.numpy_function(gather_numpy, [rows, times, probs], dtypes, stateful=True)
+        for tensor, shape in zip(out, shapes, strict=True):
+            tensor.set_shape(shape)
+        return flat.unflatten(out[:-2]), BufferInfo(out[-2], out[-1])
+
+    dataset = tf.data.Dataset.range(1).flat_map(windows)
+    if sample_batch_size is not None:
+        dataset = dataset.batch(sample_batch_size)
+    return dataset.map(gather, num_parallel_calls=num_parallel_calls)
+
+
+def input_fn(
+    buffer: Any, batch_size: int, num_steps: int | None = None
+) -> Callable[..., tf.data.Dataset]:
+    """An input function that feeds a trainer from ``buffer`` (external buffer, decoupled trainer).
+
+    The returned ``fn(input_context=None)`` builds a fresh prefetched,
+    parallel-sampling :func:`as_dataset`; with a ``tf.distribute.InputContext``
+    (``strategy.distribute_datasets_from_function(fn)``) each replica gets its
+    share of ``batch_size``.
+
+    Raises:
+        InvalidArgumentError: ``batch_size`` < 1 or a bad ``num_steps``.
+    """
+    if batch_size is None:
+        raise InvalidArgumentError("`batch_size` must be an int >= 1; got None.")
+    _check_args(buffer, batch_size, num_steps)
+
+    def fn(input_context: Any = None) -> tf.data.Dataset:
+        per_replica = batch_size
+        if input_context is not None:
+            per_replica = input_context.get_per_replica_batch_size(batch_size)
+        dataset = as_dataset(buffer, per_replica, num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    return fn

@@ -1,0 +1,197 @@
+"""Plain-Python reference implementations the fast code is checked against.
+
+Nothing here is vectorized or clever: a list of steps per env row, windows
+enumerated by looking at every start time. Tests drive the real buffer and a
+reference with the same operations and compare.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ReferenceBuffer",
+    "ReferenceTransitions",
+    "ReferenceWindows",
+    "by_id",
+    "valid_window_starts",
+]
+
+
+def valid_window_starts(
+    is_last: list[bool], first_time: int, num_steps: int, within_episode: bool
+) -> list[int]:
+    """Start times of the valid ``num_steps`` windows of one row.
+
+    Args:
+        is_last: the stored steps' episode-end flags, oldest first.
+        first_time: step time of ``is_last[0]``.
+        num_steps: window length.
+        within_episode: whether no step but a window's last may have ``is_last``.
+    """
+    starts = []
+    for k in range(len(is_last) - num_steps + 1):
+        if within_episode and any(is_last[k : k + num_steps - 1]):
+            continue
+        starts.append(first_time + k)
+    return starts
+
+
+class ReferenceWindows:
+    """Step counters and episode ends of ``num_envs`` rows, kept as plain lists.
+
+    Mirrors :class:`recollect.windows.WindowIndex`: rows advance together, each
+    row keeps its last ``max_length`` steps, ``clear`` forgets them but times
+    keep increasing.
+    """
+
+    def __init__(self, num_envs: int, max_length: int) -> None:
+        self.num_envs = num_envs
+        self.max_length = max_length
+        self.t = 0
+        self.flags: list[deque[bool]] = [deque(maxlen=max_length) for _ in range(num_envs)]
+
+    @property
+    def lo(self) -> int:
+        """Time of the oldest stored step."""
+        return self.t - len(self.flags[0])
+
+    def advance(self, is_last: list[bool] | None) -> None:
+        """Records one step for every row."""
+        for row in range(self.num_envs):
+            self.flags[row].append(bool(is_last[row]) if is_last is not None else False)
+        self.t += 1
+
+    def clear(self) -> None:
+        """Forgets the stored steps; times keep increasing."""
+        for flags in self.flags:
+            flags.clear()
+
+    def windows(self, num_steps: int, within_episode: bool) -> list[tuple[int, int]]:
+        """All valid ``(row, start time)``, ordered by start time, then row."""
+        out = []
+        for row in range(self.num_envs):
+            starts = valid_window_starts(list(self.flags[row]), self.lo, num_steps, within_episode)
+            out.extend((row, s) for s in starts)
+        out.sort(key=lambda rt: (rt[1], rt[0]))
+        return out
+
+
+class ReferenceBuffer:
+    """A replay buffer as a list of steps per env row.
+
+    Steps are stored as lists of leaves (numpy arrays) in the spec's flatten
+    order; ``is_last_index`` is the position of the top-level ``is_last`` leaf
+    (None: no episode ends). Item id of step ``t`` of row ``r`` is
+    ``t * num_envs + r``.
+    """
+
+    def __init__(self, num_envs: int, max_length: int, is_last_index: int | None) -> None:
+        self.num_envs = num_envs
+        self.max_length = max_length
+        self.is_last_index = is_last_index
+        self.index = ReferenceWindows(num_envs, max_length)
+        self.rows: list[deque[list[np.ndarray]]] = [
+            deque(maxlen=max_length) for _ in range(num_envs)
+        ]
+
+    @property
+    def t(self) -> int:
+        """Time of the next write."""
+        return self.index.t
+
+    def add_batch(self, leaves: list[np.ndarray]) -> None:
+        """Appends row ``r`` of every leaf (leading dim ``num_envs``) to row ``r``."""
+        for row in range(self.num_envs):
+            self.rows[row].append([np.array(leaf[row]) for leaf in leaves])
+        flags = None
+        if self.is_last_index is not None:
+            flags = [bool(x) for x in leaves[self.is_last_index]]
+        self.index.advance(flags)
+
+    def clear(self) -> None:
+        """Forgets every step; ids keep increasing."""
+        for row in self.rows:
+            row.clear()
+        self.index.clear()
+
+    def num_frames(self) -> int:
+        """Steps stored over all rows."""
+        return sum(len(row) for row in self.rows)
+
+    def item_id(self, row: int, time: int) -> int:
+        """Id of step ``time`` of ``row``."""
+        return time * self.num_envs + row
+
+    def item_ids(self) -> np.ndarray:
+        """int64 ``[num_envs, steps_per_row]`` ids, oldest first."""
+        lo = self.index.lo
+        return np.array(
+            [
+                [self.item_id(r, lo + k) for k in range(len(self.rows[r]))]
+                for r in range(self.num_envs)
+            ],
+            dtype=np.int64,
+        ).reshape(self.num_envs, -1)
+
+    def windows(self, num_steps: int, within_episode: bool) -> list[tuple[int, int]]:
+        """All valid ``(row, start time)`` windows, time-then-row order."""
+        return self.index.windows(num_steps, within_episode)
+
+    def window(self, row: int, time: int, num_steps: int) -> list[list[np.ndarray]]:
+        """The ``num_steps`` steps of ``row`` starting at ``time`` (each a list of leaves)."""
+        k = time - self.index.lo
+        assert 0 <= k and k + num_steps <= len(self.rows[row]), "window not stored"
+        return [self.rows[row][k + j] for j in range(num_steps)]
+
+    def window_leaves(self, row: int, time: int, num_steps: int | None) -> list[np.ndarray]:
+        """Leaves of one window stacked on a time axis (no time axis for ``None``)."""
+        steps = self.window(row, time, num_steps or 1)
+        stacked = [np.stack([s[i] for s in steps]) for i in range(len(steps[0]))]
+        return stacked if num_steps is not None else [x[0] for x in stacked]
+
+    def gather_all(self, num_leaves: int) -> list[np.ndarray] | None:
+        """Leaves ``[num_envs, steps_per_row, *shape]``; None when nothing is stored."""
+        if not self.rows[0]:
+            return None
+        return [
+            np.stack([np.stack([step[i] for step in row]) for row in self.rows])
+            for i in range(num_leaves)
+        ]
+
+
+def by_id(ids: Any, num_envs: int) -> list[tuple[int, int]]:
+    """Splits item ids into ``(row, time)`` pairs."""
+    return [(int(i) % num_envs, int(i) // num_envs) for i in np.asarray(ids).ravel()]
+
+
+class ReferenceTransitions:
+    """``(observation, action, reward, next_observation, terminated, truncated)`` per env row.
+
+    Every field is stored as given (two observation copies per step); the
+    newest ``max_length`` transitions of each row are kept; ``clear`` keeps
+    times (and so ids ``t * num_envs + row``) increasing.
+    """
+
+    def __init__(self, num_envs: int, max_length: int) -> None:
+        self.num_envs = num_envs
+        self.t = 0
+        self.rows: list[deque[dict[str, Any]]] = [deque(maxlen=max_length) for _ in range(num_envs)]
+
+    def add(self, row_transitions: list[dict[str, Any]]) -> None:
+        """Appends one transition (a dict of fields) to every row."""
+        for row, transition in enumerate(row_transitions):
+            self.rows[row].append({**transition, "id": self.t * self.num_envs + row})
+        self.t += 1
+
+    def clear(self) -> None:
+        """Forgets every transition."""
+        for row in self.rows:
+            row.clear()
+
+    def by_id(self) -> dict[int, dict[str, Any]]:
+        """Stored transitions keyed by id."""
+        return {tr["id"]: tr for row in self.rows for tr in row}

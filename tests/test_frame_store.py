@@ -1,0 +1,301 @@
+"""Frame-stack storage: sampled stacks equal, bit for bit, what the env returned.
+
+The reference is naive stacked storage: every stacked observation the fake
+env produced is kept by its item id, and every sample is checked against it.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import recollect as rc
+from recollect.errors import InvalidArgumentError, SpecError
+
+DTYPES = [np.uint8, np.float16, np.int32, np.float32]
+
+
+class StackingEnvs:
+    """``num_envs`` fake envs stacking random frames like gymnasium's FrameStackObservation."""
+
+    def __init__(self, num_envs, frame_shape, dtype, k, axis, padding, seed, end_prob):
+        self.rng = np.random.default_rng(seed)
+        self.num_envs, self.frame_shape, self.dtype = num_envs, frame_shape, dtype
+        self.k, self.axis, self.padding, self.end_prob = k, axis, padding, end_prob
+        self.queues = [None] * num_envs
+        self.ending = np.ones(num_envs, bool)  # the previous step ended: next one resets
+
+    def _frame(self):
+        return self.rng.integers(0, 100, self.frame_shape).astype(self.dtype)
+
+    def step(self):
+        """Returns (stacked obs [E, *shape], is_first [E], is_last [E])."""
+        is_first = self.ending.copy()
+        out = []
+        for e in range(self.num_envs):
+            frame = self._frame()
+            if is_first[e]:
+                if isinstance(self.padding, str):
+                    pad = frame if self.padding == "reset" else np.zeros_like(frame)
+                else:
+                    pad = np.asarray(self.padding, self.dtype)
+                self.queues[e] = collections.deque([pad] * self.k, maxlen=self.k)
+            self.queues[e].append(frame)
+            out.append(np.stack(list(self.queues[e]), axis=self.axis))
+        self.ending = self.rng.random(self.num_envs) < self.end_prob
+        return np.stack(out), is_first, self.ending.copy()
+
+
+def make_buffer(num_envs, max_length, k, axis, padding, dtype, markers, frame_shape=(2, 3)):
+    shape = list(frame_shape)
+    shape.insert(axis % (len(frame_shape) + 1), k)
+    spec = {"observation": rc.ArraySpec(tuple(shape), dtype), "action": rc.ArraySpec((), np.int32)}
+    for name in markers:
+        spec[name] = rc.ArraySpec((), bool)
+    stacks = {"observation": rc.FrameStack(stack_size=k, axis=axis, padding=padding)}
+    buf = rc.ReplayBuffer(spec, num_envs * max_length, num_envs, rng=0, frame_stacks=stacks)
+    return buf, frame_shape
+
+
+def fill(buf, envs, steps, markers, recorded, clear_at=None):
+    for t in range(steps):
+        if clear_at is not None and t == clear_at:
+            buf.clear()
+        obs, is_first, is_last = envs.step()
+        step = {"observation": obs, "action": np.arange(buf.num_envs, dtype=np.int32) + t}
+        flags = {"is_first": is_first, "is_last": is_last}
+        step.update({m: flags[m] for m in markers})
+        base = buf._index.t * buf.num_envs
+        for e in range(buf.num_envs):
+            recorded[base + e] = obs[e]
+        buf.add_batch(step)
+
+
+def check_sample(buf, recorded, batch, num_steps):
+    s = buf.sample(batch, num_steps)
+    obs = s.data["observation"]
+    n = num_steps or 1
+    for b, item in enumerate(s.ids):
+        for j in range(n):
+            got = obs[b, j] if num_steps else obs[b]
+            want = recorded[int(item) + j * buf.num_envs]
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype
+    return s
+
+
+paddings = st.sampled_from(["reset", "zero", "custom"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num_envs=st.integers(1, 3),
+    max_length=st.integers(1, 7),
+    k=st.integers(1, 4),
+    axis=st.sampled_from([0, 1, -1]),
+    padding=paddings,
+    dtype=st.sampled_from(DTYPES),
+    markers=st.sampled_from([("is_last",), ("is_first",), ("is_first", "is_last")]),
+    steps=st.integers(1, 30),
+    end_prob=st.sampled_from([0.0, 0.2, 0.6]),
+    num_steps=st.sampled_from([None, 1, 2, 3]),
+    clear_at=st.one_of(st.none(), st.integers(0, 30)),
+    seed=st.integers(0, 2**16),
+)
+def test_sampled_stacks_equal_env_observations(
+    num_envs,
+    max_length,
+    k,
+    axis,
+    padding,
+    dtype,
+    markers,
+    steps,
+    end_prob,
+    num_steps,
+    clear_at,
+    seed,
+):
+    frame_shape = (2, 3)
+    pad = np.full(frame_shape, 7, dtype) if padding == "custom" else padding
+    buf, _ = make_buffer(num_envs, max_length, k, axis, pad, dtype, markers, frame_shape)
+    envs = StackingEnvs(num_envs, frame_shape, dtype, k, axis, pad, seed, end_prob)
+    recorded = {}
+    fill(buf, envs, steps, markers, recorded, clear_at)
+    stored = buf.num_frames() // num_envs
+    if buf._index.count(num_steps or 1, buf.episode_aware):
+        check_sample(buf, recorded, 16, num_steps)
+    all_obs = buf.gather_all()["observation"]
+    ids = buf.item_ids()
+    for e in range(num_envs):
+        for j in range(stored):
+            np.testing.assert_array_equal(all_obs[e, j], recorded[int(ids[e, j])])
+
+
+def test_windows_cross_episode_boundaries_when_asked():
+    buf, _ = make_buffer(2, 20, 4, -1, "reset", np.uint8, ("is_last",))
+    envs = StackingEnvs(2, (2, 3), np.uint8, 4, -1, "reset", 1, 0.3)
+    recorded = {}
+    fill(buf, envs, 50, ("is_last",), recorded)
+    s = buf.sample(64, 4, within_episode=False)
+    for b, item in enumerate(s.ids):
+        for j in range(4):
+            np.testing.assert_array_equal(s.data["observation"][b, j], recorded[item + 2 * j])
+
+
+def test_memory_is_one_frame_per_step_plus_margin():
+    buf, _ = make_buffer(8, 1000, 4, -1, "reset", np.uint8, ("is_last",), frame_shape=(84, 84))
+    plain = 8 * 1000 * (4 + 1)  # action int32 + is_last
+    ring = 1004  # 1000 + 3 frames of history, rounded up to whole 4-frame blocks (lanes layout)
+    frames = (8 * ring + 4) * 84 * 84  # one padding block
+    history = 8 * ring
+    assert buf.nbytes == plain + frames + history
+    assert buf.nbytes == rc.estimate_memory(
+        buf.data_spec, 8000, 8, frame_stacks={"observation": rc.FrameStack(4)}
+    )
+
+
+def test_matches_gymnasium_frame_stack_observation():
+    gym = pytest.importorskip("gymnasium")
+    from gymnasium.wrappers import FrameStackObservation
+
+    class Frames(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (3, 2), np.uint8)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return self.np_random.integers(0, 255, (3, 2), dtype=np.uint8), {}
+
+        def step(self, action):
+            obs = self.np_random.integers(0, 255, (3, 2), dtype=np.uint8)
+            return obs, 0.0, bool(self.np_random.random() < 0.15), False, {}
+
+    custom = np.full((3, 2), 9, np.uint8)
+    for padding in ("reset", "zero", custom):
+        env = FrameStackObservation(Frames(), 4, padding_type=padding)
+        spec = {
+            "observation": rc.ArraySpec((4, 3, 2), np.uint8),
+            "is_first": rc.ArraySpec((), bool),
+        }
+        stacks = {"observation": rc.FrameStack(4, axis=0, padding=padding)}
+        buf = rc.ReplayBuffer(spec, 64, rng=0, frame_stacks=stacks)
+        recorded, first = {}, True
+        obs, _ = env.reset(seed=3)
+        for t in range(200):
+            recorded[t] = obs
+            buf.add({"observation": obs, "is_first": np.bool_(first)})
+            obs, _, term, trunc, _ = env.step(0)
+            first = term or trunc
+            if first:
+                obs, _ = env.reset()
+        s = buf.sample(128)
+        for b, item in enumerate(s.ids):
+            np.testing.assert_array_equal(s.data["observation"][b], recorded[int(item)])
+
+
+def test_oldest_stored_step_keeps_its_history_after_wraparound():
+    buf, _ = make_buffer(1, 3, 4, -1, "zero", np.uint8, ("is_last",))
+    envs = StackingEnvs(1, (2, 3), np.uint8, 4, -1, "zero", 5, 0.0)
+    recorded = {}
+    fill(buf, envs, 11, ("is_last",), recorded)
+    all_obs = buf.gather_all()["observation"][0]
+    for j, item in enumerate(buf.item_ids()[0]):
+        np.testing.assert_array_equal(all_obs[j], recorded[int(item)])
+    assert not (all_obs[0] == 0).all(axis=(0, 1)).any()  # no padding: history survived the ring
+
+
+def test_prioritized_sampling_returns_exact_stacks():
+    if not hasattr(rc, "Prioritized"):
+        pytest.skip("recollect.Prioritized not available yet")
+    spec = {
+        "observation": rc.ArraySpec((2, 3, 4), np.uint8),
+        "action": rc.ArraySpec((), np.int32),
+        "is_last": rc.ArraySpec((), bool),
+    }
+    buf = rc.ReplayBuffer(
+        spec,
+        40,
+        2,
+        rng=0,
+        sampler=rc.Prioritized(),
+        sequence_length=2,
+        frame_stacks={"observation": rc.FrameStack(4)},
+    )
+    envs = StackingEnvs(2, (2, 3), np.uint8, 4, -1, "reset", 2, 0.2)
+    recorded = {}
+    fill(buf, envs, 35, ("is_last",), recorded)
+    s = check_sample(buf, recorded, 32, 2)
+    buf.update_priorities(s.ids, np.linspace(0.1, 2.0, 32))
+    check_sample(buf, recorded, 32, 2)
+
+
+@pytest.mark.parametrize(
+    ("stacks", "match"),
+    [
+        ({"observation": rc.FrameStack(3)}, r"has 4 along axis -1, expected stack_size=3"),
+        ({"observation": rc.FrameStack(4, axis=3)}, r"axis=3 is out of range"),
+        ({"camera": rc.FrameStack(4)}, r"no leaf 'camera'"),
+        ({"observation": 4}, r"must be a recollect.FrameStack"),
+        (
+            {"observation": rc.FrameStack(4, padding=np.zeros((2, 2)))},
+            r"custom padding must be one frame of shape \(2, 3\)",
+        ),
+    ],
+)
+def test_bad_frame_stacks_are_rejected(stacks, match):
+    spec = {"observation": rc.ArraySpec((2, 3, 4), np.uint8), "is_last": rc.ArraySpec((), bool)}
+    with pytest.raises((SpecError, InvalidArgumentError), match=match):
+        rc.ReplayBuffer(spec, 10, frame_stacks=stacks)
+
+
+def test_frame_stack_arguments_are_validated():
+    with pytest.raises(InvalidArgumentError, match=r"stack_size` must be an int in \[1, 256\]"):
+        rc.FrameStack(0)
+    with pytest.raises(InvalidArgumentError, match=r"padding` must be 'reset', 'zero'"):
+        rc.FrameStack(4, padding="edge")
+
+
+def test_frame_stacks_need_episode_markers():
+    spec = {"observation": rc.ArraySpec((2, 3, 4), np.uint8)}
+    with pytest.raises(SpecError, match=r"add a top-level bool scalar 'is_first' or 'is_last'"):
+        rc.ReplayBuffer(spec, 10, frame_stacks={"observation": rc.FrameStack(4)})
+
+
+def test_n_step_transitions_get_exact_next_observation_stacks():
+    if not hasattr(rc, "n_step_transitions"):
+        pytest.skip("recollect.n_step_transitions not available yet")
+    spec = {
+        "observation": rc.ArraySpec((2, 3, 4), np.uint8),
+        "action": rc.ArraySpec((), np.int32),
+        "reward": rc.ArraySpec((), np.float32),
+        "is_last": rc.ArraySpec((), bool),
+        "is_terminal": rc.ArraySpec((), bool),
+    }
+    stacks = {"observation": rc.FrameStack(4, padding="zero")}
+    buf = rc.ReplayBuffer(spec, 60, 3, rng=1, frame_stacks=stacks)
+    envs = StackingEnvs(3, (2, 3), np.uint8, 4, -1, "zero", 4, 0.25)
+    recorded = {}
+    for t in range(45):
+        obs, _, is_last = envs.step()
+        for e in range(3):
+            recorded[t * 3 + e] = obs[e]
+        buf.add_batch(
+            {
+                "observation": obs,
+                "action": np.zeros(3, np.int32),
+                "reward": np.ones(3, np.float32),
+                "is_last": is_last,
+                "is_terminal": is_last,
+            }
+        )
+    s = buf.sample(64, 4, within_episode=False)
+    batch = rc.n_step_transitions(s.data, discount=0.9)
+    for b, item in enumerate(s.ids):
+        np.testing.assert_array_equal(batch["observation"][b], recorded[int(item)])
+        k = int(batch["num_steps"][b])
+        np.testing.assert_array_equal(batch["next_observation"][b], recorded[int(item) + 3 * k])

@@ -1,0 +1,85 @@
+"""recollect.jax.as_iterator: jax.Array nests with the spec's dtypes/shapes, prefetch, closing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+from recollect import ArraySpec, ReplayBuffer, errors  # noqa: E402
+from recollect.jax import as_iterator  # noqa: E402
+
+NUM_ENVS = 2
+SPEC = {
+    "obs": ArraySpec((3,), np.float32),
+    "action": ArraySpec((), np.int32),
+    "pixels": ArraySpec((2, 2), np.uint8),
+    "h": ArraySpec((), np.float16),
+    "done": ArraySpec((), bool),
+}
+
+
+def _filled(steps=8):
+    buf = ReplayBuffer(SPEC, 20, num_envs=NUM_ENVS, rng=2)
+    for t in range(steps):
+        buf.add_batch(
+            {
+                "obs": np.full((NUM_ENVS, 3), t, np.float32),
+                "action": (100 * np.arange(NUM_ENVS) + t).astype(np.int32),
+                "pixels": np.full((NUM_ENVS, 2, 2), t, np.uint8),
+                "h": np.zeros(NUM_ENVS, np.float16),
+                "done": np.zeros(NUM_ENVS, bool),
+            }
+        )
+    return buf
+
+
+@pytest.fixture(scope="module")
+def buf():
+    return _filled()
+
+
+@pytest.mark.parametrize("num_steps", [None, 2])
+def test_yields_jax_arrays_with_the_spec_dtypes_and_shapes(buf, num_steps):
+    with as_iterator(buf, batch_size=6, num_steps=num_steps) as it:
+        data, info = next(it)
+    outer = [6] if num_steps is None else [6, num_steps]
+    for key, leaf in SPEC.items():
+        assert isinstance(data[key], jax.Array)
+        assert data[key].dtype == leaf.dtype
+        assert list(data[key].shape) == [*outer, *leaf.shape]
+        assert data[key].devices() == {jax.devices()[0]}
+    assert info.ids.dtype == np.int64 and info.probabilities.dtype == np.float64
+    action = np.asarray(data["action"]).reshape(6, -1)[:, 0]
+    np.testing.assert_array_equal(action, 100 * (info.ids % NUM_ENVS) + info.ids // NUM_ENVS)
+
+
+def test_prefetches_many_batches_and_close_ends_iteration(buf):
+    it = as_iterator(buf, batch_size=3, num_steps=2, prefetch=4)
+    shapes = [next(it)[0]["obs"].shape for _ in range(10)]
+    assert shapes == [(3, 2, 3)] * 10
+    it.close()
+    with pytest.raises(StopIteration):
+        next(it)
+    assert it.closed
+
+
+def test_buffer_close_ends_iteration():
+    local = _filled()
+    it = as_iterator(local, batch_size=2)
+    next(it)
+    local.close()
+    assert sum(1 for _ in it) <= 3
+    it.close()
+
+
+def test_errors_reach_the_consumer():
+    empty = ReplayBuffer(SPEC, 20, num_envs=NUM_ENVS)
+    with (
+        as_iterator(empty, batch_size=2) as it,
+        pytest.raises(errors.NotEnoughDataError, match="empty buffer"),
+    ):
+        next(it)
+    with pytest.raises(errors.InvalidArgumentError, match="prefetch"):
+        as_iterator(empty, batch_size=2, prefetch=0)

@@ -1,0 +1,215 @@
+"""recollect.tf_data: as_dataset element specs, deterministic pass, keras, tf.function, closing."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from recollect import ArraySpec, ReplayBuffer, errors, tf_data  # noqa: E402
+from recollect._adapter import sample_concurrent  # noqa: E402
+
+NUM_ENVS = 3
+
+SPEC = {
+    "obs": ArraySpec((2, 3), np.float32),
+    "action": ArraySpec((), np.int32),
+    "pixels": ArraySpec((4,), np.uint8),
+    "h": ArraySpec((1,), np.float16),
+    "is_last": ArraySpec((), bool),
+}
+
+
+def _step(t, is_last=None):
+    """Step t of every row: obs = t, action = 1000 * row + t."""
+    rows = np.arange(NUM_ENVS)
+    return {
+        "obs": np.full((NUM_ENVS, 2, 3), t, np.float32),
+        "action": (1000 * rows + t).astype(np.int32),
+        "pixels": np.full((NUM_ENVS, 4), t % 256, np.uint8),
+        "h": np.ones((NUM_ENVS, 1), np.float16),
+        "is_last": np.zeros(NUM_ENVS, bool) if is_last is None else np.asarray(is_last),
+    }
+
+
+def _filled(steps=12, capacity=30, ends=()):
+    buf = ReplayBuffer(SPEC, capacity, num_envs=NUM_ENVS, rng=0)
+    for t in range(steps):
+        buf.add_batch(_step(t, [(t, r) in ends for r in range(NUM_ENVS)]))
+    return buf
+
+
+@pytest.fixture(scope="module")
+def buf():
+    return _filled()
+
+
+@pytest.mark.parametrize(("batch", "steps"), [(4, 2), (4, None), (None, 3), (None, None)])
+def test_element_spec_is_static_and_matches_the_data_spec(buf, batch, steps):
+    ds = buf.as_dataset(sample_batch_size=batch, num_steps=steps)
+    items, info = ds.element_spec
+    outer = [d for d in (batch, steps) if d is not None]
+    for key, leaf in SPEC.items():
+        assert items[key].shape.as_list() == [*outer, *leaf.shape]
+        assert items[key].dtype.as_numpy_dtype == leaf.dtype
+    assert info.ids.dtype == tf.int64 and info.probabilities.dtype == tf.float64
+    assert info.ids.shape.as_list() == ([] if batch is None else [batch])
+    got, _ = next(iter(ds))
+    for key in SPEC:
+        assert got[key].shape.as_list() == items[key].shape.as_list()
+
+
+def test_samples_are_consistent_windows(buf):
+    items, info = next(iter(buf.as_dataset(sample_batch_size=64, num_steps=3)))
+    ids = info.ids.numpy()
+    times, rows = ids // NUM_ENVS, ids % NUM_ENVS
+    expected_action = 1000 * rows[:, None] + times[:, None] + np.arange(3)
+    np.testing.assert_array_equal(items["action"].numpy(), expected_action)
+    np.testing.assert_array_equal(items["obs"].numpy()[:, :, 0, 0], times[:, None] + np.arange(3))
+    np.testing.assert_allclose(info.probabilities.numpy(), 1 / (NUM_ENVS * (10 - 3 + 1)))
+
+
+def _reference_windows(buf, n):
+    """Plain loop: every stored window of n steps with no is_last before its last step."""
+    data = buf.gather_all()
+    lo = buf.item_ids()[0, 0] // NUM_ENVS
+    out = []
+    for t in range(data["is_last"].shape[1] - n + 1):
+        for r in range(NUM_ENVS):
+            if not data["is_last"][r, t : t + n - 1].any():
+                out.append((t + lo) * NUM_ENVS + r)
+    return out
+
+
+def test_single_deterministic_pass_visits_every_window_once_in_order():
+    buf = _filled(steps=14, ends={(3, 0), (5, 1), (12, 2)})  # ring wrapped: steps 4..13 stored
+    for n, batch in [(2, 4), (3, None), (1, 5)]:
+        ds = buf.as_dataset(sample_batch_size=batch, num_steps=n, single_deterministic_pass=True)
+        ids = np.concatenate([np.atleast_1d(info.ids.numpy()) for _, info in ds]).tolist()
+        assert ids == _reference_windows(buf, n)
+    ds = buf.as_dataset(sample_batch_size=4, num_steps=2, single_deterministic_pass=True)
+    assert ds.element_spec[0]["obs"].shape.as_list() == [None, 2, 2, 3]
+    items, info = next(iter(ds))
+    times = info.ids.numpy() // NUM_ENVS
+    np.testing.assert_array_equal(items["obs"].numpy()[:, 0, 0, 0], times)
+
+
+def test_deterministic_pass_raises_when_windows_were_overwritten():
+    buf = _filled()
+    it = iter(buf.as_dataset(sample_batch_size=2, num_steps=2, single_deterministic_pass=True))
+    next(it)
+    for t in range(12, 30):
+        buf.add_batch(_step(t))
+    with pytest.raises(tf.errors.OpError, match="overwritten or cleared"):
+        for _ in it:
+            pass
+
+
+def test_bad_arguments_raise_eagerly(buf):
+    with pytest.raises(errors.InvalidArgumentError, match=r"num_steps=11, max_length=10"):
+        buf.as_dataset(sample_batch_size=2, num_steps=11)
+    with pytest.raises(errors.InvalidArgumentError, match="sample_batch_size"):
+        buf.as_dataset(sample_batch_size=0)
+    with pytest.raises(errors.InvalidArgumentError, match="batch_size"):
+        tf_data.input_fn(buf, None, 2)
+
+
+def test_empty_buffer_raises_instead_of_yielding_zeros():
+    empty = ReplayBuffer(SPEC, 30, num_envs=NUM_ENVS)
+    with pytest.raises(tf.errors.OpError, match="empty buffer"):
+        next(iter(empty.as_dataset(sample_batch_size=2)))
+
+
+def test_iteration_stops_cleanly_when_the_buffer_is_closed():
+    local = _filled()
+    it = iter(local.as_dataset(sample_batch_size=2, num_steps=2, num_parallel_calls=2))
+    next(it)
+    local.close()
+    remaining = sum(1 for _ in it)  # at most the elements already in flight
+    assert remaining <= 8
+    assert local.closed
+
+
+def test_parallel_calls_gather_outside_the_lock(monkeypatch):
+    local = _filled()
+    owned = []
+    original = ReplayBuffer._gather
+
+    def spy(self, draw, n, time_axis):
+        owned.append(self._lock._is_owned())
+        return original(self, draw, n, time_axis)
+
+    monkeypatch.setattr(ReplayBuffer, "_gather", spy)
+    sample_concurrent(local, 8, 2)
+    assert owned == [False]
+    items, _ = next(iter(local.as_dataset(sample_batch_size=8, num_steps=2, num_parallel_calls=4)))
+    assert items["obs"].shape == (8, 2, 2, 3)
+
+
+def test_parallel_sampling_with_a_concurrent_writer_stays_consistent():
+    local = _filled(capacity=15)  # 5 steps per row: overwrites happen constantly
+    stop = threading.Event()
+
+    def writer():
+        t = 12
+        while not stop.is_set():
+            local.add_batch(_step(t))
+            t += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        ds = local.as_dataset(sample_batch_size=16, num_steps=3, num_parallel_calls=4)
+        for items, info in ds.take(40):
+            times = info.ids.numpy() // NUM_ENVS
+            rows = info.ids.numpy() % NUM_ENVS
+            expected = 1000 * rows[:, None] + times[:, None] + np.arange(3)
+            np.testing.assert_array_equal(items["action"].numpy(), expected)
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_keras_model_fit_trains_on_the_dataset(buf):
+    keras = pytest.importorskip("keras")
+
+    def to_xy(items, info):
+        x = tf.reshape(items["obs"], [-1, 6])
+        return x, tf.cast(items["action"] % 1000, tf.float32)
+
+    ds = buf.as_dataset(sample_batch_size=16).map(to_xy)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    history = model.fit(ds, steps_per_epoch=3, epochs=1, verbose=0, shuffle=False)
+    assert np.isfinite(history.history["loss"][-1])
+
+
+def test_dataset_inside_a_tf_function_training_step(buf):
+    iterator = iter(buf.as_dataset(sample_batch_size=8, num_steps=2, num_parallel_calls=2))
+    weights = tf.Variable(tf.zeros([3]))
+
+    @tf.function
+    def train_step():
+        items, info = next(iterator)
+        x = tf.reduce_mean(items["obs"], axis=[1, 2])
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.linalg.matvec(x, weights) - 1.0))
+        weights.assign_sub(0.01 * tape.gradient(loss, weights))
+        return loss, tf.shape(info.ids)
+
+    loss, shape = train_step()
+    train_step()
+    assert shape.numpy().tolist() == [8] and np.isfinite(loss.numpy())
+
+
+def test_input_fn_builds_per_replica_datasets(buf):
+    fn = tf_data.input_fn(buf, 8, 2)
+    items, _ = next(iter(fn()))
+    assert items["obs"].shape == (8, 2, 2, 3)
+    ctx = tf.distribute.InputContext(
+        num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2
+    )
+    assert fn(ctx).element_spec[0]["obs"].shape.as_list() == [4, 2, 2, 3]

@@ -1,0 +1,127 @@
+"""recollect.torch.ReplayDataset: spec dtypes/shapes, DataLoader, devices, closing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils.data import DataLoader  # noqa: E402
+
+from recollect import ArraySpec, BufferInfo, ReplayBuffer, errors  # noqa: E402
+from recollect.torch import ReplayDataset  # noqa: E402
+
+NUM_ENVS = 2
+SPEC = {
+    "obs": ArraySpec((3, 2), np.float32),
+    "action": ArraySpec((), np.int32),
+    "pixels": ArraySpec((4, 4, 1), np.uint8),
+    "h": ArraySpec((2,), np.float16),
+    "done": ArraySpec((), bool),
+}
+TORCH_DTYPES = {
+    "obs": torch.float32,
+    "action": torch.int32,
+    "pixels": torch.uint8,
+    "h": torch.float16,
+    "done": torch.bool,
+}
+
+
+def _filled(steps=10):
+    buf = ReplayBuffer(SPEC, 40, num_envs=NUM_ENVS, rng=1)
+    for t in range(steps):
+        rows = np.arange(NUM_ENVS)
+        buf.add_batch(
+            {
+                "obs": np.full((NUM_ENVS, 3, 2), t, np.float32),
+                "action": (100 * rows + t).astype(np.int32),
+                "pixels": np.full((NUM_ENVS, 4, 4, 1), t, np.uint8),
+                "h": np.zeros((NUM_ENVS, 2), np.float16),
+                "done": np.zeros(NUM_ENVS, bool),
+            }
+        )
+    return buf
+
+
+@pytest.fixture(scope="module")
+def buf():
+    return _filled()
+
+
+@pytest.mark.parametrize("num_steps", [None, 3])
+def test_yields_tensor_nests_with_the_spec_dtypes_and_shapes(buf, num_steps):
+    ds = ReplayDataset(buf, batch_size=5, num_steps=num_steps)
+    data, info = next(iter(ds))
+    ds.close()
+    outer = [5] if num_steps is None else [5, num_steps]
+    for key, leaf in SPEC.items():
+        assert isinstance(data[key], torch.Tensor)
+        assert data[key].dtype == TORCH_DTYPES[key]
+        assert list(data[key].shape) == [*outer, *leaf.shape]
+        assert data[key].device.type == "cpu"
+    assert isinstance(info, BufferInfo)
+    assert info.ids.dtype == torch.int64 and info.probabilities.dtype == torch.float64
+    ids = info.ids.numpy()
+    action = data["action"].numpy() if num_steps is None else data["action"].numpy()[:, 0]
+    np.testing.assert_array_equal(action, 100 * (ids % NUM_ENVS) + ids // NUM_ENVS)
+
+
+def test_works_with_a_dataloader_of_batch_size_none(buf):
+    ds = ReplayDataset(buf, batch_size=4, num_steps=2, prefetch=3)
+    loader = DataLoader(ds, batch_size=None)
+    batches = []
+    for i, (data, _) in enumerate(loader):
+        batches.append(data["obs"].shape)
+        if i == 4:
+            break
+    ds.close()
+    assert batches == [torch.Size([4, 2, 3, 2])] * 5
+
+
+def test_cpu_device_and_pin_memory_without_accelerator(buf):
+    ds = ReplayDataset(buf, batch_size=2, device="cpu", pin_memory=True)
+    data, _ = next(iter(ds))
+    ds.close()
+    assert data["obs"].device == torch.device("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_device_placement(buf):
+    ds = ReplayDataset(buf, batch_size=2, num_steps=2, device="cuda", pin_memory=True)
+    data, _ = next(iter(ds))
+    ds.close()
+    assert all(x.device.type == "cuda" for x in data.values())
+    assert data["pixels"].dtype == torch.uint8
+
+
+def test_close_stops_iteration_cleanly(buf):
+    ds = ReplayDataset(buf, batch_size=2)
+    it = iter(ds)
+    next(it)
+    ds.close()
+    with pytest.raises(StopIteration):
+        next(it)
+    assert list(ds) == []
+    assert ds.closed
+
+
+def test_buffer_close_stops_iteration_cleanly():
+    local = _filled()
+    ds = ReplayDataset(local, batch_size=2, prefetch=2)
+    it = iter(ds)
+    next(it)
+    local.close()
+    assert sum(1 for _ in it) <= 3  # only batches already prefetched
+    ds.close()
+
+
+def test_sampling_errors_reach_the_consumer():
+    empty = ReplayBuffer(SPEC, 40, num_envs=NUM_ENVS)
+    ds = ReplayDataset(empty, batch_size=2)
+    with pytest.raises(errors.NotEnoughDataError, match="empty buffer"):
+        next(iter(ds))
+    ds.close()
+    with pytest.raises(errors.InvalidArgumentError, match="prefetch"):
+        ReplayDataset(empty, batch_size=2, prefetch=0)
