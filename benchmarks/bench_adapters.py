@@ -10,7 +10,10 @@ beyond cache effects.
 
 Every row is measured in this one process: median batches/s over ``--repeats``
 runs of ``--batches`` batches after a warm-up, and the ratio to calling
-``buf.sample`` directly. The limit rows are a plain numpy gather of the same
+``buf.sample`` directly. A second table repeats the comparison with a
+simulated accelerator step after each batch (``time.sleep(step_ms)``: the CPU
+idles while the device trains), where a prefetching adapter overlaps sampling
+with the step and the direct call cannot. The limit rows are a plain numpy gather of the same
 windows and a memcpy of the same bytes. Consumers do nothing with a batch but
 touch it, so the adapter rows measure pure delivery. Run:
 ``python benchmarks/bench_adapters.py [--quick]``.
@@ -105,10 +108,15 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
         rows["torch DataLoader(batch_size=None)"] = lambda: next(loader)
         closers += [ds.close, loader_ds.close]
     if "jax" not in skip:
+        import jax
+
         from recollect.jax import as_iterator
 
+        def jax_ready(batch: tuple) -> object:
+            return jax.block_until_ready(batch[0])
+
         jit = as_iterator(buf, BATCH, NUM_STEPS, prefetch=4)
-        rows["jax as_iterator (prefetch 4)"] = lambda: next(jit)[0]["observation"].block_until_ready()
+        rows["jax as_iterator (prefetch 4)"] = lambda: jax_ready(next(jit))
         closers.append(jit.close)
     if "tf" not in skip:
         import tensorflow as tf
@@ -119,7 +127,35 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
         rows["tf.data as_dataset (sequential)"] = lambda: next(seq)
         rows["tf.data as_dataset (num_parallel_calls=2)"] = lambda: next(par)
         rows["tf.data as_dataset (AUTOTUNE)"] = lambda: next(auto)
+        rows["tf.data AUTOTUNE, consumed in tf.function"] = _in_graph(buf, tf)
     return rows, closers
+
+
+def _in_graph(buf: ReplayBuffer, tf: object) -> Callable[[], object]:
+    """Batches pulled by a ``tf.function`` training loop (16 per call; rate is per batch)."""
+    dataset = buf.as_dataset(BATCH, NUM_STEPS, num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
+    iterator = iter(dataset)
+    per_call = 16
+
+    @tf.function
+    def steps() -> object:
+        total = tf.constant(0, tf.int64)
+        for _ in tf.range(per_call):
+            items, info = next(iterator)
+            first_pixel = tf.cast(items["observation"][0, 0, 0, 0, 0], tf.int64)
+            total += tf.reduce_sum(info.ids) + first_pixel
+        return total
+
+    state = {"left": 0}
+
+    def next_batch() -> object:
+        if state["left"] == 0:
+            steps()
+            state["left"] = per_call
+        state["left"] -= 1
+        return None
+
+    return next_batch
 
 
 def main() -> None:
@@ -129,6 +165,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="8k capacity, 100 batches x 3")
     parser.add_argument("--skip", default="", help="comma list of torch,jax,tf to skip")
+    parser.add_argument(
+        "--step-ms", type=float, default=1.0, help="simulated train step per batch (0: off)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.capacity, args.batches, args.repeats = 8_000, 100, 3
@@ -150,11 +189,40 @@ def main() -> None:
         close()
     base = results["buf.sample(32, 2) direct"]
     gather = results["limit: numpy gather store[idx]"]
-    print(f"{'row':44s} {'batches/s':>10s} {'transitions/s':>14s} {'x sample':>9s} {'x gather':>9s}")
+    header = f"{'row':44s} {'batches/s':>10s} {'transitions/s':>14s}"
+    print(f"{header} {'x sample':>9s} {'x gather':>9s}")
     for name, rate in results.items():
-        print(
-            f"{name:44s} {rate:10.0f} {rate * BATCH:14.0f} {rate / base:9.2f} {rate / gather:9.2f}"
-        )
+        line = f"{name:44s} {rate:10.0f} {rate * BATCH:14.0f}"
+        print(f"{line} {rate / base:9.2f} {rate / gather:9.2f}")
+    if args.step_ms > 0:
+        print_with_step(buf, skip, args)
+
+
+def print_with_step(buf: ReplayBuffer, skip: set[str], args: argparse.Namespace) -> None:
+    """Each batch followed by a simulated accelerator step that idles the CPU (``time.sleep``)."""
+    step_s = args.step_ms / 1000
+
+    def with_step(fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            out = fn()
+            time.sleep(step_s)
+            return out
+
+        return run
+
+    rows, closers = adapter_rows(buf, skip)
+    rows = {"buf.sample(32, 2) direct": lambda: buf.sample(BATCH, NUM_STEPS), **rows}
+    batches = max(50, args.batches // 3)
+    results = {name: measure(with_step(fn), batches, args.repeats) for name, fn in rows.items()}
+    for close in closers:
+        close()
+    base = results["buf.sample(32, 2) direct"]
+    ideal = 1 / step_s
+    print(f"\nwith a simulated {args.step_ms:g} ms accelerator step per batch", end=" ")
+    print(f"(ideal {ideal:.0f}/s)")
+    print(f"{'row':44s} {'batches/s':>10s} {'x sample':>9s} {'x ideal':>9s}")
+    for name, rate in results.items():
+        print(f"{name:44s} {rate:10.0f} {rate / base:9.2f} {rate / ideal:9.2f}")
 
 
 if __name__ == "__main__":

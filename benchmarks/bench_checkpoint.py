@@ -121,8 +121,8 @@ def rss(mode: str, path: Path) -> list[float]:
 def print_rss(ck: Path, raw: Path, nbytes: int) -> None:
     print("\nmemory during load, fresh process per mode (MiB; /proc/self/status)")
     print("before: VmRSS after imports. peak: VmHWM after the load (ru_maxrss beside it; it")
-    print("can include a forking parent's pages). anon/file: RssAnon/RssFile after the load,")
-    print("then after 1000 x sample(256). Mapped file pages are page cache, shared and")
+    print("inherits the forking parent's peak, so read VmHWM). anon/file: RssAnon/RssFile after")
+    print("the load, then after 1000 x sample(256). Mapped file pages are page cache, shared and")
     print("reclaimable; anon pages are the process's own copy of the data.")
     head = ["mode", "before", "peak", "ru_maxrss", "peak-before", "/data", "anon", "file",
             "anon@1k", "file@1k"]  # fmt: skip
@@ -162,7 +162,7 @@ def run(steps: int, repeats: int, work: Path) -> int:
     ck, raw = work / "ck", work / "raw"
     dest = [np.empty_like(a) for a in arrays]
     rows = {
-        "recollect save (sha256, fsync, atomic)": lambda: buf.save(ck),
+        "recollect save (crc32, fsync, atomic)": lambda: buf.save(ck),
         "limit: np.save per leaf + fsync": lambda: np_save(arrays, raw, True),
         "limit: np.save per leaf (no fsync)": lambda: np_save(arrays, raw, False),
         "recollect load (read into RAM)": lambda: rc.ReplayBuffer.load(ck),

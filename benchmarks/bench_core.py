@@ -47,6 +47,11 @@ import _peers
 import recollect as rc
 from _common import Row, measure, parse_args, print_table, rss_bytes
 
+try:
+    from recollect.storage import _gather
+except ImportError:  # an older recollect (before/after comparisons)
+    _gather = None
+
 W1_CAPACITY, W1_ENVS, W1_OBS = 100_000, 8, (84, 84, 4)
 W2_CAPACITY, W2_ENVS = 1_000_000, 8
 POOL = 2048  # distinct random steps cycled through (multiple of the env count)
@@ -190,8 +195,11 @@ def w1_peer_fill(name: str, data: dict[str, np.ndarray]) -> Any:
         "stable_baselines3": lambda: _peers.sb3_buffer(W1_CAPACITY, spec, W1_ENVS),
         "torchrl": lambda: _peers.torchrl_buffer(W1_CAPACITY),
     }[name]()
-    for o, a, r, n, d in w1_steps(data):
-        peer.add({"obs": o, "act": a, "rew": r, "next_obs": n, "done": d})
+    chunk = 1 if name == "stable_baselines3" else 128  # SB3 takes exactly n_envs rows
+    steps = list(w1_steps(data))
+    for k in range(0, len(steps), chunk):
+        cols = [np.concatenate(c) for c in zip(*steps[k : k + chunk], strict=True)]
+        peer.fill(dict(zip(("obs", "act", "rew", "next_obs", "done"), cols, strict=True)))
     return peer
 
 
@@ -213,6 +221,8 @@ def run_w1(args: Any) -> None:
         rows[-1].fn = lambda b=batch, r=replay: r.sample(b, 2)
         rows.append(Row("recollect TransitionBuffer.sample", lambda: None, batch))
         rows[-1].fn = lambda b=batch, t=transition: t.sample(b)
+        rows.append(Row("  same, ReplayBuffer on 1 gather thread", lambda: None, batch))
+        rows[-1].fn = lambda b=batch, r=replay: _one_thread(lambda: r.sample(b, 2))
         measure(rows, args.repeats, args.repeat_s)
         print_table(f"W1 sample {batch} (uint8 84x84x4, 8 envs, 100k)", rows, limits(rows))
     del replay, transition, rows, stores["replay"], stores["transition"]
@@ -239,6 +249,18 @@ def run_w1(args: Any) -> None:
     for key, (delta, secs) in memory.items():
         per = delta / W1_CAPACITY
         print(f"{key:<30} {per:>18,.0f} {per / obs_bytes:>10.2f} {secs:>8.1f}")
+
+
+def _one_thread(fn: Any) -> Any:
+    """Runs ``fn`` with recollect's split gathers off (diagnostic row)."""
+    if _gather is None:
+        return fn()
+    threads = _gather._POOL.threads
+    _gather._POOL.threads = 1
+    try:
+        return fn()
+    finally:
+        _gather._POOL.threads = threads
 
 
 def limits(rows: list[Row]) -> list[str]:
@@ -369,7 +391,8 @@ def _converter(lead: bool, add_env_dim: bool) -> Any:
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     only = set(args.only.split(",")) if args.only else {"w1", "w2"}
-    print(f"# recollect {rc.__version__}, numpy {np.__version__}, repeats={args.repeats}")
+    print(f"# recollect {rc.__version__} ({Path(rc.__file__).parent}), numpy {np.__version__}")
+    print(f"# repeats={args.repeats}, interleaved; medians")
     print(f"# peers: {'skipped' if args.no_peers else _peers.available() or 'none installed'}")
     t0 = time.perf_counter()
     if "w2" in only:

@@ -65,8 +65,8 @@ def batches(axis: int, count: int = 8) -> list[dict]:
     ]
 
 
-def make(axis: int, capacity: int, **kw) -> rc.ReplayBuffer:
-    stacks = {"observation": rc.FrameStack(4, axis=axis)}
+def make(axis: int, capacity: int, contiguous: bool = False, **kw) -> rc.ReplayBuffer:
+    stacks = {"observation": rc.FrameStack(4, axis=axis, contiguous=contiguous)}
     return rc.ReplayBuffer(w1_spec(axis), capacity, E, rng=0, frame_stacks=stacks, **kw)
 
 
@@ -157,12 +157,13 @@ def limit_rows(batch: int) -> list[Row]:
     ]
 
 
-def sample_tables(buf_last, buf_first, args) -> None:
+def sample_tables(buf_last, buf_first, buf_contiguous, args) -> None:
     for batch in (32, 256):
         limits = limit_rows(batch)
         rows = [
             *limits,
-            sample_rows("frame store [84,84,4]", buf_last, batch),
+            sample_rows("frame store [84,84,4] (strided view)", buf_last, batch),
+            sample_rows("frame store [84,84,4] contiguous=True", buf_contiguous, batch),
             sample_rows("frame store [4,84,84]", buf_first, batch),
         ]
         names = [r.name for r in limits]
@@ -220,21 +221,22 @@ def memmap_table(capacity: int, pool: list[dict], args) -> None:
         buf = make(-1, capacity, storage="memmap", directory=d)
         first = Row("memmap add_batch (first fill)", _noop, capacity)
         first.seconds = fill(buf, pool, capacity)
-        nxt, add = cycler(pool), buf.add_batch
+        nxt = cycler(pool)
         warm = [
-            Row("memmap add_batch (warm)", lambda: add(nxt()), E),
+            Row("memmap add_batch (warm)", lambda add=buf.add_batch: add(nxt()), E),
             sample_rows("memmap warm", buf, 32),
             sample_rows("memmap warm", buf, 256),
         ]
         measure(warm, args.repeats, args.repeat_s)
         warm = [Row(r.name, _noop, r.items, r.seconds) for r in warm]  # drop the closures
         buf.flush()
-        del buf, add
+        del buf
         gc.collect()  # unmaps the files, so their pages can leave the page cache
         cold, how = cold_rows(d, capacity, 3)
         size = _estimate(capacity) / 2**20
         print(f"\n## W1 on memmap (frame store, {size:,.0f} MiB of files; cold: {how}, reopened)")
-        for r in [first, *warm, *cold]:
+        print(f"{first.name:<44} {first.rate:>14,.0f} transitions/s (whole fill)")
+        for r in [*warm, *cold]:
             print(f"{r.name:<44} {r.rate:>14,.0f} {r.seconds * 1e6:>10.1f} us/call")
 
 
@@ -247,8 +249,10 @@ def main() -> None:
     add_table(buf_last, pool_last, args)
     buf_first = make(0, capacity)
     fill(buf_first, pool_first, capacity)
-    sample_tables(buf_last, buf_first, args)
-    del buf_last, buf_first
+    buf_contiguous = make(-1, capacity, contiguous=True)
+    fill(buf_contiguous, pool_last, capacity)
+    sample_tables(buf_last, buf_first, buf_contiguous, args)
+    del buf_last, buf_first, buf_contiguous
     gc.collect()
     memmap_table(capacity, pool_last, args)
 

@@ -177,7 +177,10 @@ def test_mmap_load_maps_full_buffers_and_never_modifies_the_checkpoint(tmp_path)
     assert not mapped._storage.arrays[0].flags.owndata  # a view of the mapping
     assert_same_contents(buf, mapped)
     assert_same_samples(buf, mapped)
+    twin = rc.ReplayBuffer.load(tmp_path / "ck")
     fill(mapped, 5, seed=3)  # copy-on-write: writes stay private to this process
+    fill(twin, 5, seed=3)
+    assert_same_contents(twin, mapped)  # new steps land in the mapped arrays
     assert_same_contents(buf, rc.ReplayBuffer.load(tmp_path / "ck"))
 
 

@@ -50,13 +50,16 @@ class StackingEnvs:
         return np.stack(out), is_first, self.ending.copy()
 
 
-def make_buffer(num_envs, max_length, k, axis, padding, dtype, markers, frame_shape=(2, 3)):
+def make_buffer(
+    num_envs, max_length, k, axis, padding, dtype, markers, frame_shape=(2, 3), contiguous=False
+):
     shape = list(frame_shape)
     shape.insert(axis % (len(frame_shape) + 1), k)
     spec = {"observation": rc.ArraySpec(tuple(shape), dtype), "action": rc.ArraySpec((), np.int32)}
     for name in markers:
         spec[name] = rc.ArraySpec((), bool)
-    stacks = {"observation": rc.FrameStack(stack_size=k, axis=axis, padding=padding)}
+    stack = rc.FrameStack(stack_size=k, axis=axis, padding=padding, contiguous=contiguous)
+    stacks = {"observation": stack}
     buf = rc.ReplayBuffer(spec, num_envs * max_length, num_envs, rng=0, frame_stacks=stacks)
     return buf, frame_shape
 
@@ -105,6 +108,7 @@ paddings = st.sampled_from(["reset", "zero", "custom"])
     num_steps=st.sampled_from([None, 1, 2, 3]),
     clear_at=st.one_of(st.none(), st.integers(0, 30)),
     seed=st.integers(0, 2**16),
+    contiguous=st.booleans(),
 )
 def test_sampled_stacks_equal_env_observations(
     num_envs,
@@ -119,10 +123,13 @@ def test_sampled_stacks_equal_env_observations(
     num_steps,
     clear_at,
     seed,
+    contiguous,
 ):
     frame_shape = (2, 3)
     pad = np.full(frame_shape, 7, dtype) if padding == "custom" else padding
-    buf, _ = make_buffer(num_envs, max_length, k, axis, pad, dtype, markers, frame_shape)
+    buf, _ = make_buffer(
+        num_envs, max_length, k, axis, pad, dtype, markers, frame_shape, contiguous
+    )
     envs = StackingEnvs(num_envs, frame_shape, dtype, k, axis, pad, seed, end_prob)
     recorded = {}
     fill(buf, envs, steps, markers, recorded, clear_at)
@@ -150,13 +157,32 @@ def test_windows_cross_episode_boundaries_when_asked():
 def test_memory_is_one_frame_per_step_plus_margin():
     buf, _ = make_buffer(8, 1000, 4, -1, "reset", np.uint8, ("is_last",), frame_shape=(84, 84))
     plain = 8 * 1000 * (4 + 1)  # action int32 + is_last
-    ring = 1004  # 1000 + 3 frames of history, rounded up to whole 4-frame blocks (lanes layout)
-    frames = (8 * ring + 4) * 84 * 84  # one padding block
+    ring = 1003  # 1000 + 3 frames of history (rows layout, the default)
+    frames = (8 * ring + 1) * 84 * 84  # one padding frame
     history = 8 * ring
     assert buf.nbytes == plain + frames + history
     assert buf.nbytes == rc.estimate_memory(
         buf.data_spec, 8000, 8, frame_stacks={"observation": rc.FrameStack(4)}
     )
+    # contiguous=True: lanes layout, rounded up to whole 4-frame blocks, one padding block.
+    lanes_ring = 1004
+    lanes = plain + (8 * lanes_ring + 4) * 84 * 84 + 8 * lanes_ring
+    assert lanes == rc.estimate_memory(
+        buf.data_spec, 8000, 8, frame_stacks={"observation": rc.FrameStack(4, contiguous=True)}
+    )
+
+
+def test_contiguous_stacks_equal_strided_view_stacks():
+    spec_args = (2, 30, 4, -1, "reset", np.uint8, ("is_last",))
+    buf, _ = make_buffer(*spec_args)
+    envs = StackingEnvs(2, (2, 3), np.uint8, 4, -1, "reset", 1, 0.3)
+    fill(buf, envs, 80, ("is_last",), {})
+    strided = buf.sample(16, 2).data["observation"]
+    assert strided.shape[-1] == 4
+    assert not strided.flags.c_contiguous  # zero-copy view over a frame-major gather
+    stacks = buf.gather_all()["observation"]
+    contiguous = np.ascontiguousarray(stacks)
+    np.testing.assert_array_equal(stacks, contiguous)
 
 
 def test_matches_gymnasium_frame_stack_observation():
@@ -299,3 +325,31 @@ def test_n_step_transitions_get_exact_next_observation_stacks():
         np.testing.assert_array_equal(batch["observation"][b], recorded[int(item)])
         k = int(batch["num_steps"][b])
         np.testing.assert_array_equal(batch["next_observation"][b], recorded[int(item) + 3 * k])
+
+
+@pytest.mark.parametrize("padding", ["reset", "zero"])
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_transition_buffer_rebuilds_observation_and_next_observation(padding, num_envs):
+    envs = StackingEnvs(num_envs, (3, 2), np.uint8, 4, -1, padding, 11, 0.15)
+    buf = rc.TransitionBuffer(
+        capacity=num_envs * 12, num_envs=num_envs, rng=0, frame_stack=rc.FrameStack(4, -1, padding)
+    )
+    obs, _, _ = envs.step()
+    recorded = {}
+    for t in range(40):
+        nxt, is_first, _ = envs.step()  # is_first: nxt starts a new episode (obs ended one)
+        final = np.where(is_first[:, None, None, None], envs.rng.integers(0, 9, obs.shape), nxt)
+        final = final.astype(np.uint8)
+        for e in range(num_envs):
+            recorded[t * num_envs + e] = (obs[e], final[e])
+        args = (obs, np.zeros(num_envs, np.int64), np.ones(num_envs, np.float32), final, is_first)
+        if num_envs == 1:
+            args = tuple(a[0] for a in args)
+        buf.add(*args)
+        obs = nxt
+    s = buf.sample(64)
+    for b, item in enumerate(s.ids):
+        np.testing.assert_array_equal(s.observation[b], recorded[int(item)][0])
+        np.testing.assert_array_equal(s.next_observation[b], recorded[int(item)][1])
+    naive = num_envs * 12 * (4 * 6 + 8 + 4 + 3)  # stacks, action, reward, three flags
+    assert buf.replay_buffer.nbytes < naive

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 
-from recollect import ArraySpec, ReplayBuffer, errors  # noqa: E402
+from recollect import ArraySpec, ReplayBuffer, TransitionBuffer, errors  # noqa: E402
 from recollect.jax import as_iterator  # noqa: E402
 
 NUM_ENVS = 2
@@ -83,3 +85,25 @@ def test_errors_reach_the_consumer():
         next(it)
     with pytest.raises(errors.InvalidArgumentError, match="prefetch"):
         as_iterator(empty, batch_size=2, prefetch=0)
+
+
+def test_an_abandoned_iterator_stops_its_thread(buf):
+    it = as_iterator(buf, batch_size=2)
+    next(it)
+    thread = it._prefetcher._thread
+    del it
+    gc.collect()
+    thread.join(2.0)
+    assert not thread.is_alive()
+
+
+def test_transition_buffer_samples_become_jax_fields():
+    tb = TransitionBuffer(capacity=16, num_envs=2, rng=0)
+    for t in range(4):
+        obs = np.full((2, 3), t, np.float32)
+        tb.add(obs, np.array([0, 1]), np.ones(2, np.float32), obs + 1, np.zeros(2, bool))
+    with as_iterator(tb, batch_size=5) as it:
+        sample = next(it)
+    assert isinstance(sample.observation, jax.Array) and sample.observation.shape == (5, 3)
+    np.testing.assert_array_equal(sample.next_observation, np.asarray(sample.observation) + 1)
+    assert isinstance(sample.ids, np.ndarray)

@@ -48,12 +48,19 @@ def test_estimate_with_frame_stacks_equals_nbytes(stack_size, num_envs):
         "reward": rc.ArraySpec((), np.float16),
         "is_first": rc.ArraySpec((), bool),
     }
-    stacks = {"observation": rc.FrameStack(stack_size)}
-    buf = rc.ReplayBuffer(spec, num_envs * 10, num_envs, frame_stacks=stacks)
-    estimate = rc.estimate_memory(spec, num_envs * 10, num_envs, frame_stacks=stacks)
-    assert estimate == buf.nbytes
-    ring = 10 + stack_size - 1
-    assert buf.nbytes == num_envs * 10 * 3 + (num_envs * ring + 1) * 30 + num_envs * ring
+    for contiguous in (False, True):
+        stacks = {"observation": rc.FrameStack(stack_size, contiguous=contiguous)}
+        buf = rc.ReplayBuffer(spec, num_envs * 10, num_envs, frame_stacks=stacks)
+        estimate = rc.estimate_memory(spec, num_envs * 10, num_envs, frame_stacks=stacks)
+        assert estimate == buf.nbytes
+        if contiguous:
+            # uint8 stacks of 2 or 4 on the last axis use 2/4-frame blocks (lanes layout): the
+            # ring is rounded up to whole blocks and the padding takes one block.
+            ring = -(-(10 + stack_size - 1) // stack_size) * stack_size
+            pad = stack_size if stack_size > 1 else 1
+        else:  # rows layout: history margin of stack_size - 1 frames, one padding frame
+            ring, pad = 10 + stack_size - 1, 1
+        assert buf.nbytes == num_envs * 10 * 3 + (num_envs * ring + pad) * 30 + num_envs * ring
 
 
 def test_memmap_estimate_is_the_same_bytes(tmp_path):

@@ -116,6 +116,7 @@ def test_cleared_windows_are_stale():
     buf.clear()
     assert buf.sampler._tree.total == 0.0
     assert buf.update_priorities(ids, np.ones(4)) == 4
+    assert buf.update_priorities([-2, -1, -3], np.ones(3)) == 3
 
 
 def test_new_windows_get_max_priority():

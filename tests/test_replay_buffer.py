@@ -241,3 +241,13 @@ def test_concurrent_large_gathers_in_threads():
     for th in threads:
         th.join()
     assert not errors, errors[0]
+
+
+def test_added_arrays_are_copied_not_referenced():
+    buf = rc.ReplayBuffer(SPEC, capacity=8, num_envs=2, rng=0)
+    batch = steps(0, 2)
+    buf.add_batch(batch)
+    for leaf in optree.tree_leaves(batch):
+        leaf[...] = 1  # an env reusing its output arrays must not change stored steps
+    np.testing.assert_array_equal(buf.gather_all()["action"], [[0], [1]])
+    assert not buf.gather_all()["is_last"].any()

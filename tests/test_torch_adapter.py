@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from recollect import ArraySpec, BufferInfo, ReplayBuffer, errors  # noqa: E402
+from recollect import ArraySpec, BufferInfo, ReplayBuffer, TransitionBuffer, errors  # noqa: E402
 from recollect.torch import ReplayDataset  # noqa: E402
 
 NUM_ENVS = 2
@@ -125,3 +127,26 @@ def test_sampling_errors_reach_the_consumer():
     ds.close()
     with pytest.raises(errors.InvalidArgumentError, match="prefetch"):
         ReplayDataset(empty, batch_size=2, prefetch=0)
+
+
+def test_an_abandoned_iterator_stops_its_thread(buf):
+    ds = ReplayDataset(buf, batch_size=2)
+    it = iter(ds)
+    next(it)
+    thread = it._thread
+    del it
+    gc.collect()
+    thread.join(2.0)
+    assert not thread.is_alive()
+
+
+def test_transition_buffer_samples_become_tensor_fields():
+    tb = TransitionBuffer(capacity=16, num_envs=2, rng=0)
+    for t in range(4):
+        obs = np.full((2, 3), t, np.float32)
+        tb.add(obs, np.array([0, 1]), np.ones(2, np.float32), obs + 1, np.zeros(2, bool))
+    ds = ReplayDataset(tb, batch_size=5)
+    sample = next(iter(ds))
+    ds.close()
+    assert isinstance(sample.observation, torch.Tensor) and sample.observation.shape == (5, 3)
+    torch.testing.assert_close(sample.next_observation, sample.observation + 1)

@@ -187,8 +187,9 @@ def test_chained_observations_are_stored_once():
     s = buf.sample(640)  # 2 MB of observations: the multi-threaded gather path
     np.testing.assert_array_equal(s.next_observation[:, 0, 0, 0], (s.ids + 1) % 256)
     np.testing.assert_array_equal(s.next_observation[:, -1, -1, -1], (s.ids + 1) % 256)
+    after_reset = s.ids % 100 == 0
     np.testing.assert_array_equal(
-        s.observation[~s.terminated][:, 0, 0, 0], s.ids[~s.terminated] % 256
+        s.observation[:, 0, 0, 0], np.where(after_reset, 200, s.ids % 256)
     )
     np.testing.assert_array_equal(s.terminated, s.ids % 100 == 99)
 
@@ -298,3 +299,18 @@ def test_chain_is_bitwise_negative_zero_and_nan():
     assert len(first) and np.signbit(first[:, 0]).all() and np.isnan(first[:, 1]).all()
     second = s.next_observation[s.ids == 1]
     assert len(second) and (second[:, 0] == 1.0).all() and np.isnan(second[:, 1]).all()
+
+
+def test_env_reusing_one_array_in_place():
+    """Vector envs may return the same array object each step, mutated in place."""
+    buf = rc.TransitionBuffer(capacity=6, num_envs=2, rng=0)
+    obs = np.zeros((2, 3), np.float32)
+    nxt = np.zeros((2, 3), np.float32)
+    for t in range(5):
+        nxt[...] = t + 1  # same object every step
+        buf.add(obs, np.full(2, t), np.zeros(2), nxt, np.zeros(2, bool))
+        obs[...] = nxt
+    nxt[...] = -1
+    s = buf.sample(64)
+    np.testing.assert_array_equal(s.observation[:, 0], s.ids // 2)
+    np.testing.assert_array_equal(s.next_observation[:, 0], s.ids // 2 + 1)

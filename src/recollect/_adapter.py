@@ -54,7 +54,7 @@ def _plain_ring_buffer(buffer: Any) -> bool:
     )
 
 
-def sample_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Sample:
+def sample_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Any:
     """``buffer.sample(batch_size, num_steps)`` with the numpy gather outside the buffer lock.
 
     Same result distribution, shapes and errors as :meth:`ReplayBuffer.sample`.
@@ -63,7 +63,10 @@ def sample_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Sa
     with their own, fully locked ``sample``.
     """
     if not _plain_ring_buffer(buffer):
-        return buffer.sample(batch_size, num_steps)
+        # e.g. TransitionBuffer.sample(batch_size) has no num_steps.
+        return (
+            buffer.sample(batch_size) if num_steps is None else buffer.sample(batch_size, num_steps)
+        )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         return buffer.sample(batch_size, num_steps)  # raises the usual error
     n, within = buffer._resolve_window(num_steps, None)
@@ -78,6 +81,32 @@ def sample_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Sa
         return buffer.sample(batch_size, num_steps)
     ids = draw.times * buffer.num_envs + draw.rows
     return Sample(buffer._flat.unflatten(leaves), ids, draw.probabilities, draw.weights)
+
+
+def _put(q: queue.Queue[Any], stop: threading.Event, item: Any) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=_POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _run(
+    produce: Callable[[], Any],
+    should_stop: Callable[[], bool],
+    q: queue.Queue[Any],
+    stop: threading.Event,
+) -> None:
+    try:
+        while not stop.is_set() and not should_stop():
+            if not _put(q, stop, produce()):
+                return
+    except BaseException as err:  # handed to the consumer
+        _put(q, stop, _Raised(err))
+        return
+    _put(q, stop, _END)
 
 
 class _Raised:
@@ -99,32 +128,18 @@ class Prefetcher(Iterator[Any]):
     def __init__(
         self, produce: Callable[[], Any], depth: int, should_stop: Callable[[], bool]
     ) -> None:
-        self._produce = produce
-        self._should_stop = should_stop
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._done = False
-        self._thread = threading.Thread(target=self._run, name="recollect-prefetch", daemon=True)
+        # The thread holds no reference to this object, so an abandoned iterator is
+        # garbage collected and its __del__ stops the thread.
+        self._thread = threading.Thread(
+            target=_run,
+            args=(produce, should_stop, self._queue, self._stop),
+            name="recollect-prefetch",
+            daemon=True,
+        )
         self._thread.start()
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=_POLL_S)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set() and not self._should_stop():
-                if not self._put(self._produce()):
-                    return
-        except BaseException as err:  # handed to the consumer
-            self._put(_Raised(err))
-            return
-        self._put(_END)
 
     def __next__(self) -> Any:
         while not self._done:

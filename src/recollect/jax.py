@@ -7,16 +7,38 @@ the device when the training step asks for it.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Iterator
 from typing import Any
 
 import jax
-import optree
 
 from recollect._adapter import Prefetcher, buffer_closed, check_prefetch, sample_concurrent
-from recollect.buffers.sample import BufferInfo
+from recollect.buffers.sample import BufferInfo, Sample
 
 __all__ = ["ReplayIterator", "as_iterator"]
+
+
+_METADATA = ("ids", "probabilities", "weights")
+
+
+def _produce(
+    buffer: Any, batch_size: int, num_steps: int | None, device: Any
+) -> tuple[Any, BufferInfo]:
+    s = sample_concurrent(buffer, batch_size, num_steps)
+    if not isinstance(s, Sample):  # e.g. a TransitionSample: move its data fields
+        moved = {
+            f.name: jax.device_put(getattr(s, f.name), device, may_alias=True)
+            for f in dataclasses.fields(s)
+            if f.name not in _METADATA and getattr(s, f.name) is not None
+        }
+        return dataclasses.replace(s, **moved)
+    # One transfer call for the whole nest; the gathered arrays are fresh and never
+    # touched again, so a CPU device may alias them instead of copying.
+    data = jax.device_put(s.data, device, may_alias=True)
+    # ids/probabilities stay numpy: jax defaults to 32-bit and would truncate int64 ids.
+    return data, BufferInfo(s.ids, s.probabilities)
 
 
 class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
@@ -29,16 +51,11 @@ class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
         self.batch_size = batch_size
         self.num_steps = num_steps
         self.device = device
-        self._prefetcher = Prefetcher(self._produce, check_prefetch(prefetch), self._stop)
-
-    def _stop(self) -> bool:
-        return buffer_closed(self.buffer)
-
-    def _produce(self) -> tuple[Any, BufferInfo]:
-        s = sample_concurrent(self.buffer, self.batch_size, self.num_steps)
-        data = optree.tree_map(lambda x: jax.device_put(x, self.device), s.data, none_is_leaf=False)
-        # ids/probabilities stay numpy: jax defaults to 32-bit and would truncate int64 ids.
-        return data, BufferInfo(s.ids, s.probabilities)
+        self._prefetcher = Prefetcher(
+            functools.partial(_produce, buffer, batch_size, num_steps, device),
+            check_prefetch(prefetch),
+            functools.partial(buffer_closed, buffer),
+        )
 
     def __next__(self) -> tuple[Any, BufferInfo]:
         return next(self._prefetcher)
@@ -75,7 +92,8 @@ def as_iterator(
     dtypes follow the spec, except that 64-bit leaves become 32-bit unless
     ``jax_enable_x64`` is on (JAX's own rule). ``BufferInfo.ids`` (int64) and
     ``probabilities`` (float64) stay numpy arrays ``[batch_size]`` so ids are
-    never truncated.
+    never truncated. A :class:`~recollect.TransitionBuffer` yields its
+    ``TransitionSample`` with ``jax.Array`` data fields instead.
 
     Iteration ends when :meth:`ReplayIterator.close` is called or the buffer is
     closed (``buffer.closed``); sampling errors such as

@@ -13,6 +13,7 @@ thread and yields ``(data, BufferInfo)`` nests of tensors, ready for
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ import optree
 import torch
 
 from recollect._adapter import Prefetcher, buffer_closed, check_prefetch, sample_concurrent
-from recollect.buffers.sample import BufferInfo
+from recollect.buffers.sample import BufferInfo, Sample
 
 __all__ = ["ReplayDataset", "as_tensors"]
 
@@ -64,7 +65,9 @@ def as_tensors(
 class ReplayDataset(torch.utils.data.IterableDataset):
     """An endless stream of sampled batches as tensors, prefetched on a background thread.
 
-    Each item is ``(data, BufferInfo(ids, probabilities))``: ``data`` is a nest
+    Each item of a :class:`~recollect.ReplayBuffer` is ``(data, BufferInfo(ids,
+    probabilities))``; a :class:`~recollect.TransitionBuffer` yields its
+    ``TransitionSample`` with tensor fields instead. ``data`` is a nest
     like the spec with tensor leaves ``[batch_size, num_steps, *leaf_shape]``
     (``[batch_size, *leaf_shape]`` for ``num_steps=None``) of the spec's dtypes;
     ``ids`` is int64 ``[batch_size]``, ``probabilities`` float64 ``[batch_size]``.
@@ -115,10 +118,12 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.prefetch = check_prefetch(prefetch)
         self._closed = threading.Event()
-        self._prefetchers: list[Prefetcher] = []
+        self._prefetchers: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
 
-    def _produce(self) -> tuple[Any, BufferInfo]:
+    def _produce(self) -> Any:
         s = sample_concurrent(self.buffer, self.batch_size, self.num_steps)
+        if not isinstance(s, Sample):  # e.g. a TransitionSample: every array field converted
+            return as_tensors(s, self.device, self.pin_memory)
         data = as_tensors(s.data, self.device, self.pin_memory)
         return data, BufferInfo(torch.from_numpy(s.ids), torch.from_numpy(s.probabilities))
 
@@ -129,8 +134,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         if self._closed.is_set():
             return iter(())
         prefetcher = Prefetcher(self._produce, self.prefetch, self._should_stop)
-        self._prefetchers = [p for p in self._prefetchers if not p.closed]
-        self._prefetchers.append(prefetcher)
+        self._prefetchers.add(prefetcher)  # weak: an abandoned iterator stops its thread
         return prefetcher
 
     @property
@@ -141,6 +145,5 @@ class ReplayDataset(torch.utils.data.IterableDataset):
     def close(self) -> None:
         """Stops every iterator of this dataset and its prefetch threads; idempotent."""
         self._closed.set()
-        for prefetcher in self._prefetchers:
+        for prefetcher in list(self._prefetchers):
             prefetcher.close()
-        self._prefetchers = []

@@ -8,6 +8,7 @@ stay in range, floats stay finite, integers converted to floats stay exact).
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -116,15 +117,20 @@ def _check_lossless(arr: np.ndarray, dtype: np.dtype, path: str, what: str) -> N
             )
 
 
-def _fast_plan(flat: FlatSpec, leading: tuple[int, ...]) -> tuple[list[str] | None, list[tuple]]:
-    """Cached per spec and leading dims: the keys of a flat dict spec (else None), full shapes."""
-    plans = flat.__dict__.setdefault("_convert_plans", {})
+def _fast_plan(flat: FlatSpec, leading: tuple[int, ...]) -> tuple[Any, int, list[tuple]]:
+    """Cached per spec and leading dims: (key getter of a flat dict spec or None, leaves,
+    ``[(full shape, dtype)]``)."""
+    plans = flat.__dict__.get("_convert_plans")
+    if plans is None:
+        plans = flat.__dict__["_convert_plans"] = {}
     plan = plans.get(leading)
     if plan is None:
-        spec = flat.spec
-        flat_dict = type(spec) is dict and all(type(k) is str for k in spec)
-        keys = list(flat.paths) if flat_dict and list(flat.paths) == sorted(spec) else None
-        plan = plans[leading] = (keys, [leading + shape for shape in flat.shapes])
+        spec, keys = flat.spec, list(flat.paths)
+        getter = None
+        if type(spec) is dict and all(type(k) is str for k in spec) and keys == sorted(spec):
+            getter = operator.itemgetter(*keys) if len(keys) > 1 else lambda d: (d[keys[0]],)
+        expected = [(leading + s, d) for s, d in zip(flat.shapes, flat.dtypes, strict=True)]
+        plan = plans[leading] = (getter, len(keys), expected)
     return plan
 
 
@@ -133,26 +139,31 @@ def convert_step(
 ) -> list[np.ndarray]:
     """Validates a nest against the spec with ``leading`` extra dims; returns flat arrays.
 
-    The fast path (a plain dict for a flat dict spec, or any nest; exact dtype
-    and shape) costs a dict lookup (else one optree flatten) and one comparison
-    per leaf; anything else goes through :func:`convert_leaf`, which raises.
+    The fast path (exact dtype and shape) costs one key lookup per leaf for a
+    plain dict matching a flat dict spec (else one optree flatten) and one
+    comparison per leaf; anything else goes through :func:`convert_leaf`.
 
     Raises:
         SpecError, ShapeError, DTypeError, CastError: see :func:`convert_leaf`.
     """
-    keys, shapes = _fast_plan(flat, leading)
+    getter, n, expected = _fast_plan(flat, leading)
     values = None
-    if keys is not None and type(data) is dict and len(data) == len(keys):
+    if getter is not None and type(data) is dict and len(data) == n:
         try:  # same key set as the spec: what flatten_up_to returns, without optree
-            values = [data[k] for k in keys]
+            values = getter(data)
         except KeyError:
             values = None
     if values is None:
         values = check_structure(flat, data, what)
-    for value, shape, dtype in zip(values, shapes, flat.dtypes, strict=True):
-        if type(value) is not np.ndarray or value.shape != shape or value.dtype != dtype:
-            return _convert_leaves(flat, values, leading, what)
-    return values
+    # Same length by construction; zip(strict=True) would cost a third of this loop.
+    for value, (shape, dtype) in zip(values, expected):  # noqa: B905
+        if (
+            type(value) is not np.ndarray
+            or value.shape != shape
+            or (value.dtype is not dtype and value.dtype != dtype)
+        ):  # anything unusual takes the complete path (same results and errors as ever)
+            return _convert_leaves(flat, check_structure(flat, data, what), leading, what)
+    return list(values)
 
 
 def _convert_leaves(

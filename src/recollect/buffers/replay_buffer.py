@@ -313,7 +313,7 @@ class ReplayBuffer:
         Args:
             batch_size: windows to draw (with replacement), >= 1.
             num_steps: window length; None gives one step per item and drops
-                the time axis, or, when the buffer fixes ``sequence_length``,
+                the time axis, or, when the buffer fixes ``sequence_length`` > 1,
                 windows of that length with a time axis (as Reverb items).
             within_episode: override of episode-aware mode (default: on when
                 the spec has ``is_last``).
@@ -335,8 +335,7 @@ class ReplayBuffer:
         n, within_episode = self._resolve_window(num_steps, within_episode)
         with self._lock:
             draw = self._draw(batch_size, n, within_episode, sampler_options)
-            time_axis = num_steps is not None or self._sequence_length is not None
-            leaves = self._gather(draw, n, time_axis=time_axis)
+            leaves = self._gather(draw, n, time_axis=num_steps is not None or n > 1)
         ids = draw.times * self._num_envs + draw.rows
         return Sample(self._flat.unflatten(leaves), ids, draw.probabilities, draw.weights)
 
@@ -419,7 +418,7 @@ class ReplayBuffer:
         """Restores a buffer written by :meth:`save` (see :mod:`recollect.checkpoint`)."""
         from recollect.checkpoint import load_buffer
 
-        return load_buffer(path, mmap=mmap)
+        return load_buffer(path, mmap=mmap, kind="ReplayBuffer")
 
     def as_dataset(
         self,

@@ -23,6 +23,7 @@ from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
+from recollect.storage.frame_store import FrameStack
 from recollect.validation import convert_step
 
 __all__ = ["TransitionBuffer", "TransitionSample"]
@@ -120,6 +121,12 @@ class TransitionBuffer:
             :class:`~recollect.Prioritized` defaults) or a ``Prioritized(...)``
             instance; then ``sample`` returns importance ``weights`` and
             :meth:`update_priorities` sets priorities.
+        frame_stack: a :class:`~recollect.FrameStack` when the observation is
+            one array of stacked frames (gymnasium ``FrameStackObservation``):
+            each step then stores only its newest frame, and ``observation``
+            and ``next_observation`` stacks are rebuilt bit-exact (a step that
+            does not continue the previous ``next_observation`` starts an
+            episode, padded per ``frame_stack.padding``).
 
     The spec is inferred from the first :meth:`add` (observation and action
     may be nests; dtypes are kept as given). Sampling is uniform over the
@@ -133,9 +140,20 @@ class TransitionBuffer:
     """
 
     def __init__(
-        self, capacity: int, num_envs: int = 1, rng: RngLike = None, *, prioritized: Any = False
+        self,
+        capacity: int,
+        num_envs: int = 1,
+        rng: RngLike = None,
+        *,
+        prioritized: Any = False,
+        frame_stack: FrameStack | None = None,
     ) -> None:
         self._prioritized = _prioritized_sampler(prioritized)
+        if frame_stack is not None and not isinstance(frame_stack, FrameStack):
+            raise InvalidArgumentError(
+                f"`frame_stack` must be a recollect.FrameStack or None; got {frame_stack!r}."
+            )
+        self._frame_stack = frame_stack
         self._capacity = _positive_int("capacity", capacity)
         self._num_envs = _positive_int("num_envs", num_envs)
         if self._capacity < self._num_envs or self._capacity % self._num_envs:
@@ -166,10 +184,14 @@ class TransitionBuffer:
             "terminated": ArraySpec((), np.bool_),
             "truncated": ArraySpec((), np.bool_),
         }
+        stacks = None
+        if self._frame_stack is not None:  # episode starts = chain breaks (set in add)
+            spec["is_first"] = ArraySpec((), np.bool_)
+            stacks = {"observation": self._frame_stack}
         sampler = self._prioritized
         buffer = ReplayBuffer(
             spec, self._capacity, self._num_envs, rng=self._rng, sampler=sampler,
-            sequence_length=None if sampler is None else 1,
+            sequence_length=None if sampler is None else 1, frame_stacks=stacks,
         )
         self._attach(buffer, obs_spec)
 
@@ -182,6 +204,7 @@ class TransitionBuffer:
             for i, p in enumerate(flat.paths)
             if p == "observation" or p.startswith("observation/")
         ]
+        self._first_id = flat.paths.index("is_first") if "is_first" in flat.paths else None
         self._pending = [
             np.zeros((self._num_envs, *s), d)
             for s, d in zip(self._obs_flat.shapes, self._obs_flat.dtypes, strict=True)
@@ -269,11 +292,15 @@ class TransitionBuffer:
                 k: v if k in ("terminated", "truncated") else _add_dim(v) for k, v in step.items()
             }
             next_observation = _add_dim(next_observation)
+        if self._first_id is not None:
+            step["is_first"] = np.zeros(lead, bool)  # set from the chain below
         leaves = convert_step(buffer._flat, step, lead, "add")
         nxt = convert_step(self._obs_flat, next_observation, lead, "add next_observation")
         obs = [leaves[i] for i in self._obs_leaf_ids]
         with buffer._lock:
-            self._link_previous(obs)
+            chained = self._link_previous(obs)
+            if self._first_id is not None:
+                leaves[self._first_id] = ~chained
             t = buffer._index.t
             self._final_ref[:, t % buffer.max_length] = -1
             buffer._write(leaves)
@@ -281,8 +308,11 @@ class TransitionBuffer:
                 pending[...] = value
             self._has_pending[:] = True
 
-    def _link_previous(self, obs: list[np.ndarray]) -> None:
-        """Keeps the previous next_observation of envs whose chain breaks now."""
+    def _link_previous(self, obs: list[np.ndarray]) -> np.ndarray:
+        """Keeps the previous next_observation of envs whose chain breaks now.
+
+        Returns bool ``[num_envs]``: the envs whose observation continues the chain.
+        """
         buffer = self._buffer
         assert buffer is not None
         chained = self._has_pending.copy()
@@ -293,9 +323,10 @@ class TransitionBuffer:
         prev_t = buffer._index.t - 1
         new_lo = max(buffer._index.t_clear, buffer._index.t + 1 - buffer.max_length)
         if len(broken) == 0 or prev_t < new_lo:
-            return
+            return chained
         refs = self._finals.append([p[broken] for p in self._pending], prev_t, new_lo)
         self._final_ref[broken, prev_t % buffer.max_length] = refs
+        return chained
 
     def clear(self) -> None:
         """Forgets every transition; the next add starts a new chain."""

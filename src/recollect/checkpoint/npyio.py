@@ -36,7 +36,8 @@ __all__ = [
 ]
 
 ALGORITHM = "crc32"
-_CHUNK_BYTES = 1 << 23
+_CHUNK_BYTES = 1 << 26  # write/read pieces: checksummed on the worker while the next is copied
+_VERIFY_BYTES = 1 << 23  # the two reusable buffers of verify_file (mmap loads)
 _THREADED_BYTES = 1 << 22  # files smaller than this are checksummed inline
 
 
@@ -237,7 +238,7 @@ def verify_file(path: Path, checksum: str, size: int) -> None:
     with _open(path) as f:
         _check_size(path, os.fstat(f.fileno()).st_size, size, "the manifest")
         digest = _digest_for(checksum, size, path)
-        buffers = [bytearray(min(size, _CHUNK_BYTES)) for _ in range(2)]
+        buffers = [bytearray(min(size, _VERIFY_BYTES)) for _ in range(2)]
         pending: list[Future | None] = [None, None]
         k = 0
         while True:

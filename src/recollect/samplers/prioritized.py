@@ -95,7 +95,9 @@ class Prioritized(Sampler):
         super().bind(index, sequence_length)
         self._length = index.max_length
         self._tree = SumTree(index.num_envs * index.max_length)
-        self._valid = np.zeros(index.num_envs * index.max_length, bool)
+        # start time of the valid window keyed by each slot, -1 where none (ids are checked
+        # against it: a stale id's slot holds another time or -1)
+        self._start = np.full(index.num_envs * index.max_length, -1, np.int64)
         self._row_base = np.arange(index.num_envs, dtype=np.int64) * index.max_length
         self._last_end = index.last_end.copy()
 
@@ -115,17 +117,17 @@ class Prioritized(Sampler):
         if is_last is not None:
             ok &= self._last_end < start  # no episode end before the window's last step
             self._last_end[:] = index.last_end
-        self.num_valid -= int(np.count_nonzero(self._valid[gone]))
-        self._valid[gone] = False
+        self.num_valid -= int(np.count_nonzero(self._start[gone] >= 0))
+        self._start[gone] = -1
         new = new[ok]
-        self._valid[new] = True
+        self._start[new] = start
         self.num_valid += len(new)
         value = np.full(len(new), self._value(self.max_priority))
         self._tree.set(np.concatenate([gone, new]), np.concatenate([np.zeros(len(gone)), value]))
 
     def on_clear(self) -> None:
         self._tree.clear()
-        self._valid[:] = False
+        self._start[:] = -1
         self.num_valid = 0
         self._last_end = self.index.last_end.copy()
 
@@ -160,8 +162,7 @@ class Prioritized(Sampler):
         keys = self._tree.find(rng.random(batch_size) * total)
         probabilities = self._tree[keys] / total
         rows = keys // self._length
-        lo = self.index.lo
-        times = lo + (keys - rows * self._length - lo) % self._length
+        times = self._start[keys]
         weights = np.power(self.num_valid * probabilities, -beta)
         weights /= weights.max()
         return WindowDraw(rows, times, probabilities, weights)
@@ -201,21 +202,21 @@ class Prioritized(Sampler):
             InvalidArgumentError: shapes differ, ids are not integers, or a
                 priority is NaN, inf or negative; nothing is changed.
         """
-        ids, priorities = self._check_update(ids, priorities)
-        num_envs = self.index.num_envs
-        times, rows = np.divmod(ids, num_envs)
+        ids, priorities, largest = self._check_update(ids, priorities)
+        times, rows = np.divmod(ids, self.index.num_envs)
         keys = rows * self._length + times % self._length
-        live = (times >= self.index.lo) & (times <= self.index.hi - self.sequence_length)
-        live &= self._valid[keys]
+        live = self._start[keys] == times
+        live &= times >= 0  # -1 marks "no window"; a negative id is never live
         skipped = len(ids) - int(np.count_nonzero(live))
         if skipped:
             keys, priorities = keys[live], priorities[live]
+            largest = float(priorities.max()) if len(keys) else -1.0
         if len(keys):
             self._tree.set(keys, self._value(priorities))
-            self.max_priority = max(self.max_priority, float(priorities.max()))
+            self.max_priority = max(self.max_priority, largest)
         return skipped
 
-    def _check_update(self, ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _check_update(self, ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
         ids = np.asarray(ids)
         priorities = np.asarray(priorities, dtype=np.float64)
         if ids.ndim != 1 or ids.shape != priorities.shape:
@@ -227,6 +228,9 @@ class Prioritized(Sampler):
             raise InvalidArgumentError(
                 f"update_priorities needs integer ids (Sample.ids); got dtype {ids.dtype}."
             )
+        largest = float(priorities.max()) if len(priorities) else 0.0
+        if np.isfinite(largest) and (priorities >= 0).all():  # fast path: no nan, inf, < 0
+            return ids.astype(np.int64, copy=False), priorities, largest
         bad = ~np.isfinite(priorities) | (priorities < 0)
         if bad.any():
             first = int(np.flatnonzero(bad)[0])
@@ -235,14 +239,14 @@ class Prioritized(Sampler):
                 f"{first} ({int(bad.sum())} bad value(s)). Nothing was updated; pass e.g. "
                 "np.abs(td_error) and check the loss for NaN."
             )
-        return ids.astype(np.int64, copy=False), priorities
+        return ids.astype(np.int64, copy=False), priorities, largest
 
     # -- checkpoints ------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Leaf values, validity and scalars (plain numpy arrays and floats, no pickle)."""
         return {
             "values": self._tree.values.copy(),
-            "valid": self._valid.copy(),
+            "start": self._start.copy(),
             "last_end": self._last_end.copy(),
             "max_priority": self.max_priority,
             "priority_exponent": self.priority_exponent,
@@ -260,7 +264,7 @@ class Prioritized(Sampler):
                 f"({self._tree.capacity},). Load it into a buffer of the same capacity."
             )
         self._tree.fill(values)
-        self._valid[:] = np.asarray(state["valid"], dtype=bool)
+        self._start[:] = np.asarray(state["start"], dtype=np.int64)
         self._last_end = np.asarray(state["last_end"], dtype=np.int64).copy()
         self.max_priority = float(state["max_priority"])
         self.priority_exponent = float(state["priority_exponent"])

@@ -24,8 +24,11 @@ therefore checked to be a leaf of positive value, and the few that are not are
 redone exactly (``np.cumsum`` over the leaves + ``searchsorted``). A leaf of
 value zero is never returned while the total is positive.
 
-Profile (1M leaves, 256 queries, 2-core machine, CPU time): find ~50 us,
-set ~30 us, against ~135 us / ~65 us with ``np.cumsum`` per level.
+Profile (1M leaves, 256 fresh random queries then a set of the 256 found
+leaves, CPU time on the 2-core dev machine): ~90 us for find + set with
+branching 16 (12: 134, 20: 95, 32: 98, 40: 112), against ~290 us with
+``np.cumsum(axis=1)`` per level. About a third of it is cache misses on the
+8 MB leaf level.
 """
 
 from __future__ import annotations
@@ -33,10 +36,6 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["SumTree"]
-
-
-def _padded(n: int, b: int) -> int:
-    return max(b, -(-n // b) * b)
 
 
 class SumTree:
@@ -61,10 +60,11 @@ class SumTree:
             )
         self.capacity = int(capacity)
         self.branching = b = int(branching)
-        sizes = [_padded(self.capacity, b)]
-        while sizes[-1] > b * b:  # too big to be the top: add a level of block sums
-            above = sizes[-1] // b  # the top stays unpadded: one entry per block below
-            sizes.append(_padded(above, b) if above > b * b else above)
+        top, depth = self.capacity, 0
+        while top > b * b:  # too big to be the top: add a level of block sums
+            top, depth = -(-top // b), depth + 1
+        # level i holds top * b^(depth - i) entries: every entry above has a full block below
+        sizes = [top * b ** (depth - i) for i in range(depth + 1)]
         self._levels = [np.zeros(size, np.float64) for size in sizes]
         self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
         self._exclusive = np.triu(np.ones((b, b)), 1)  # block @ this = exclusive prefix sums

@@ -1,5 +1,7 @@
 """Storage backends: preallocated structure-of-arrays, one array per spec leaf."""
 
+from recollect.storage.frame_store import FrameStack, FrameStackStorage
+from recollect.storage.memmap import MemmapStorage
 from recollect.storage.ring import RingStorage
 
-__all__ = ["RingStorage"]
+__all__ = ["FrameStack", "FrameStackStorage", "MemmapStorage", "RingStorage"]

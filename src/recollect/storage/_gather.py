@@ -3,12 +3,19 @@
 ``np.take(view, index, axis=0)`` copies each row with one ``memmove`` and is
 several times faster than fancy indexing for ``[N, k]`` leaves (fancy indexing
 walks the row element by element); scalar leaves keep fancy indexing, which
-is fastest for them. numpy releases the GIL while it copies, so a large
-gather (image observations) is cut into chunks that the calling thread and a
+is fastest for them. All leaves of one gather land in ONE block of memory,
+recycled once every view of it is gone (:class:`_Blocks`): fresh multi-MiB
+arrays cost a page fault per 4 KiB, as much as the copy itself.
+
+numpy releases the GIL while it copies, so a large (>= 4 MiB) gather, e.g.
+image observations, can be cut into chunks that the calling thread and a
 small persistent pool of worker threads copy concurrently into one
 preallocated output. Chunks are claimed one at a time, so a worker that is
 not scheduled in time costs nothing: the calling thread then copies the
 remaining chunks itself and never waits for a worker that has not started.
+A worker preempted in the middle of a chunk does make the caller wait, so
+large gathers pick one or several threads by measured throughput
+(:class:`_Chooser`).
 
 ``RECOLLECT_GATHER_THREADS`` (default: usable CPUs, at most 4) sets the number
 of threads copying one gather, the calling thread included; 1 disables the pool.
@@ -16,17 +23,22 @@ of threads copying one gather, the calling thread included; 1 disables the pool.
 
 from __future__ import annotations
 
+import collections
+import itertools
+import math
 import os
 import queue
+import statistics
 import sys
 import threading
+import time
 
 import numpy as np
 
 __all__ = ["PARALLEL_MIN_BYTES", "gather_leaves"]
 
-#: Gathers moving at least this many bytes are split over threads.
-PARALLEL_MIN_BYTES = 1 << 20
+#: Leaf gathers moving at least this many bytes may be split over threads.
+PARALLEL_MIN_BYTES = 1 << 22
 #: Target bytes per chunk of a split gather.
 CHUNK_BYTES = 1 << 19
 MAX_CHUNKS = 32
@@ -132,18 +144,19 @@ class _Blocks:
     the memory to the OS after each sample. So a gather takes ONE block for
     all its leaves, and the last ``keep`` blocks are kept: a block whose only
     reference is this cache (CPython refcount; every leaf returned is a view
-    holding one) is handed out again. Holds at most ``keep`` blocks.
+    holding one) is handed out again. Holds at most ``keep`` blocks of
+    ``min_bytes`` to ``max_bytes`` each.
     """
 
-    def __init__(self, keep: int = 2, min_bytes: int = 1 << 18) -> None:
-        self.keep, self.min_bytes = keep, min_bytes
+    def __init__(self, keep: int = 4, min_bytes: int = 1 << 18, max_bytes: int = 1 << 28) -> None:
+        self.keep, self.min_bytes, self.max_bytes = keep, min_bytes, max_bytes
         self.blocks: list[np.ndarray] = []
         self.lock = threading.Lock()
         # Refcounts are exact only with the GIL (free-threaded builds defer them).
         self.enabled = getattr(sys, "_is_gil_enabled", lambda: True)()
 
     def get(self, nbytes: int) -> np.ndarray:
-        if nbytes < self.min_bytes or not self.enabled:
+        if not self.min_bytes <= nbytes <= self.max_bytes or not self.enabled:
             return np.empty(nbytes, np.uint8)
         with self.lock:
             blocks = self.blocks
@@ -167,6 +180,53 @@ def _align(n: int) -> int:
     return (n + 63) & ~63
 
 
+class _Chooser:
+    """Picks one or several threads for a large gather by measured throughput.
+
+    Splitting pays when another core is idle; on a loaded machine a worker
+    that is preempted mid-chunk makes the caller wait, and one thread is
+    faster. So each size class (power of two of the bytes) keeps the last
+    ``window`` rates (bytes/s) of each mode, alternates modes until each has
+    ``warmup`` of them, then uses the mode with the higher median rate and
+    tries the other one every ``explore``-th gather. Results are identical
+    either way; only the speed differs.
+    """
+
+    def __init__(self, explore: int = 64, window: int = 5, warmup: int = 3) -> None:
+        self.explore, self.window, self.warmup = explore, window, warmup
+        self.rates: dict[int, tuple[collections.deque, collections.deque]] = {}
+        self.calls = 0
+
+    def split(self, nbytes: int) -> bool:
+        key = nbytes.bit_length()
+        rates = self.rates.get(key)
+        if rates is None:
+            w = self.window
+            rates = self.rates[key] = (collections.deque(maxlen=w), collections.deque(maxlen=w))
+        self.calls += 1
+        single, split = rates
+        if len(single) < self.warmup or len(split) < self.warmup:
+            return len(split) < len(single)
+        best = statistics.median(split) > statistics.median(single)
+        return best != (self.calls % self.explore == 0)
+
+    def record(self, nbytes: int, split: bool, seconds: float) -> None:
+        self.rates[nbytes.bit_length()][split].append(nbytes / max(seconds, 1e-9))
+
+
+_CHOOSER = _Chooser()
+
+
+def _take_large(view: np.ndarray, flat: np.ndarray, dst: np.ndarray, size: int) -> None:
+    split = _CHOOSER.split(size)
+    t0 = time.perf_counter()
+    if split:
+        _POOL.take(view, flat, dst, size)
+    else:
+        np.take(view, flat, axis=0, out=dst, mode="clip")
+    _CHOOSER.record(size, split, time.perf_counter() - t0)
+
+
 def gather_leaves(views: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:
     """Rows ``view[index]`` of ``[N, *shape]`` arrays; returns ``[*index.shape, *shape]`` each.
 
@@ -176,14 +236,14 @@ def gather_leaves(views: list[np.ndarray], index: np.ndarray) -> list[np.ndarray
     """
     flat = np.ascontiguousarray(index, dtype=np.intp).reshape(-1)
     n = len(flat)
-    sizes = [n * v.itemsize * int(np.prod(v.shape[1:])) for v in views]
-    offsets = np.cumsum([0] + [_align(s) for s in sizes]).tolist()
+    sizes = [n * v.itemsize * math.prod(v.shape[1:]) for v in views]
+    offsets = [0, *itertools.accumulate(_align(s) for s in sizes)]
     block = _BLOCKS.get(offsets[-1])
     out = []
     for view, size, offset in zip(views, sizes, offsets, strict=False):
         dst = block[offset : offset + size].view(view.dtype).reshape((n, *view.shape[1:]))
         if size >= PARALLEL_MIN_BYTES and _POOL.threads > 1:
-            _POOL.take(view, flat, dst, size)
+            _take_large(view, flat, dst, size)
         elif view.ndim == 1:
             dst[...] = view[flat]
         else:  # internal, in-range indices: "clip" skips the bounds pass (and a copy of out)

@@ -25,6 +25,7 @@ import numpy as np
 
 __all__ = ["FrameRing", "lane_word", "ring_length"]
 
+_CHUNK_BYTES = 1 << 20
 _WORDS = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
 
 
@@ -65,10 +66,11 @@ class FrameRing:
         ring: int,
         pad: np.ndarray,
         allocate: Callable[[str, tuple[int, ...], np.dtype], np.ndarray],
+        lanes: bool = True,
     ) -> None:
         self.k, self.axis, self.ring, self.num_envs = shape[axis], axis, ring, num_envs
         self.shape, self.frame_shape = shape, pad.shape
-        self.word = lane_word(shape, dtype, axis)
+        self.word = lane_word(shape, dtype, axis) if lanes else None
         if self.word is None:
             self.frames = allocate(name, (num_envs * ring + 1, *pad.shape), dtype)
             self.frames[-1] = pad
@@ -116,20 +118,29 @@ class FrameRing:
         k, nb = self.k, self.blocks_per_row
         a = ((times - (k - 1)) % self.ring).reshape(-1)
         rows = rows.reshape(-1)
-        block = rows * nb + a // k
-        after = rows * nb + (a // k + 1) % nb
-        lane_bits = self.word.itemsize * 8 // k
+        first, shifts = rows * nb + a // k, a % k
+        second = rows * nb + (a // k + 1) % nb
         out = np.empty((len(a), *self.frame_shape), self.word)
-        shifts = a % k
-        for r in range(k):  # loop over lane offsets (at most 8), not over the batch
+        # Chunks keep the temporaries small (cache-resident, no fresh huge pages per call).
+        step = max(1, _CHUNK_BYTES // max(1, self.words[0].nbytes))
+        for start in range(0, len(a), step):  # loop over fixed-size chunks, not items
+            part = slice(start, start + step)
+            self._combine(out[part], first[part], second[part], shifts[part])
+        return out.view(self.frames.dtype).reshape(*times.shape, *self.shape)
+
+    def _combine(
+        self, out: np.ndarray, first: np.ndarray, second: np.ndarray, shifts: np.ndarray
+    ) -> None:
+        """``out[i] = (words[first] >> r b) | (words[second] << (k - r) b)``, per lane offset r."""
+        lane_bits = self.word.itemsize * 8 // self.k
+        for r in range(self.k):  # loop over lane offsets (at most 8), not over the batch
             sel = np.flatnonzero(shifts == r)
             if not len(sel):
                 continue
-            low = self.words[block[sel]]
+            low = self.words[first[sel]]
             if r:
-                high = self.words[after[sel]]
+                high = self.words[second[sel]]
                 low >>= self.word.type(r * lane_bits)
-                high <<= self.word.type((k - r) * lane_bits)
+                high <<= self.word.type((self.k - r) * lane_bits)
                 low |= high
             out[sel] = low
-        return out.view(self.frames.dtype).reshape(*times.shape, *self.shape)

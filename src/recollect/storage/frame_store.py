@@ -57,6 +57,12 @@ class FrameStack:
             gymnasium's ``FrameStackObservation(padding_type=...)``: ``"reset"``
             (repeat the episode's first frame, gymnasium's default), ``"zero"``,
             or one frame (array of the frame shape) used as padding.
+        contiguous: when False (default) a sampled stack with ``axis != 0`` is
+            a zero-copy strided view (``np.moveaxis``) over a frame-major gather
+            ``[..., stack_size, *frame_shape]``: same shape and values, gathered
+            at row-copy speed, but not C-contiguous. True returns C-contiguous
+            stacks (rebuilt with word shifts for ``[84, 84, 4]``-like leaves,
+            about 3x slower); use it when a consumer needs C order without a copy.
 
     Raises:
         InvalidArgumentError: ``stack_size`` not in ``[1, 256]``, or ``padding``
@@ -70,6 +76,7 @@ class FrameStack:
     stack_size: int
     axis: int = -1
     padding: Any = "reset"
+    contiguous: bool = False
 
     def __post_init__(self) -> None:
         k = self.stack_size
@@ -91,7 +98,12 @@ class FrameStack:
     def config(self) -> dict[str, Any]:
         """JSON-able description (a custom padding frame as a nested list)."""
         pad = self.padding if isinstance(self.padding, str) else np.asarray(self.padding).tolist()
-        return {"stack_size": int(self.stack_size), "axis": int(self.axis), "padding": pad}
+        return {
+            "stack_size": int(self.stack_size),
+            "axis": int(self.axis),
+            "padding": pad,
+            "contiguous": bool(self.contiguous),
+        }
 
     def frame_spec(self, path: str, leaf: ArraySpec) -> tuple[int, tuple[int, ...]]:
         """Validates this stack against ``leaf``; returns (normalized axis, frame shape).
@@ -145,7 +157,8 @@ def _ring(flat_spec: FlatSpec, max_length: int, stacks: dict[int, FrameStack]) -
     lanes = []
     for i, stack in stacks.items():
         axis = stack.axis % len(flat_spec.shapes[i])
-        if lane_word(flat_spec.shapes[i], flat_spec.dtypes[i], axis) is not None:
+        lane = lane_word(flat_spec.shapes[i], flat_spec.dtypes[i], axis)
+        if stack.contiguous and lane is not None:
             lanes.append(stack.stack_size)
     return ring_length(max_length, [s.stack_size for s in stacks.values()], lanes)
 
@@ -199,12 +212,24 @@ class FrameStackStorage:
             axis, frame_shape = stack.frame_spec(path, leaf)
             pad = stack.padding_frame(path, frame_shape, leaf.dtype)
             frames = FrameRing(
-                f"frames_{i}", leaf.shape, leaf.dtype, axis, num_envs, self.ring, pad, allocate
+                f"frames_{i}",
+                leaf.shape,
+                leaf.dtype,
+                axis,
+                num_envs,
+                self.ring,
+                pad,
+                allocate,
+                lanes=stack.contiguous,
             )
             self._leaves[i] = _Leaf(stack, frames)
         self.history = allocate("history", (num_envs, self.ring), np.dtype(np.uint8))
         self._empty = np.empty((num_envs, 0), np.uint8)  # what the inner ring gets for frames
         self._max_back = max(s.stack_size for s in stacks.values()) - 1
+        self._newest = {  # index of the newest frame (last along the stack axis) of a batch
+            i: (slice(None),) * (1 + leaf.frames.axis) + (leaf.stack.stack_size - 1,)
+            for i, leaf in self._leaves.items()
+        }
 
     # -- raw arrays ---------------------------------------------------------
     @property
@@ -250,19 +275,16 @@ class FrameStackStorage:
     def write_column(self, slot: int, leaves: Sequence[np.ndarray]) -> None:
         """Writes step ``index.t`` of every row; frame leaves keep only their newest frame."""
         t = self._index.t
-        s = t % self.ring
-        starts = self._episode_starts(t, leaves)
-        if t == 0:
+        if t == 0 or self._max_back == 0:
             history = np.zeros(self.num_envs, np.uint8)
-        else:
-            previous = self.history[:, (t - 1) % self.ring]
-            grown = np.minimum(previous.astype(np.int16) + 1, self._max_back)
-            history = np.where(starts, 0, grown)
-        self.history[:, s] = history
+        else:  # min(previous + 1, max_back), 0 where an episode starts
+            history = np.minimum(self.history[:, (t - 1) % self.ring], self._max_back - 1) + 1
+            history[self._episode_starts(t, leaves)] = 0
+        self.history[:, t % self.ring] = history
+        plain = list(leaves)
         for i, leaf in self._leaves.items():
-            newest = (slice(None),) * (1 + leaf.frames.axis) + (leaf.stack.stack_size - 1,)
-            leaf.frames.write(t, leaves[i][newest])
-        plain = [self._empty if i in self._leaves else x for i, x in enumerate(leaves)]
+            leaf.frames.write(t, leaves[i][self._newest[i]])
+            plain[i] = self._empty
         self._inner.write_column(slot, plain)
 
     # -- reading ------------------------------------------------------------
@@ -303,8 +325,10 @@ class FrameStackStorage:
             times, pad = times[..., None] - np.minimum(back, history), None
         else:
             times, pad = times[..., None] - back, back > history
-        if ring.axis == 0 and not ring.lanes:
-            return ring.take(rows, times, pad)  # [..., k, *frame_shape]: the stack layout
+        if not ring.lanes and (ring.axis == 0 or not leaf.stack.contiguous):
+            frames = ring.take(rows, times, pad)  # [..., k, *frame_shape], frame-major
+            lead = rows.ndim - 1
+            return np.moveaxis(frames, lead, lead + ring.axis)  # a view: no copy
         out = np.empty(rows.shape[:-1] + ring.shape, ring.frames.dtype)
         lead = (slice(None),) * (rows.ndim - 1 + ring.axis)
         for p in range(k):  # loop over stack positions, not over the batch
@@ -372,6 +396,7 @@ def frame_store_nbytes(
             continue
         k = stacks[i].stack_size
         frame = leaf.nbytes // k
-        lanes = lane_word(leaf.shape, leaf.dtype, stacks[i].axis % len(leaf.shape)) is not None
+        axis = stacks[i].axis % len(leaf.shape)
+        lanes = stacks[i].contiguous and lane_word(leaf.shape, leaf.dtype, axis) is not None
         total += (num_envs * ring + k) * frame if lanes else (num_envs * ring + 1) * frame
     return total

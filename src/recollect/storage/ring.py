@@ -38,6 +38,21 @@ class RingStorage:
         ]
         self.flat_views = [a.reshape((num_envs * max_length, *a.shape[2:])) for a in self.arrays]
 
+    @property
+    def flat_views(self) -> list[np.ndarray]:
+        """Row-flattened views ``[num_envs * max_length, *shape]`` of ``arrays``.
+
+        Assign new views after replacing entries of ``arrays`` (e.g. mapping a
+        checkpoint's files): that also refreshes the time-major views
+        ``[max_length, num_envs, *shape]`` that :meth:`write_column` writes through.
+        """
+        return self._flat_views
+
+    @flat_views.setter
+    def flat_views(self, views: list[np.ndarray]) -> None:
+        self._flat_views = list(views)
+        self._columns = [a.swapaxes(0, 1) for a in self.arrays]
+
     def _allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         return np.zeros((self.num_envs, self.max_length, *shape), dtype=dtype)
 
@@ -48,8 +63,8 @@ class RingStorage:
 
     def write_column(self, slot: int, leaves: Sequence[np.ndarray]) -> None:
         """Writes one step for every row at ``slot``; leaves are ``[num_envs, *shape]``."""
-        for array, leaf in zip(self.arrays, leaves, strict=True):
-            array[:, slot] = leaf
+        for column, leaf in zip(self._columns, leaves):  # noqa: B905 - lengths checked by callers
+            column[slot] = leaf  # int index of a time-major view: numpy's cheapest setitem
 
     def gather(
         self, flat_index: np.ndarray, leaf_ids: Sequence[int] | None = None
