@@ -272,3 +272,13 @@ def test_linear_schedule():
         rc.LinearSchedule(0.4, 1.0, num_steps=0)
     with pytest.raises(InvalidArgumentError, match="`step` must be >= 0; got step=-1"):
         beta(-1)
+
+
+def test_all_zero_priorities_with_epsilon_zero_raise_not_enough_data():
+    buf = make_buffer(capacity=20, num_envs=2, seq=2, steps=12, epsilon=0.0)
+    ids = valid_ids(buf)
+    buf.update_priorities(ids, np.zeros(len(ids)))
+    with pytest.raises(rc.errors.NotEnoughDataError, match="every valid window has priority 0"):
+        buf.sample(4)
+    buf.update_priorities(ids[:1], [2.0])
+    assert (buf.sample(50).ids == ids[0]).all()

@@ -213,3 +213,25 @@ def test_input_fn_builds_per_replica_datasets(buf):
         num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2
     )
     assert fn(ctx).element_spec[0]["obs"].shape.as_list() == [4, 2, 2, 3]
+
+
+def test_kept_batches_are_never_overwritten_by_later_samples():
+    """Large gathers may recycle output memory; a batch held as tensors must keep its values."""
+    big = ReplayBuffer({"obs": ArraySpec((84, 84, 4), np.uint8)}, 400, num_envs=4, rng=0)
+    for t in range(100):
+        ids = t * 4 + np.arange(4)
+        big.add_batch(
+            {
+                "obs": np.broadcast_to(
+                    (ids % 251).astype(np.uint8)[:, None, None, None], (4, 84, 84, 4)
+                )
+            }
+        )
+    it = iter(big.as_dataset(sample_batch_size=32, num_steps=2, num_parallel_calls=2))
+    kept = [next(it) for _ in range(12)]
+    for items, info in kept:
+        expected = (info.ids.numpy()[:, None] + 4 * np.arange(2)) % 251
+        obs = items["obs"].numpy()
+        np.testing.assert_array_equal(
+            obs, np.broadcast_to(expected[:, :, None, None, None], obs.shape)
+        )

@@ -260,6 +260,8 @@ class ReplayBufferManager:
         self._closed = True
         if self._observer is not None:
             self._observer.close()
+        if self._buffer is not None:
+            self._buffer.close()  # stops datasets/iterators reading from it
         self._buffer = self._observer = None
 
     def __enter__(self) -> ReplayBufferManager:

@@ -58,29 +58,33 @@ def _check_device(device: str) -> None:
 
 
 class _Progress:
-    """tqdm bar over env steps; shows episodes, recent mean return, loss and steps/s."""
+    """tqdm bar over env steps; shows episodes, recent mean return, loss and steps/s.
 
-    def __init__(self, total: int, quiet: bool):
-        from tqdm.auto import tqdm
+    The bar opens on the first step, so set-up errors print without a bar.
+    """
 
-        self.bar = tqdm(total=total, unit="step", disable=quiet, dynamic_ncols=True)
+    def __init__(self, total: int, quiet: bool, header: str):
+        self.total, self.quiet, self.header, self.bar = total, quiet, header, None
         self._shown, self._last_postfix = 0, 0.0
 
     def __call__(self, info: dict[str, Any]) -> None:
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            if not self.quiet:
+                click.echo(self.header)
+            self.bar = tqdm(total=self.total, unit="step", disable=self.quiet, dynamic_ncols=True)
         self.bar.update(info["env_steps"] - self._shown)
         self._shown = info["env_steps"]
         now = time.perf_counter()
         if now - self._last_postfix > 0.5:
             self._last_postfix = now
-            self.bar.set_postfix(
-                episodes=info["episodes"],
-                ret=f"{info['recent_return']:.1f}",
-                loss=f"{info['loss']:.3f}",
-                refresh=False,
-            )
+            postfix = {"episodes": info["episodes"], "return": f"{info['recent_return']:.1f}"}
+            self.bar.set_postfix(postfix, loss=f"{info['loss']:.3f}", refresh=False)
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _write_metrics(path: Path, result: Any) -> None:
@@ -214,9 +218,8 @@ def demo(
     )
     try:
         dqn.make_env(env_id, 1).close()  # fail fast, before creating the output directory
-        if not quiet:
-            click.echo(f"recollect demo: Double DQN on {env_id}, {num_envs} envs, seed {seed}")
-        progress = _Progress(steps, quiet)
+        header = f"recollect demo: Double DQN on {env_id}, {num_envs} envs, seed {seed}"
+        progress = _Progress(steps, quiet, header)
         try:
             result = dqn.train(cfg, progress)
         finally:

@@ -268,7 +268,12 @@ class Learner:
         self.q = q_network(obs_dim, num_actions, cfg.hidden_size).to(cfg.device)
         self.target = copy.deepcopy(self.q)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=cfg.learning_rate)
-        self.cfg, self.updates, self.loss = cfg, 0, float("nan")
+        self.cfg, self.updates, self._loss = cfg, 0, None
+
+    @property
+    def loss(self) -> float:
+        """The last update's loss (nan before the first update)."""
+        return float("nan") if self._loss is None else float(self._loss)
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
@@ -288,7 +293,7 @@ class Learner:
         nn.utils.clip_grad_norm_(self.q.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         self.updates += 1
-        self.loss = float(loss.detach())
+        self._loss = loss.detach()  # read lazily: no device sync per update
         if self.updates % self.cfg.target_update_every == 0:
             self.target.load_state_dict(self.q.state_dict())
 
@@ -326,8 +331,8 @@ def train(cfg: Config, progress: Callable[[dict[str, Any]], None] | None = None)
             for _ in range(cfg.gradient_steps):
                 learner.update(buffer)
         if learning and _due(steps_done, cfg.eval_every, cfg.num_envs):
-            returns = evaluate(learner.q, cfg.env_id, cfg.eval_episodes, cfg.seed + 1000 + it,
-                               cfg.device)  # fmt: skip
+            eval_seed = cfg.seed + 1_000_000 + steps_done  # disjoint from the final evaluation
+            returns = evaluate(learner.q, cfg.env_id, cfg.eval_episodes, eval_seed, cfg.device)
             evaluations.append((steps_done, float(returns.mean())))
             stopped_early = stop_return is not None and bool(returns.min() >= stop_return)
             if returns.mean() > best or stopped_early:  # the stopping network is the one kept
