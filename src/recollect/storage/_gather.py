@@ -40,7 +40,7 @@ __all__ = ["PARALLEL_MIN_BYTES", "gather_leaves"]
 #: Leaf gathers moving at least this many bytes may be split over threads.
 PARALLEL_MIN_BYTES = 1 << 22
 #: Target bytes per chunk of a split gather.
-CHUNK_BYTES = 1 << 19
+CHUNK_BYTES = 1 << 20
 MAX_CHUNKS = 32
 
 
@@ -128,8 +128,9 @@ _POOL = _Pool()
 
 
 def _after_fork() -> None:
-    global _POOL
-    _POOL = _Pool()
+    global _POOL, _BLOCKS
+    _POOL = _Pool()  # the parent's workers do not exist in the child
+    _BLOCKS = _Blocks()  # its lock may have been held by another thread at fork time
 
 
 if hasattr(os, "register_at_fork"):
