@@ -46,8 +46,8 @@ def make_steps(episodic: bool, first_value: int, is_last: list[bool]) -> object:
 
 
 STATE_SETTINGS = settings(
-    max_examples=60,
-    stateful_step_count=30,
+    max_examples=200,
+    stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

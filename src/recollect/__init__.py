@@ -10,8 +10,8 @@ from recollect.buffers import BufferInfo, ReplayBuffer, Sample, TransitionBuffer
 from recollect.checkpoint import load_buffer, save_buffer
 from recollect.manager import ReplayBufferManager
 from recollect.memory import estimate_memory
-from recollect.observers import Observer
 from recollect.nstep import n_step_returns, n_step_transitions
+from recollect.observers import Observer
 from recollect.samplers import Fifo, Lifo, LinearSchedule, Prioritized, Sampler, Uniform
 from recollect.specs import ArraySpec, spec_from_example, spec_from_space
 from recollect.storage.frame_store import FrameStack
@@ -27,6 +27,7 @@ def __getattr__(name: str):  # PEP 562: framework adapters load on first use
 
         return importlib.import_module(f"recollect.{name}")
     raise AttributeError(f"module 'recollect' has no attribute {name!r}")
+
 
 __all__ = [
     "ArraySpec",

@@ -285,8 +285,7 @@ class ReplayBuffer:
         stored = self._index.steps_per_row
         if stored == 0:
             return NotEnoughDataError(
-                "cannot sample from an empty buffer; add steps first (or wait for the "
-                "collector)."
+                "cannot sample from an empty buffer; add steps first (or wait for the collector)."
             )
         if within_episode:
             longest = self._index.longest_run()
@@ -379,11 +378,13 @@ class ReplayBuffer:
             ids, probs = ids[0], probs[0]
         if num_steps is not None and not time_stacked:
             axis = 0 if sample_batch_size is None else 1
-            items = tuple(_map(lambda x, k=k: x.take(k, axis=axis), items) for k in range(num_steps))
+            items = tuple(
+                _map(lambda x, k=k: x.take(k, axis=axis), items) for k in range(num_steps)
+            )
         return items, BufferInfo(ids, probs)
 
     def gather_all(self) -> Any:
-        """All stored steps: nest with leaves ``[num_envs, steps_per_row, *shape]``, oldest first."""
+        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first."""
         with self._lock:
             slots = np.arange(self._index.lo, self._index.hi) % self._max_length
             return self._flat.unflatten(self._storage.read_rows(slots))

@@ -190,8 +190,13 @@ class TransitionBuffer:
             stacks = {"observation": self._frame_stack}
         sampler = self._prioritized
         buffer = ReplayBuffer(
-            spec, self._capacity, self._num_envs, rng=self._rng, sampler=sampler,
-            sequence_length=None if sampler is None else 1, frame_stacks=stacks,
+            spec,
+            self._capacity,
+            self._num_envs,
+            rng=self._rng,
+            sampler=sampler,
+            sequence_length=None if sampler is None else 1,
+            frame_stacks=stacks,
         )
         self._attach(buffer, obs_spec)
 

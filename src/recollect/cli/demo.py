@@ -115,7 +115,7 @@ def _plot(path: Path, result: Any, env_id: str, threshold: float | None) -> None
     if threshold is not None:
         ax.axhline(threshold, color="k", ls="--", lw=1, label=f"solved ({threshold:g})")
     ax.set(xlabel="env steps", ylabel="episode return", title=f"Double DQN on {env_id}")
-    ax.legend(loc="upper left")
+    ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -46,10 +46,10 @@ class Sampler:
         self.index = index
         self.sequence_length = sequence_length
 
-    def on_add(self, is_last: np.ndarray | None) -> None:  # noqa: B027 - optional hook
+    def on_add(self, is_last: np.ndarray | None) -> None:
         """Called after step ``index.t - 1`` was written to every row."""
 
-    def on_clear(self) -> None:  # noqa: B027 - optional hook
+    def on_clear(self) -> None:
         """Called after the buffer forgot its steps."""
 
     def sample(
@@ -70,5 +70,5 @@ class Sampler:
         """Arrays and scalars that restore the sampler exactly (for checkpoints)."""
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores what :meth:`state_dict` returned."""
