@@ -331,6 +331,15 @@ def test_empty_transition_buffer_round_trips(tmp_path):
     assert restored.sample(2).next_observation.shape == (2, 3)
 
 
+def test_empty_transition_buffer_keeps_prioritized_and_frame_stack_options(tmp_path):
+    sampler = rc.Prioritized(priority_exponent=0.7, epsilon=1e-3, initial_max_priority=2.0)
+    stack = rc.FrameStack(2, axis=0, padding="zero")
+    rc.TransitionBuffer(8, 2, rng=3, prioritized=sampler, frame_stack=stack).save(tmp_path / "tb")
+    restored = rc.TransitionBuffer.load(tmp_path / "tb")
+    assert restored._prioritized.get_config() == sampler.get_config()
+    assert restored._frame_stack.config() == stack.config()
+
+
 # -- golden v1 ------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(make_golden.BUILDERS))
 def test_golden_v1_checkpoint_still_loads(name, tmp_path):

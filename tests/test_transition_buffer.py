@@ -314,3 +314,13 @@ def test_env_reusing_one_array_in_place():
     s = buf.sample(64)
     np.testing.assert_array_equal(s.observation[:, 0], s.ids // 2)
     np.testing.assert_array_equal(s.next_observation[:, 0], s.ids // 2 + 1)
+
+
+def test_int_first_reward_is_stored_as_float32_so_later_float_rewards_fit():
+    buf = rc.TransitionBuffer(capacity=8, rng=0)
+    obs = np.zeros(2, np.float32)
+    buf.add(obs, 0, 0, obs + 1, False)
+    buf.add(obs + 1, 1, 0.5, obs + 2, False)
+    rewards = sorted(set(buf.sample(64).reward.tolist()))
+    assert rewards == [0.0, 0.5]
+    assert buf.sample(1).reward.dtype == np.float32

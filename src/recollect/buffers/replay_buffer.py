@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.buffers.checkpointable import Checkpointable
 from recollect.buffers.sample import BufferInfo, Sample
 from recollect.errors import InvalidArgumentError, NotEnoughDataError, SpecError
 from recollect.samplers.base import Sampler, WindowDraw
@@ -27,7 +28,7 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-class ReplayBuffer:
+class ReplayBuffer(Checkpointable):
     """A replay buffer of ``num_envs`` rows, each a ring of ``capacity // num_envs`` steps.
 
     ``add_batch`` appends one step to every row; ``sample`` draws windows of
@@ -77,6 +78,8 @@ class ReplayBuffer:
         4
     """
 
+    _checkpoint_kind = "ReplayBuffer"
+
     def __init__(
         self,
         data_spec: Any,
@@ -110,6 +113,7 @@ class ReplayBuffer:
         self._is_last = self._find_is_last()
         self._rng = np.random.default_rng(rng)
         self._lock = threading.RLock()
+        self._closed = False
         self._index = WindowIndex(num_envs, self._max_length)
         self._storage, self._persist = make_storage(self, storage, directory, frame_stacks, force)
         self._sampler = sampler if sampler is not None else Uniform()
@@ -247,7 +251,7 @@ class ReplayBuffer:
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return getattr(self, "_closed", False)
+        return self._closed
 
     # -- reading ----------------------------------------------------------
     def _check_num_steps(self, num_steps: int, name: str = "num_steps") -> None:
@@ -407,19 +411,6 @@ class ReplayBuffer:
             )
         with self._lock:
             return update(ids, priorities)
-
-    def save(self, path: Any) -> None:
-        """Writes a checkpoint directory (see :mod:`recollect.checkpoint`)."""
-        from recollect.checkpoint import save_buffer
-
-        save_buffer(self, path)
-
-    @classmethod
-    def load(cls, path: Any, *, mmap: bool = False) -> ReplayBuffer:
-        """Restores a buffer written by :meth:`save` (see :mod:`recollect.checkpoint`)."""
-        from recollect.checkpoint import load_buffer
-
-        return load_buffer(path, mmap=mmap, kind="ReplayBuffer")
 
     def as_dataset(
         self,

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.buffers.checkpointable import Checkpointable
 from recollect.buffers.nstep_transitions import n_step_fields
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike, _positive_int
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
@@ -109,7 +110,7 @@ class _FinalObservations:
         return [array[pos] for array in self.arrays]
 
 
-class TransitionBuffer:
+class TransitionBuffer(Checkpointable):
     """Stores ``(observation, action, reward, next_observation, terminated, truncated)``.
 
     Args:
@@ -129,8 +130,9 @@ class TransitionBuffer:
             episode, padded per ``frame_stack.padding``).
 
     The spec is inferred from the first :meth:`add` (observation and action
-    may be nests; dtypes are kept as given). Sampling is uniform over the
-    stored transitions.
+    may be nests; dtypes are kept as given, except that an integer or bool
+    reward is stored as float32). Sampling is uniform over the stored
+    transitions, or prioritized with ``prioritized=True``.
 
     Example:
         >>> buf = TransitionBuffer(capacity=1000, rng=0)
@@ -138,6 +140,8 @@ class TransitionBuffer:
         >>> buf.sample(2).next_observation.shape
         (2, 4)
     """
+
+    _checkpoint_kind = "TransitionBuffer"
 
     def __init__(
         self,
@@ -177,10 +181,14 @@ class TransitionBuffer:
             return optree.tree_map(lambda s: ArraySpec(s.shape[1:], s.dtype), spec)
 
         obs_spec = strip(observation)
+        reward_spec = strip(reward)
+        if isinstance(reward_spec, ArraySpec) and reward_spec.dtype.kind in "biu":
+            # An int first reward (often 0) must not turn later float rewards into errors.
+            reward_spec = ArraySpec(reward_spec.shape, np.float32)
         spec = {
             "observation": obs_spec,
             "action": strip(action),
-            "reward": strip(reward),
+            "reward": reward_spec,
             "terminated": ArraySpec((), np.bool_),
             "truncated": ArraySpec((), np.bool_),
         }
@@ -248,19 +256,6 @@ class TransitionBuffer:
 
     def __len__(self) -> int:
         return self.num_frames()
-
-    def save(self, path: Any) -> None:
-        """Writes a checkpoint directory (see :mod:`recollect.checkpoint`)."""
-        from recollect.checkpoint import save_buffer
-
-        save_buffer(self, path)
-
-    @classmethod
-    def load(cls, path: Any, *, mmap: bool = False) -> TransitionBuffer:
-        """Restores a buffer written by :meth:`save` (see :mod:`recollect.checkpoint`)."""
-        from recollect.checkpoint import load_buffer
-
-        return load_buffer(path, mmap=mmap, kind="TransitionBuffer")
 
     # -- writing ----------------------------------------------------------
     def add(

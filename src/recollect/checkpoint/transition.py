@@ -49,12 +49,44 @@ def _write_extras(tb: Any, writer: CheckpointWriter) -> dict[str, Any]:
     return {"finals": {"size": finals.size, "start": finals.start, "n": finals.n}}
 
 
+def _options(tb: Any) -> dict[str, Any]:
+    """Constructor options an empty TransitionBuffer must keep (it has no sampler state yet)."""
+    prioritized = getattr(tb, "_prioritized", None)
+    frame_stack = getattr(tb, "_frame_stack", None)
+    return {
+        "prioritized": None if prioritized is None else prioritized.get_config(),
+        "frame_stack": None if frame_stack is None else frame_stack.config(),
+    }
+
+
+def _empty_transition_buffer(manifest: dict[str, Any], where: str) -> Any:
+    from recollect.buffers.transition_buffer import TransitionBuffer
+    from recollect.samplers.prioritized import Prioritized
+    from recollect.storage.frame_store import FrameStack
+
+    b = manifest["buffer"]
+    rng = decode_rng(manifest.get("rng"), where)
+    options: dict[str, Any] = {}
+    try:
+        if b.get("prioritized") is not None:
+            options["prioritized"] = Prioritized(**b["prioritized"])
+        stack = b.get("frame_stack")
+        if stack is not None:
+            padding = stack["padding"]
+            padding = padding if isinstance(padding, str) else np.asarray(padding)
+            options["frame_stack"] = FrameStack(**{**stack, "padding": padding})
+    except (TypeError, ValueError, KeyError) as err:
+        raise CheckpointError(f"{where}: invalid TransitionBuffer options: {err}") from err
+    capacity, num_envs = _int(b, "capacity", where, 1), _int(b, "num_envs", where, 1)
+    return TransitionBuffer(capacity, num_envs, rng, **options)
+
+
 def save_transition_buffer(tb: Any, path: str | os.PathLike) -> Path:
     """Writes a :class:`~recollect.TransitionBuffer` checkpoint (see :func:`save_buffer`)."""
 
     def write(root: Path) -> None:
         writer = CheckpointWriter(root)
-        header = {"capacity": tb.capacity, "num_envs": tb.num_envs}
+        header = {"capacity": tb.capacity, "num_envs": tb.num_envs, **_options(tb)}
         if tb._buffer is None:
             body = {"buffer": header, "rng": _rng_entry(tb._rng), "transition": None}
         else:
@@ -110,9 +142,7 @@ def read_transition_buffer(reader: CheckpointReader, mmap: bool) -> Any:
     manifest, where = reader.manifest, reader.where
     extras = manifest.get("transition")
     if extras is None:
-        b = manifest["buffer"]
-        rng = decode_rng(manifest.get("rng"), where)
-        return TransitionBuffer(_int(b, "capacity", where, 1), _int(b, "num_envs", where, 1), rng)
+        return _empty_transition_buffer(manifest, where)
     if not isinstance(extras, dict):
         raise CheckpointError(f"{where}: field transition must be an object.")
     buffer = read_replay_part(reader, mmap)

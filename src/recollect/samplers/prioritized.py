@@ -84,6 +84,15 @@ class Prioritized(Sampler):
         self.num_valid = 0
         self.episode_aware: bool | None = None
 
+    def get_config(self) -> dict[str, float]:
+        """Constructor arguments (JSON-able) that rebuild this sampler, state excluded."""
+        return {
+            "priority_exponent": self.priority_exponent,
+            "epsilon": self.epsilon,
+            "importance_sampling_exponent": self.importance_sampling_exponent,
+            "initial_max_priority": self.initial_max_priority,
+        }
+
     # -- buffer hooks -----------------------------------------------------
     def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
         if sequence_length is None:
