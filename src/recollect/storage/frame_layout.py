@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from recollect.storage._gather import gather_leaves
+
 __all__ = ["FrameRing", "lane_word", "ring_length"]
 
 _CHUNK_BYTES = 1 << 20
@@ -103,7 +105,7 @@ class FrameRing:
             index = rows * self.ring + a
             if pad is not None:
                 index = np.where(pad, len(self.frames) - 1, index)
-            return self.frames[index]
+            return gather_leaves([self.frames], index)[0]  # recycled output, maybe 2 threads
         block, lane = rows * self.blocks_per_row + a // self.k, a % self.k
         if pad is not None:
             block, lane = np.where(pad, self.pad_block, block), np.where(pad, 0, lane)
