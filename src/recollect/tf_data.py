@@ -7,7 +7,9 @@ argument is None), ``ids`` int64 and ``probabilities`` float64, both
 ``[sample_batch_size]``. The ``element_spec`` is static, taken from the data
 spec.
 
-Sampling runs in ``tf.numpy_function`` inside ``Dataset.map``; with
+Sampling runs in ``tf.numpy_function`` inside ``Dataset.map``, drawing a
+chunk of up to 16 elements per call (split with ``unbatch``) to amortise the
+call's overhead; with
 ``num_parallel_calls`` several samples are drawn at once: windows are drawn
 under the buffer lock and gathered outside it (numpy releases the GIL while
 gathering), see :func:`recollect._adapter.sample_concurrent`.
@@ -55,31 +57,50 @@ def _outer(sample_batch_size: int | None, num_steps: int | None) -> list[int]:
     return [d for d in (sample_batch_size, num_steps) if d is not None]
 
 
+#: Bytes of sampled data one ``tf.numpy_function`` call may produce in a chunk.
+CHUNK_BYTES = 16 << 20
+#: At most this many elements are sampled per ``tf.numpy_function`` call.
+MAX_CHUNK = 16
+
+
+def _chunk_size(flat: FlatSpec, sample_batch_size: int | None, num_steps: int | None) -> int:
+    """Elements per numpy call: amortises tf.numpy_function's ~100 us per call overhead."""
+    element = flat.nbytes * (sample_batch_size or 1) * (num_steps or 1)
+    return int(max(1, min(MAX_CHUNK, CHUNK_BYTES // max(element, 1))))
+
+
 def make_sample_fn(
-    buffer: Any, sample_batch_size: int | None, num_steps: int | None, stop_when_closed: bool
+    buffer: Any,
+    sample_batch_size: int | None,
+    num_steps: int | None,
+    stop_when_closed: bool,
+    chunk: int | None = None,
 ) -> Callable[[Any], tuple[Any, BufferInfo, Any]]:
-    """A TF function ``fn(unused) -> (items, BufferInfo, ok)`` that samples the buffer once.
+    """A TF function ``fn(unused) -> (items, BufferInfo, ok)`` that samples the buffer.
 
     Works eagerly, inside ``Dataset.map`` and inside ``tf.function``. Shapes
     are static. ``ok`` is a bool scalar: False only when ``stop_when_closed``
     and the buffer is closed (the other outputs are then zeros, to be dropped
-    with ``take_while``).
+    with ``take_while``). With ``chunk=k`` one call draws ``k`` elements at
+    once (every output gets a leading ``[k]`` axis, ``ok`` is ``[k]``): split
+    them with ``Dataset.unbatch``.
     """
     flat = _flat_spec(buffer)
     outer = _outer(sample_batch_size, num_steps)
     batch = 1 if sample_batch_size is None else int(sample_batch_size)
-    info_shape = [] if sample_batch_size is None else [batch]
-    shapes = [[*outer, *s] for s in flat.shapes] + [info_shape, info_shape, []]
+    lead = [] if chunk is None else [chunk]
+    info_shape = [*lead] if sample_batch_size is None else [*lead, batch]
+    shapes = [[*lead, *outer, *s] for s in flat.shapes] + [info_shape, info_shape, lead]
     dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64, tf.bool]
+    draws = batch * (chunk or 1)
 
     def sample_numpy(_: Any) -> list[np.ndarray]:
         if stop_when_closed and buffer_closed(buffer):
             return [np.zeros(s, d.as_numpy_dtype) for s, d in zip(shapes, dtypes, strict=True)]
-        s = sample_concurrent(buffer, batch, num_steps)
+        s = sample_concurrent(buffer, draws, num_steps)
         leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
-        if sample_batch_size is None:
-            leaves = [x[0] for x in leaves]
-        return [*leaves, np.asarray(True)]
+        leaves = [x.reshape(shape) for x, shape in zip(leaves, shapes, strict=False)]
+        return [*leaves, np.ones(lead, bool)]
 
     def fn(unused: Any) -> tuple[Any, BufferInfo, Any]:
         out = tf.numpy_function(sample_numpy, [unused], dtypes, stateful=True, name="sample")
@@ -127,9 +148,12 @@ def as_dataset(
     _check_args(buffer, sample_batch_size, num_steps)
     if single_deterministic_pass:
         return _deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
-    sample = make_sample_fn(buffer, sample_batch_size, num_steps, stop_when_closed=True)
+    chunk = _chunk_size(_flat_spec(buffer), sample_batch_size, num_steps)
+    sample = make_sample_fn(
+        buffer, sample_batch_size, num_steps, stop_when_closed=True, chunk=chunk
+    )
     dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
-    return dataset.take_while(_is_ok).map(_drop_ok)
+    return dataset.unbatch().take_while(_is_ok).map(_drop_ok)
 
 
 def _is_ok(items: Any, info: BufferInfo, ok: Any) -> Any:

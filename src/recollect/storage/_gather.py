@@ -149,7 +149,7 @@ class _Blocks:
     ``min_bytes`` to ``max_bytes`` each.
     """
 
-    def __init__(self, keep: int = 4, min_bytes: int = 1 << 18, max_bytes: int = 1 << 28) -> None:
+    def __init__(self, keep: int = 8, min_bytes: int = 1 << 18, max_bytes: int = 1 << 28) -> None:
         self.keep, self.min_bytes, self.max_bytes = keep, min_bytes, max_bytes
         self.blocks: list[np.ndarray] = []
         self.lock = threading.Lock()
@@ -157,21 +157,33 @@ class _Blocks:
         self.enabled = getattr(sys, "_is_gil_enabled", lambda: True)()
 
     def get(self, nbytes: int) -> np.ndarray:
+        """A ``ALIGN_BYTES``-aligned uint8 block of ``nbytes`` (recycled when possible)."""
         if not self.min_bytes <= nbytes <= self.max_bytes or not self.enabled:
-            return np.empty(nbytes, np.uint8)
+            return _aligned(np.empty(nbytes + ALIGN_BYTES, np.uint8), nbytes)
         with self.lock:
-            blocks = self.blocks
+            blocks = self.blocks  # raw allocations: every view returned has one as its base
             for i in range(len(blocks)):
                 # 2 = the list's reference + getrefcount's argument: no view is alive.
-                if nbytes <= blocks[i].size <= 2 * nbytes and sys.getrefcount(blocks[i]) == 2:
-                    block = blocks.pop(i)
-                    blocks.append(block)
-                    return block
-            block = np.empty(nbytes, np.uint8)
-            blocks.append(block)
+                fits = nbytes + ALIGN_BYTES <= blocks[i].size <= 2 * nbytes + ALIGN_BYTES
+                if fits and sys.getrefcount(blocks[i]) == 2:
+                    raw = blocks.pop(i)
+                    blocks.append(raw)
+                    return _aligned(raw, nbytes)
+            raw = np.empty(nbytes + ALIGN_BYTES, np.uint8)
+            blocks.append(raw)
             if len(blocks) > self.keep:
                 del blocks[0]
-            return block
+            return _aligned(raw, nbytes)
+
+
+#: Alignment of gathered outputs: TF and XLA wrap aligned numpy buffers instead of copying them.
+ALIGN_BYTES = 64
+
+
+def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
+    """The ``nbytes`` of ``raw`` from its first ``ALIGN_BYTES``-aligned address (a view)."""
+    skip = -raw.ctypes.data % ALIGN_BYTES
+    return raw[skip : skip + nbytes]
 
 
 _BLOCKS = _Blocks()
