@@ -384,10 +384,10 @@ class TransitionBuffer(Checkpointable):
         buffer = self.replay_buffer
         with buffer._lock:
             draw = buffer._draw(batch_size, 1, False, options)
-            leaves = buffer._gather(draw, 1, time_axis=False)
             if gamma is None:
-                next_obs = self._next_observations(draw.rows, draw.times)
+                leaves, next_obs = self._gather_transitions(draw.rows, draw.times)
             else:
+                leaves = buffer._gather(draw, 1, time_axis=False)
                 fields = n_step_fields(self, draw.rows, draw.times, n, gamma)
                 next_obs = fields.pop("next_observation")
         data = buffer._flat.unflatten(leaves)
@@ -419,12 +419,40 @@ class TransitionBuffer(Checkpointable):
         """
         return self.replay_buffer.update_priorities(ids, priorities)
 
-    def _next_observations(self, rows: np.ndarray, times: np.ndarray) -> list[np.ndarray]:
+    def _gather_transitions(
+        self, rows: np.ndarray, times: np.ndarray
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Step leaves of ``(rows, times)`` and their next observations.
+
+        Observations and next observations are ONE gather of ``2 * B`` rows per
+        observation leaf (large ones are split over threads), whose halves are
+        the two contiguous results.
+        """
+        buffer = self._buffer
+        assert buffer is not None
+        length, obs_ids = buffer.max_length, self._obs_leaf_ids
+        current = rows * length + times % length
+        following = rows * length + (times + 1) % length
+        both = buffer._storage.gather(np.concatenate([current, following]), obs_ids)
+        other_ids = [i for i in range(len(buffer._flat.paths)) if i not in obs_ids]
+        leaves: list[Any] = [None] * len(buffer._flat.paths)
+        for i, leaf in zip(other_ids, buffer._storage.gather(current, other_ids), strict=True):
+            leaves[i] = leaf
+        batch = len(rows)
+        for i, leaf in zip(obs_ids, both, strict=True):
+            leaves[i] = leaf[:batch]
+        return leaves, self._next_observations(rows, times, [leaf[batch:] for leaf in both])
+
+    def _next_observations(
+        self, rows: np.ndarray, times: np.ndarray, out: list[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        """Next observations of ``(rows, times)``; ``out``: the following steps, if gathered."""
         buffer = self._buffer
         assert buffer is not None
         length = buffer.max_length
-        flat_next = rows * length + (times + 1) % length
-        out = buffer._storage.gather(flat_next, self._obs_leaf_ids)
+        if out is None:
+            flat_next = rows * length + (times + 1) % length
+            out = buffer._storage.gather(flat_next, self._obs_leaf_ids)
         refs = self._final_ref[rows, times % length]
         has_final = np.flatnonzero(refs >= 0)
         if len(has_final):
