@@ -226,10 +226,6 @@ class FrameStackStorage:
         self.history = allocate("history", (num_envs, self.ring), np.dtype(np.uint8))
         self._empty = np.empty((num_envs, 0), np.uint8)  # what the inner ring gets for frames
         self._max_back = max(s.stack_size for s in stacks.values()) - 1
-        self._newest = {  # index of the newest frame (last along the stack axis) of a batch
-            i: (slice(None),) * (1 + leaf.frames.axis) + (leaf.stack.stack_size - 1,)
-            for i, leaf in self._leaves.items()
-        }
 
     # -- raw arrays ---------------------------------------------------------
     @property
@@ -283,7 +279,7 @@ class FrameStackStorage:
         self.history[:, t % self.ring] = history
         plain = list(leaves)
         for i, leaf in self._leaves.items():
-            leaf.frames.write(t, leaves[i][self._newest[i]])
+            leaf.frames.write_stacked(t, leaves[i])
             plain[i] = self._empty
         self._inner.write_column(slot, plain)
 
