@@ -104,9 +104,12 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
         it = iter(ds)
         loader_ds = ReplayDataset(buf, BATCH, NUM_STEPS, prefetch=4)
         loader = iter(DataLoader(loader_ds, batch_size=None))
+        ds2 = ReplayDataset(buf, BATCH, NUM_STEPS, prefetch=4, num_threads=2)
+        it2 = iter(ds2)
         rows["torch ReplayDataset (prefetch 4)"] = lambda: next(it)
+        rows["torch ReplayDataset (prefetch 4, 2 threads)"] = lambda: next(it2)
         rows["torch DataLoader(batch_size=None)"] = lambda: next(loader)
-        closers += [ds.close, loader_ds.close]
+        closers += [ds.close, ds2.close, loader_ds.close]
     if "jax" not in skip:
         import jax
 
@@ -116,8 +119,10 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
             return jax.block_until_ready(batch[0])
 
         jit = as_iterator(buf, BATCH, NUM_STEPS, prefetch=4)
+        jit2 = as_iterator(buf, BATCH, NUM_STEPS, prefetch=4, num_threads=2)
         rows["jax as_iterator (prefetch 4)"] = lambda: jax_ready(next(jit))
-        closers.append(jit.close)
+        rows["jax as_iterator (prefetch 4, 2 threads)"] = lambda: jax_ready(next(jit2))
+        closers += [jit.close, jit2.close]
     if "tf" not in skip:
         import tensorflow as tf
 

@@ -90,7 +90,7 @@ def test_errors_reach_the_consumer():
 def test_an_abandoned_iterator_stops_its_thread(buf):
     it = as_iterator(buf, batch_size=2)
     next(it)
-    thread = it._prefetcher._thread
+    thread = it._prefetcher._workers[0]
     del it
     gc.collect()
     thread.join(2.0)

@@ -133,7 +133,7 @@ def test_an_abandoned_iterator_stops_its_thread(buf):
     ds = ReplayDataset(buf, batch_size=2)
     it = iter(ds)
     next(it)
-    thread = it._thread
+    thread = it._workers[0]
     del it
     gc.collect()
     thread.join(2.0)
@@ -174,3 +174,33 @@ def test_kept_batches_are_never_overwritten_by_later_samples():
         np.testing.assert_array_equal(
             obs, np.broadcast_to(expected[:, :, None, None, None], obs.shape)
         )
+
+
+def test_two_producer_threads_yield_valid_batches_and_stop_cleanly():
+    local = _filled()
+    ds = ReplayDataset(local, batch_size=4, num_steps=2, prefetch=3, num_threads=2)
+    it = iter(ds)
+    stored = set(local.item_ids().reshape(-1).tolist())
+    for _ in range(20):
+        data, info = next(it)
+        assert data["obs"].shape == (4, 2, 3, 2) and data["obs"].dtype == torch.float32
+        assert set(info.ids.tolist()) <= stored
+    local.close()
+    assert sum(1 for _ in it) <= 3 + 2  # prefetched plus one in flight per thread
+    for worker in it._workers:  # both producers end once the buffer is closed
+        worker.join(2.0)
+        assert not worker.is_alive()
+    ds.close()
+    with pytest.raises(errors.InvalidArgumentError, match="num_threads"):
+        ReplayDataset(local, batch_size=2, num_threads=0)
+
+
+def test_an_error_in_one_producer_thread_stops_the_others():
+    empty = ReplayBuffer(SPEC, 40, num_envs=NUM_ENVS)
+    ds = ReplayDataset(empty, batch_size=2, num_threads=2)
+    it = iter(ds)
+    with pytest.raises(errors.NotEnoughDataError, match="empty buffer"):
+        next(it)
+    for worker in it._workers:
+        worker.join(2.0)
+        assert not worker.is_alive()

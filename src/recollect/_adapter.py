@@ -24,7 +24,13 @@ from recollect.buffers.sample import Sample
 from recollect.errors import InvalidArgumentError
 from recollect.storage.ring import RingStorage
 
-__all__ = ["Prefetcher", "buffer_closed", "check_prefetch", "sample_concurrent"]
+__all__ = [
+    "Prefetcher",
+    "buffer_closed",
+    "check_prefetch",
+    "check_threads",
+    "sample_concurrent",
+]
 
 _POLL_S = 0.05
 
@@ -41,6 +47,15 @@ def check_prefetch(prefetch: Any) -> int:
             f"`prefetch` must be an int >= 1 (batches kept ready); got prefetch={prefetch!r}."
         )
     return prefetch
+
+
+def check_threads(num_threads: Any) -> int:
+    """Validates a number of producer threads (int >= 1)."""
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise InvalidArgumentError(
+            f"`num_threads` must be an int >= 1 (producer threads); got {num_threads!r}."
+        )
+    return num_threads
 
 
 def _plain_ring_buffer(buffer: Any) -> bool:
@@ -126,20 +141,30 @@ class Prefetcher(Iterator[Any]):
     """
 
     def __init__(
-        self, produce: Callable[[], Any], depth: int, should_stop: Callable[[], bool]
+        self,
+        produce: Callable[[], Any],
+        depth: int,
+        should_stop: Callable[[], bool],
+        threads: int = 1,
     ) -> None:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._done = False
-        # The thread holds no reference to this object, so an abandoned iterator is
-        # garbage collected and its __del__ stops the thread.
-        self._thread = threading.Thread(
-            target=_run,
-            args=(produce, should_stop, self._queue, self._stop),
-            name="recollect-prefetch",
-            daemon=True,
-        )
-        self._thread.start()
+        self._ended = 0
+        self._threads = threads
+        # The threads hold no reference to this object, so an abandoned iterator is
+        # garbage collected and its __del__ stops them.
+        self._workers = [
+            threading.Thread(
+                target=_run,
+                args=(produce, should_stop, self._queue, self._stop),
+                name=f"recollect-prefetch-{k}",
+                daemon=True,
+            )
+            for k in range(threads)
+        ]
+        for worker in self._workers:
+            worker.start()
 
     def __next__(self) -> Any:
         while not self._done:
@@ -150,12 +175,17 @@ class Prefetcher(Iterator[Any]):
             except queue.Empty:
                 continue
             if item is _END:
+                self._ended += 1
+                if self._ended < self._threads:
+                    continue  # other producers may still deliver batches
                 break
             if isinstance(item, _Raised):
                 self._done = True
+                self._stop.set()  # the other producers stop too
                 raise item.error
             return item
         self._done = True
+        self._stop.set()
         raise StopIteration
 
     @property
@@ -171,8 +201,9 @@ class Prefetcher(Iterator[Any]):
                 self._queue.get_nowait()
             except queue.Empty:
                 break
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
+        for worker in self._workers:
+            if worker is not threading.current_thread():
+                worker.join(timeout_s)
 
     def __del__(self) -> None:
         self._stop.set()

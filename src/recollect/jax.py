@@ -14,7 +14,13 @@ from typing import Any
 
 import jax
 
-from recollect._adapter import Prefetcher, buffer_closed, check_prefetch, sample_concurrent
+from recollect._adapter import (
+    Prefetcher,
+    buffer_closed,
+    check_prefetch,
+    check_threads,
+    sample_concurrent,
+)
 from recollect.buffers.sample import BufferInfo, Sample
 
 __all__ = ["ReplayIterator", "as_iterator"]
@@ -45,7 +51,13 @@ class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
     """Iterator returned by :func:`as_iterator`; close it with :meth:`close` (or ``with``)."""
 
     def __init__(
-        self, buffer: Any, batch_size: int, num_steps: int | None, prefetch: int, device: Any
+        self,
+        buffer: Any,
+        batch_size: int,
+        num_steps: int | None,
+        prefetch: int,
+        device: Any,
+        num_threads: int = 1,
     ) -> None:
         self.buffer = buffer
         self.batch_size = batch_size
@@ -55,6 +67,7 @@ class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
             functools.partial(_produce, buffer, batch_size, num_steps, device),
             check_prefetch(prefetch),
             functools.partial(buffer_closed, buffer),
+            check_threads(num_threads),
         )
 
     def __next__(self) -> tuple[Any, BufferInfo]:
@@ -83,6 +96,7 @@ def as_iterator(
     prefetch: int = 2,
     *,
     device: Any = None,
+    num_threads: int = 1,
 ) -> ReplayIterator:
     """An endless iterator of ``(data, BufferInfo)`` with ``jax.Array`` data leaves.
 
@@ -105,12 +119,15 @@ def as_iterator(
         num_steps: window length, or None for single steps.
         prefetch: batches kept ready on the device, >= 1.
         device: a ``jax.Device`` or sharding; None uses the default device.
+        num_threads: producer threads sampling and placing batches
+            concurrently, >= 1; with more than one, batches arrive in a
+            nondeterministic order (each still drawn from the seeded rng).
 
     Raises:
-        InvalidArgumentError: ``prefetch`` < 1.
+        InvalidArgumentError: ``prefetch`` or ``num_threads`` < 1.
 
     Example:
         >>> with as_iterator(buf, batch_size=32, num_steps=2) as it:
         ...     data, info = next(it)
     """
-    return ReplayIterator(buffer, batch_size, num_steps, prefetch, device)
+    return ReplayIterator(buffer, batch_size, num_steps, prefetch, device, num_threads)

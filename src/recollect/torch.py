@@ -21,7 +21,13 @@ import numpy as np
 import optree
 import torch
 
-from recollect._adapter import Prefetcher, buffer_closed, check_prefetch, sample_concurrent
+from recollect._adapter import (
+    Prefetcher,
+    buffer_closed,
+    check_prefetch,
+    check_threads,
+    sample_concurrent,
+)
 from recollect.buffers.sample import BufferInfo, Sample
 
 __all__ = ["ReplayDataset", "as_tensors"]
@@ -91,6 +97,10 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         device: where tensors go (``"cpu"``, ``"cuda"``, ``torch.device``); None keeps CPU.
         pin_memory: copy to the device through pinned memory, non-blocking.
         prefetch: batches kept ready, >= 1.
+        num_threads: producer threads sampling (and copying to ``device``)
+            concurrently, >= 1. More than one raises throughput when a batch
+            is small and conversion costs are high; batches then arrive in
+            a nondeterministic order (each is still drawn from the seeded rng).
 
     Raises:
         InvalidArgumentError: ``prefetch`` < 1 (bad ``batch_size``/``num_steps``
@@ -109,6 +119,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         device: str | torch.device | None = None,
         pin_memory: bool = False,
         prefetch: int = 2,
+        num_threads: int = 1,
     ) -> None:
         super().__init__()
         self.buffer = buffer
@@ -117,6 +128,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         self.device = torch.device(device) if device is not None else None
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.prefetch = check_prefetch(prefetch)
+        self.num_threads = check_threads(num_threads)
         self._closed = threading.Event()
         self._prefetchers: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
 
@@ -133,7 +145,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[tuple[Any, BufferInfo]]:
         if self._closed.is_set():
             return iter(())
-        prefetcher = Prefetcher(self._produce, self.prefetch, self._should_stop)
+        prefetcher = Prefetcher(self._produce, self.prefetch, self._should_stop, self.num_threads)
         self._prefetchers.add(prefetcher)  # weak: an abandoned iterator stops its thread
         return prefetcher
 
