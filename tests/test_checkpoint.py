@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import shutil
 import sys
@@ -23,20 +22,11 @@ GOLDEN = Path(__file__).parent / "golden"
 sys.path.insert(0, str(GOLDEN))
 import make_golden  # noqa: E402
 
-Info = collections.namedtuple("Info", ["a", "b"])
+Info = make_golden.Info
 
 
 def make_spec() -> dict:
-    return {
-        "observation": {
-            "pos": rc.ArraySpec((3,), np.float32),
-            "img": rc.ArraySpec((2, 2), np.uint8),
-        },
-        "action": rc.ArraySpec((), np.int32),
-        "reward": rc.ArraySpec((), np.float16),
-        "info": Info(rc.ArraySpec((), np.float64), rc.ArraySpec((2,), np.int64)),
-        "is_last": rc.ArraySpec((), np.bool_),
-    }
+    return make_golden.spec()  # nested dict, namedtuple and mixed dtypes
 
 
 def random_steps(rng: np.random.Generator, num_envs: int) -> dict:
