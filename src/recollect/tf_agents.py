@@ -93,6 +93,31 @@ class _Base:
         """The underlying :class:`~recollect.ReplayBuffer`."""
         return self._buffer
 
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> tf.data.Dataset:
+        """A ``tf.data.Dataset`` sampled from the buffer (see ``recollect.tf_data.as_dataset``).
+
+        Elements are what TF-Agents' class yields: items only for
+        :class:`PyUniformReplayBuffer`, ``(items, BufferInfo)`` for
+        :class:`TFUniformReplayBuffer`.
+        """
+        dataset = tf_data.as_dataset(
+            self._buffer,
+            sample_batch_size,
+            num_steps,
+            num_parallel_calls,
+            single_deterministic_pass,
+        )
+        return dataset.map(self._dataset_element(sample_batch_size, num_steps))
+
+    def _dataset_element(self, sample_batch_size: int | None, num_steps: int | None) -> Any:
+        raise NotImplementedError
+
 
 class PyUniformReplayBuffer(_Base):
     """TF-Agents' ``PyUniformReplayBuffer``: one ring of ``capacity`` items, numpy in and out.
@@ -137,22 +162,8 @@ class PyUniformReplayBuffer(_Base):
         items, _ = self._buffer.get_next(sample_batch_size, num_steps, time_stacked)
         return items
 
-    def as_dataset(
-        self,
-        sample_batch_size: int | None = None,
-        num_steps: int | None = None,
-        num_parallel_calls: int | None = None,
-        single_deterministic_pass: bool = False,
-    ) -> tf.data.Dataset:
-        """A ``tf.data.Dataset`` of items only (as TF-Agents' Python buffer)."""
-        dataset = tf_data.as_dataset(
-            self._buffer,
-            sample_batch_size,
-            num_steps,
-            num_parallel_calls,
-            single_deterministic_pass,
-        )
-        return dataset.map(_items_only)
+    def _dataset_element(self, sample_batch_size: int | None, num_steps: int | None) -> Any:
+        return _items_only  # items only, as TF-Agents' Python buffer
 
     def gather_all(self) -> Any:
         """All stored items, numpy leaves ``[1, size, ...]``, oldest first."""
@@ -260,26 +271,11 @@ class TFUniformReplayBuffer(_Base):
             items = _unstack_time(items, 0 if sample_batch_size is None else 1, num_steps)
         return items, self._info(info, sample_batch_size is not None, num_steps, time_stacked)
 
-    def as_dataset(
-        self,
-        sample_batch_size: int | None = None,
-        num_steps: int | None = None,
-        num_parallel_calls: int | None = None,
-        single_deterministic_pass: bool = False,
-    ) -> tf.data.Dataset:
-        """A ``tf.data.Dataset`` of ``(items, BufferInfo)``, as ``recollect.tf_data.as_dataset``."""
-        dataset = tf_data.as_dataset(
-            self._buffer,
-            sample_batch_size,
-            num_steps,
-            num_parallel_calls,
-            single_deterministic_pass,
-        )
-
+    def _dataset_element(self, sample_batch_size: int | None, num_steps: int | None) -> Any:
         def to_compat(items: Any, info: BufferInfo) -> tuple[Any, BufferInfo]:
             return items, self._info(info, sample_batch_size is not None, num_steps, True)
 
-        return dataset.map(to_compat)
+        return to_compat  # (items, BufferInfo) with TF-Agents' info shapes and dtypes
 
     def gather_all(self) -> Any:
         """All stored items, tensors ``[batch_size, steps_per_row, ...]``, oldest first."""
