@@ -9,6 +9,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
+from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
 from recollect import ArraySpec, ReplayBuffer, TransitionBuffer, errors  # noqa: E402
 from recollect.jax import as_iterator  # noqa: E402
 
@@ -111,21 +112,8 @@ def test_transition_buffer_samples_become_jax_fields():
 
 def test_kept_batches_are_never_overwritten_by_later_samples():
     """Large gathers may recycle output memory; an aliased jax.Array must keep its values."""
-    big = ReplayBuffer({"obs": ArraySpec((84, 84, 4), np.uint8)}, 400, num_envs=4, rng=0)
-    for t in range(100):
-        ids = t * 4 + np.arange(4)
-        big.add_batch(
-            {
-                "obs": np.broadcast_to(
-                    (ids % 251).astype(np.uint8)[:, None, None, None], (4, 84, 84, 4)
-                )
-            }
-        )
+    big = image_buffer_with_id_pixels()
     with as_iterator(big, batch_size=32, num_steps=2) as it:
         kept = [next(it) for _ in range(12)]
     for data, info in kept:
-        expected = (info.ids[:, None] + 4 * np.arange(2)) % 251
-        obs = np.asarray(data["obs"])
-        np.testing.assert_array_equal(
-            obs, np.broadcast_to(expected[:, :, None, None, None], obs.shape)
-        )
+        assert_window_pixels_match_ids(np.asarray(data["obs"]), info.ids)

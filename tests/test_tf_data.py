@@ -9,6 +9,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
 from recollect import ArraySpec, ReplayBuffer, errors, tf_data  # noqa: E402
 from recollect._adapter import sample_concurrent  # noqa: E402
 
@@ -219,21 +220,8 @@ def test_input_fn_builds_per_replica_datasets(buf):
 
 def test_kept_batches_are_never_overwritten_by_later_samples():
     """Large gathers may recycle output memory; a batch held as tensors must keep its values."""
-    big = ReplayBuffer({"obs": ArraySpec((84, 84, 4), np.uint8)}, 400, num_envs=4, rng=0)
-    for t in range(100):
-        ids = t * 4 + np.arange(4)
-        big.add_batch(
-            {
-                "obs": np.broadcast_to(
-                    (ids % 251).astype(np.uint8)[:, None, None, None], (4, 84, 84, 4)
-                )
-            }
-        )
+    big = image_buffer_with_id_pixels()
     it = iter(big.as_dataset(sample_batch_size=32, num_steps=2, num_parallel_calls=2))
     kept = [next(it) for _ in range(12)]
     for items, info in kept:
-        expected = (info.ids.numpy()[:, None] + 4 * np.arange(2)) % 251
-        obs = items["obs"].numpy()
-        np.testing.assert_array_equal(
-            obs, np.broadcast_to(expected[:, :, None, None, None], obs.shape)
-        )
+        assert_window_pixels_match_ids(items["obs"].numpy(), info.ids.numpy())

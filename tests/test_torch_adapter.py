@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
+from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
 from recollect import ArraySpec, BufferInfo, ReplayBuffer, TransitionBuffer, errors  # noqa: E402
 from recollect.torch import ReplayDataset  # noqa: E402
 
@@ -154,26 +155,13 @@ def test_transition_buffer_samples_become_tensor_fields():
 
 def test_kept_batches_are_never_overwritten_by_later_samples():
     """Large gathers may recycle output memory; a batch held as tensors must keep its values."""
-    big = ReplayBuffer({"obs": ArraySpec((84, 84, 4), np.uint8)}, 400, num_envs=4, rng=0)
-    for t in range(100):
-        ids = t * 4 + np.arange(4)
-        big.add_batch(
-            {
-                "obs": np.broadcast_to(
-                    (ids % 251).astype(np.uint8)[:, None, None, None], (4, 84, 84, 4)
-                )
-            }
-        )
+    big = image_buffer_with_id_pixels()
     ds = ReplayDataset(big, batch_size=32, num_steps=2)
     it = iter(ds)
     kept = [next(it) for _ in range(12)]
     ds.close()
     for data, info in kept:
-        expected = (info.ids.numpy()[:, None] + 4 * np.arange(2)) % 251
-        obs = data["obs"].numpy()
-        np.testing.assert_array_equal(
-            obs, np.broadcast_to(expected[:, :, None, None, None], obs.shape)
-        )
+        assert_window_pixels_match_ids(data["obs"].numpy(), info.ids.numpy())
 
 
 def test_two_producer_threads_yield_valid_batches_and_stop_cleanly():
