@@ -24,8 +24,9 @@ class RingStorage:
         num_envs: number of env rows.
         max_length: slots per row.
 
-    Each leaf also has a row-flattened view ``[num_envs * max_length, *shape]``
-    so a gather is a single-integer-array fancy index (the fastest numpy path).
+    Each leaf also has a row-flattened view ``[num_envs * max_length, *shape]``,
+    so a gather is one row take per leaf with a single integer index
+    (see :mod:`recollect.storage._gather`).
     """
 
     def __init__(self, flat_spec: FlatSpec, num_envs: int, max_length: int) -> None:
@@ -69,7 +70,7 @@ class RingStorage:
     def gather(
         self, flat_index: np.ndarray, leaf_ids: Sequence[int] | None = None
     ) -> list[np.ndarray]:
-        """Gathers ``row * max_length + slot`` indices of any shape, one fancy index per leaf.
+        """Gathers ``row * max_length + slot`` indices of any shape, one row take per leaf.
 
         Returns arrays shaped ``[*flat_index.shape, *leaf_shape]``, views into one
         new block of memory; row leaves are copied with ``np.take`` (one memmove
