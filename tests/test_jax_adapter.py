@@ -117,3 +117,54 @@ def test_kept_batches_are_never_overwritten_by_later_samples():
         kept = [next(it) for _ in range(12)]
     for data, info in kept:
         assert_window_pixels_match_ids(np.asarray(data["obs"]), info.ids)
+
+
+LEAVES = [
+    np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+    np.arange(6, dtype=np.int64),  # canonicalised to int32 unless jax_enable_x64
+    np.array([True, False, True]),
+    np.ones((2, 2), np.float16),
+    np.arange(10, dtype=np.uint8)[::2],  # not contiguous
+    np.zeros((0, 3), np.float32),
+]
+
+
+@pytest.mark.parametrize("device", [None, "cpu0", "sharding"])
+def test_direct_placement_equals_jax_device_put(device):
+    from jax.sharding import SingleDeviceSharding
+
+    from recollect.jax import _Placer
+
+    target = {None: None, "cpu0": jax.devices()[0], "sharding": None}[device]
+    if device == "sharding":
+        target = SingleDeviceSharding(jax.devices()[0])
+    place = _Placer(target)
+    assert place._fast is not None  # this JAX has the internal transfer; the probe passed
+    for x in LEAVES:
+        got, want = place({"x": x})["x"], jax.device_put(x, target)
+        assert (got.dtype, got.shape, got.sharding) == (want.dtype, want.shape, want.sharding)
+        assert got.committed == want.committed == (target is not None)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_without_the_internal_transfer_the_public_device_put_is_used(monkeypatch, buf):
+    from recollect import jax as rj
+
+    monkeypatch.setattr(rj, "_direct_transfer", lambda: None)
+    place = rj._Placer(None)
+    assert place._fast is None
+    got = place({"x": LEAVES[0]})["x"]
+    np.testing.assert_array_equal(np.asarray(got), LEAVES[0])
+    with as_iterator(buf, batch_size=4, num_steps=2) as it:
+        data, _ = next(it)
+    assert isinstance(data["obs"], jax.Array) and data["obs"].shape == (4, 2, 3)
+
+
+def test_batches_follow_the_sequence_of_buf_sample():
+    reference, local = _filled(), _filled()
+    expected = [reference.sample(4, 2) for _ in range(20)]
+    with as_iterator(local, batch_size=4, num_steps=2, num_threads=2) as it:
+        got = [next(it) for _ in range(20)]
+    for want, (data, info) in zip(expected, got, strict=True):
+        np.testing.assert_array_equal(info.ids, want.ids)
+        np.testing.assert_array_equal(np.asarray(data["obs"]), want.data["obs"])

@@ -211,3 +211,30 @@ def test_clear_and_deterministic_pass():
     assert int(rb.num_frames()) == 0
     with pytest.raises(errors.NotEnoughDataError):
         rb.get_next()
+
+
+@pytest.mark.parametrize("cls", ["py", "tf"])
+def test_eager_and_graph_iteration_yield_the_same_element_structure(cls):
+    from recollect import tf_data
+
+    spec = _tutorial_spec()
+    if cls == "py":
+        buffer = PyUniformReplayBuffer(spec, capacity=50)
+        item = tf.nest.map_structure(lambda s: np.ones(s.shape, np.float32), spec)
+        for _ in range(6):
+            buffer.add_batch(tf.nest.map_structure(lambda x: x[None], item))
+    else:
+        buffer = TFUniformReplayBuffer(spec, batch_size=2, max_length=10)
+        for _ in range(6):
+            buffer.add_batch(tf.nest.map_structure(lambda s: tf.ones([2, *s.shape]), spec))
+    dataset = buffer.as_dataset(sample_batch_size=4, num_steps=2).prefetch(2)
+    iterator = iter(dataset)
+    assert isinstance(iterator, tf_data._SampleIterator)  # the fast eager path is kept
+    eager = next(iterator)
+    graph = tf.function(lambda it: next(it))(iterator)
+    for element in (eager, graph):
+        tf.nest.assert_same_structure(element, dataset.element_spec)
+        for tensor, want in zip(
+            tf.nest.flatten(element), tf.nest.flatten(dataset.element_spec), strict=True
+        ):
+            assert want.is_compatible_with(tensor) and tensor.dtype == want.dtype

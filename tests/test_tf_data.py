@@ -6,6 +6,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 tf = pytest.importorskip("tensorflow")
 
@@ -225,3 +227,59 @@ def test_kept_batches_are_never_overwritten_by_later_samples():
     kept = [next(it) for _ in range(12)]
     for items, info in kept:
         assert_window_pixels_match_ids(items["obs"].numpy(), info.ids.numpy())
+
+
+def test_eager_iteration_takes_the_python_path_with_the_element_spec(buf):
+    ds = buf.as_dataset(sample_batch_size=4, num_steps=2).prefetch(2)
+    it = iter(ds)
+    assert isinstance(it, tf_data._SampleIterator)  # prefetch keeps the fast eager iterator
+    element = next(it)
+    tf.nest.assert_same_structure(element, ds.element_spec)
+    for tensor, spec in zip(
+        tf.nest.flatten(element), tf.nest.flatten(ds.element_spec), strict=True
+    ):
+        assert spec.is_compatible_with(tensor)
+    assert not isinstance(iter(ds.map(lambda items, info: info.ids)), tf_data._SampleIterator)
+
+
+def test_the_fast_iterator_inside_a_tf_function_uses_the_pipeline(buf):
+    it = iter(buf.as_dataset(sample_batch_size=4, num_steps=2))
+    eager_items, _ = next(it)
+
+    @tf.function
+    def two_batches(iterator):
+        return [next(iterator)[1].ids for _ in range(2)]
+
+    ids = two_batches(it)
+    items, info = next(it)  # eager again afterwards
+    stored = set(buf.item_ids().reshape(-1).tolist())
+    for batch_ids in [*ids, info.ids]:
+        assert batch_ids.shape == (4,) and set(batch_ids.numpy().tolist()) <= stored
+    assert items["obs"].dtype == eager_items["obs"].dtype == tf.float32
+
+
+def test_eager_elements_follow_the_sequence_of_buf_sample():
+    reference, local = _filled(), _filled()
+    expected = [reference.sample(5, 2) for _ in range(20)]
+    it = iter(local.as_dataset(sample_batch_size=5, num_steps=2))
+    for want in expected:
+        items, info = next(it)
+        np.testing.assert_array_equal(info.ids.numpy(), want.ids)
+        np.testing.assert_array_equal(info.probabilities.numpy(), want.probabilities)
+        np.testing.assert_array_equal(items["obs"].numpy(), want.data["obs"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from([np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64, bool]),
+    shape=st.lists(st.integers(0, 5), max_size=3),
+    offset=st.integers(0, 15),
+    stride=st.sampled_from([1, 2]),
+)
+def test_arrays_become_equal_tensors_whatever_their_alignment(dtype, shape, offset, stride):
+    size = int(np.prod(shape)) * stride
+    raw = np.arange(size + offset + 64).astype(dtype)
+    x = raw[offset : offset + size][::stride].reshape(shape)
+    tensor = tf_data._as_tensor(x)
+    assert tensor.dtype.as_numpy_dtype == np.dtype(dtype) and tensor.shape == x.shape
+    np.testing.assert_array_equal(tensor.numpy(), x)

@@ -7,14 +7,15 @@ that no concurrent write overwrote a drawn slot during the gather. If one did,
 the batch is drawn again the ordinary (fully locked) way, so a sample is always
 a consistent snapshot; there is no retry loop.
 
-``Prefetcher`` runs a producer on a daemon thread into a bounded queue and
-stops cleanly on ``close()``, when the buffer reports ``closed``, or when the
-producer raises (the error is re-raised in the consumer).
+``draw_concurrent`` splits that into the locked draw and a ``finish`` step,
+so that :class:`Prefetcher` can draw batches in a fixed order and gather them
+on several threads, the consumer's included. It stops cleanly on
+``close()``, when the buffer reports ``closed``, or when a producer raises
+(the error is re-raised in the consumer).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = [
     "buffer_closed",
     "check_prefetch",
     "check_threads",
+    "draw_concurrent",
     "sample_concurrent",
 ]
 
@@ -69,59 +71,47 @@ def _plain_ring_buffer(buffer: Any) -> bool:
     )
 
 
-def sample_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Any:
-    """``buffer.sample(batch_size, num_steps)`` with the numpy gather outside the buffer lock.
+def draw_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Callable[[], Any]:
+    """Draws a batch now and returns ``finish()``, which gathers it (GIL released) and returns it.
 
-    Same result distribution, shapes and errors as :meth:`ReplayBuffer.sample`.
-    Other buffers (subclasses overriding ``sample``, frame-stack storage whose
+    ``draw_concurrent(buffer, b, n)()`` equals ``buffer.sample(b, n)``: same
+    result distribution, shapes and errors. The windows are drawn under the
+    buffer lock when this is called, so draws made one after another consume
+    the buffer's rng in that order wherever ``finish`` then runs. Other
+    buffers (subclasses overriding ``sample``, frame-stack storage whose
     stacks read older slots, objects that merely have ``sample``) are sampled
-    with their own, fully locked ``sample``.
+    entirely here, with their own locked ``sample``.
     """
     if not _plain_ring_buffer(buffer):
         # e.g. TransitionBuffer.sample(batch_size) has no num_steps.
-        return (
-            buffer.sample(batch_size) if num_steps is None else buffer.sample(batch_size, num_steps)
-        )
+        s = buffer.sample(batch_size) if num_steps is None else buffer.sample(batch_size, num_steps)
+        return lambda: s
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        return buffer.sample(batch_size, num_steps)  # raises the usual error
+        buffer.sample(batch_size, num_steps)  # raises the usual error
     n, within = buffer._resolve_window(num_steps, None)
     with buffer._lock:
         draw = buffer._draw(batch_size, n, within, {})
         t_before = buffer._index.t
-    leaves = buffer._gather(draw, n, time_axis=num_steps is not None)
-    with buffer._lock:
-        t_after = buffer._index.t
-    # A write at time u overwrites the slot of time u - max_length.
-    if t_after != t_before and int(draw.times.min()) < t_after - buffer.max_length:
-        return buffer.sample(batch_size, num_steps)
-    ids = draw.times * buffer.num_envs + draw.rows
-    return Sample(buffer._flat.unflatten(leaves), ids, draw.probabilities, draw.weights)
+
+    def finish() -> Sample:
+        leaves = buffer._gather(draw, n, time_axis=num_steps is not None)
+        with buffer._lock:
+            t_after = buffer._index.t
+        # A write at time u overwrites the slot of time u - max_length.
+        if t_after != t_before and int(draw.times.min()) < t_after - buffer.max_length:
+            return buffer.sample(batch_size, num_steps)
+        ids = draw.times * buffer.num_envs + draw.rows
+        return Sample(buffer._flat.unflatten(leaves), ids, draw.probabilities, draw.weights)
+
+    return finish
 
 
-def _put(q: queue.Queue[Any], stop: threading.Event, item: Any) -> bool:
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=_POLL_S)
-            return True
-        except queue.Full:
-            continue
-    return False
+def sample_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Any:
+    """``buffer.sample(batch_size, num_steps)`` with the numpy gather outside the buffer lock.
 
-
-def _run(
-    produce: Callable[[], Any],
-    should_stop: Callable[[], bool],
-    q: queue.Queue[Any],
-    stop: threading.Event,
-) -> None:
-    try:
-        while not stop.is_set() and not should_stop():
-            if not _put(q, stop, produce()):
-                return
-    except BaseException as err:  # handed to the consumer
-        _put(q, stop, _Raised(err))
-        return
-    _put(q, stop, _END)
+    See :func:`draw_concurrent`; several threads may call this at once.
+    """
+    return draw_concurrent(buffer, batch_size, num_steps)()
 
 
 class _Raised:
@@ -130,36 +120,97 @@ class _Raised:
 
 
 _END = object()
+_MISSING = object()
+
+
+class _Pipeline:
+    """State shared by a :class:`Prefetcher` and its threads (they never reference the iterator)."""
+
+    def __init__(
+        self,
+        draw: Callable[[], Callable[[], Any]],
+        depth: int,
+        should_stop: Callable[[], bool],
+        threads: int,
+    ) -> None:
+        self.draw, self.depth, self.should_stop, self.threads = draw, depth, should_stop, threads
+        self.cond = threading.Condition()
+        self.draw_lock = threading.Lock()
+        self.stop = threading.Event()
+        self.issued = 0  # tickets drawn so far
+        self.next = 0  # ticket handed out next
+        self.ready: dict[int, Any] = {}  # ticket -> item, _Raised or _END
+
+    def produce_one(self) -> bool:
+        """Draws the next ticket and finishes its item; False once the pipeline ends or errs."""
+        finish = None
+        with self.draw_lock:
+            if self.stop.is_set():
+                return False
+            ticket = self.issued
+            self.issued += 1
+            try:
+                item = _END if self.should_stop() else _MISSING
+                if item is _MISSING:
+                    finish = self.draw()
+            except BaseException as err:  # handed to the consumer
+                item = _Raised(err)
+        if finish is not None:
+            try:
+                item = finish()
+            except BaseException as err:
+                item = _Raised(err)
+        with self.cond:
+            if self.stop.is_set():  # closed meanwhile: nothing more is handed out
+                return False
+            self.ready[ticket] = item
+            self.cond.notify_all()
+        return item is not _END and not isinstance(item, _Raised)
+
+    def work(self) -> None:
+        """A producer thread: keeps ``depth`` tickets drawn ahead of the consumer."""
+        while True:
+            with self.cond:
+                while not self.stop.is_set() and self.issued - self.next >= self.depth:
+                    self.cond.wait(_POLL_S)
+                if self.stop.is_set():
+                    return
+            if not self.produce_one():
+                return
 
 
 class Prefetcher(Iterator[Any]):
-    """Calls ``produce()`` on a daemon thread, keeping up to ``depth`` results ready.
+    """Keeps up to ``depth`` items ready, produced on daemon threads and handed out in draw order.
+
+    ``draw()`` runs one call at a time, in ticket order, and returns
+    ``finish``; ``finish()`` (the gather and conversion, mostly without the
+    GIL) runs concurrently on the ``threads`` producer threads. When the next
+    item is not ready, the consumer does not idle: it draws and finishes a
+    later item itself, so a consumer faster than the producers samples at the
+    speed of two threads instead of paying a thread hand-off per item. Items
+    are handed out in the order of their draws, so with a seeded rng and a
+    buffer not written meanwhile the sequence equals calling ``sample`` in a
+    loop, for any number of threads.
 
     Iteration ends when :meth:`close` is called (from any thread) or when
-    ``should_stop()`` becomes true; an exception raised by ``produce`` is
-    re-raised by ``__next__`` and ends the iteration.
+    ``should_stop()`` becomes true; an exception raised by ``draw`` or
+    ``finish`` is re-raised by ``__next__`` (in order) and ends the iteration.
     """
 
     def __init__(
         self,
-        produce: Callable[[], Any],
+        draw: Callable[[], Callable[[], Any]],
         depth: int,
         should_stop: Callable[[], bool],
         threads: int = 1,
     ) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
+        self._pipeline = _Pipeline(draw, depth, should_stop, threads)
         self._done = False
-        self._ended = 0
-        self._threads = threads
         # The threads hold no reference to this object, so an abandoned iterator is
         # garbage collected and its __del__ stops them.
         self._workers = [
             threading.Thread(
-                target=_run,
-                args=(produce, should_stop, self._queue, self._stop),
-                name=f"recollect-prefetch-{k}",
-                daemon=True,
+                target=self._pipeline.work, name=f"recollect-prefetch-{k}", daemon=True
             )
             for k in range(threads)
         ]
@@ -167,43 +218,47 @@ class Prefetcher(Iterator[Any]):
             worker.start()
 
     def __next__(self) -> Any:
+        p = self._pipeline
         while not self._done:
-            if self._stop.is_set():
-                break
-            try:
-                item = self._queue.get(timeout=_POLL_S)
-            except queue.Empty:
+            with p.cond:
+                if p.stop.is_set():
+                    break
+                item = p.ready.pop(p.next, _MISSING)
+                if item is not _MISSING:
+                    p.next += 1
+                    p.cond.notify_all()
+                elif p.issued - p.next > p.depth:  # enough in flight: wait for the producers
+                    p.cond.wait(_POLL_S)
+                    continue
+            if item is _MISSING:
+                p.produce_one()  # help: finish a later item instead of idling
                 continue
             if item is _END:
-                self._ended += 1
-                if self._ended < self._threads:
-                    continue  # other producers may still deliver batches
                 break
             if isinstance(item, _Raised):
                 self._done = True
-                self._stop.set()  # the other producers stop too
+                p.stop.set()  # the producers stop too
                 raise item.error
             return item
         self._done = True
-        self._stop.set()
+        p.stop.set()
         raise StopIteration
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._stop.is_set()
+        return self._pipeline.stop.is_set()
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stops the thread and drops prefetched results; idempotent."""
-        self._stop.set()
-        while True:
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
+        """Stops the threads and drops prepared items; idempotent."""
+        p = self._pipeline
+        p.stop.set()
+        with p.cond:
+            p.ready.clear()
+            p.cond.notify_all()
         for worker in self._workers:
             if worker is not threading.current_thread():
                 worker.join(timeout_s)
 
     def __del__(self) -> None:
-        self._stop.set()
+        self._pipeline.stop.set()

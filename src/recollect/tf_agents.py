@@ -113,7 +113,10 @@ class _Base:
             num_parallel_calls,
             single_deterministic_pass,
         )
-        return dataset.map(self._dataset_element(sample_batch_size, num_steps))
+        element = self._dataset_element(sample_batch_size, num_steps)
+        if isinstance(dataset, tf_data._SampledDataset):  # keeps the fast eager iterator
+            return dataset.map_element(element)
+        return dataset.map(element)
 
     def _dataset_element(self, sample_batch_size: int | None, num_steps: int | None) -> Any:
         raise NotImplementedError

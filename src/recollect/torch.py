@@ -12,9 +12,10 @@ thread and yields ``(data, BufferInfo)`` nests of tensors, ready for
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from recollect._adapter import (
     buffer_closed,
     check_prefetch,
     check_threads,
-    sample_concurrent,
+    draw_concurrent,
 )
 from recollect.buffers.sample import BufferInfo, Sample
 
@@ -98,9 +99,11 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         pin_memory: copy to the device through pinned memory, non-blocking.
         prefetch: batches kept ready, >= 1.
         num_threads: producer threads sampling (and copying to ``device``)
-            concurrently, >= 1. More than one raises throughput when a batch
-            is small and conversion costs are high; batches then arrive in
-            a nondeterministic order (each is still drawn from the seeded rng).
+            concurrently, >= 1. Whatever their number, batches arrive in the
+            order they were drawn, and when none is ready ``next()`` samples
+            one itself rather than wait (see
+            :class:`~recollect._adapter.Prefetcher`); more threads pay only
+            with more idle cores.
 
     Raises:
         InvalidArgumentError: ``prefetch`` < 1 (bad ``batch_size``/``num_steps``
@@ -132,8 +135,13 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         self._closed = threading.Event()
         self._prefetchers: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
 
-    def _produce(self) -> Any:
-        s = sample_concurrent(self.buffer, self.batch_size, self.num_steps)
+    def _draw(self) -> Callable[[], Any]:
+        return functools.partial(
+            self._finish, draw_concurrent(self.buffer, self.batch_size, self.num_steps)
+        )
+
+    def _finish(self, gather: Callable[[], Any]) -> Any:
+        s = gather()
         if not isinstance(s, Sample):  # e.g. a TransitionSample: every array field converted
             return as_tensors(s, self.device, self.pin_memory)
         data = as_tensors(s.data, self.device, self.pin_memory)
@@ -145,7 +153,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[tuple[Any, BufferInfo]]:
         if self._closed.is_set():
             return iter(())
-        prefetcher = Prefetcher(self._produce, self.prefetch, self._should_stop, self.num_threads)
+        prefetcher = Prefetcher(self._draw, self.prefetch, self._should_stop, self.num_threads)
         self._prefetchers.add(prefetcher)  # weak: an abandoned iterator stops its thread
         return prefetcher
 
