@@ -143,14 +143,24 @@ class _Blocks:
     A fresh multi-MiB array costs a page fault per 4 KiB page (as much as
     copying the data), and several such arrays per sample make glibc return
     the memory to the OS after each sample. So a gather takes ONE block for
-    all its leaves, and the last ``keep`` blocks are kept: a block whose only
-    reference is this cache (CPython refcount; every leaf returned is a view
-    holding one) is handed out again. Holds at most ``keep`` blocks of
-    ``min_bytes`` to ``max_bytes`` each.
+    all its leaves, and blocks are cached: a block whose only reference is
+    this cache (CPython refcount; every leaf returned is a view holding one)
+    is handed out again. The cache keeps every block still in use (up to
+    ``max_cached_bytes`` in all), so that any number of prefetch queues or
+    kept batches recycle their blocks once released, plus at most ``keep``
+    free spares, oldest dropped first. Blocks are ``min_bytes`` to
+    ``max_bytes`` each; other sizes are plain allocations.
     """
 
-    def __init__(self, keep: int = 8, min_bytes: int = 1 << 18, max_bytes: int = 1 << 28) -> None:
+    def __init__(
+        self,
+        keep: int = 8,
+        min_bytes: int = 1 << 18,
+        max_bytes: int = 1 << 28,
+        max_cached_bytes: int = 1 << 30,
+    ) -> None:
         self.keep, self.min_bytes, self.max_bytes = keep, min_bytes, max_bytes
+        self.max_cached_bytes = max_cached_bytes
         self.blocks: list[np.ndarray] = []
         self.lock = threading.Lock()
         # Refcounts are exact only with the GIL (free-threaded builds defer them).
@@ -162,18 +172,34 @@ class _Blocks:
             return _aligned(np.empty(nbytes + ALIGN_BYTES, np.uint8), nbytes)
         with self.lock:
             blocks = self.blocks  # raw allocations: every view returned has one as its base
+            raw = None
             for i in range(len(blocks)):
                 # 2 = the list's reference + getrefcount's argument: no view is alive.
                 fits = nbytes + ALIGN_BYTES <= blocks[i].size <= 2 * nbytes + ALIGN_BYTES
                 if fits and sys.getrefcount(blocks[i]) == 2:
                     raw = blocks.pop(i)
-                    blocks.append(raw)
-                    return _aligned(raw, nbytes)
-            raw = np.empty(nbytes + ALIGN_BYTES, np.uint8)
+                    break
+            if raw is None:
+                raw = np.empty(nbytes + ALIGN_BYTES, np.uint8)
             blocks.append(raw)
             if len(blocks) > self.keep:
-                del blocks[0]
+                self._trim()
             return _aligned(raw, nbytes)
+
+    def _trim(self) -> None:
+        """Drops free blocks beyond ``keep`` spares, then the oldest beyond the byte cap."""
+        blocks = self.blocks
+        free = [i for i in range(len(blocks)) if sys.getrefcount(blocks[i]) == 2]
+        drop = set(free[: max(0, len(free) - self.keep)])
+        total = sum(b.nbytes for i, b in enumerate(blocks) if i not in drop)
+        for i in range(len(blocks) - 1):  # the block just handed out (last) stays
+            if total <= self.max_cached_bytes:
+                break
+            if i not in drop:
+                drop.add(i)
+                total -= blocks[i].nbytes
+        if drop:
+            self.blocks = [b for i, b in enumerate(blocks) if i not in drop]
 
 
 #: Alignment of gathered outputs: TF and XLA wrap aligned numpy buffers instead of copying them.
