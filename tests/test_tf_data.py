@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 tf = pytest.importorskip("tensorflow")
 
 from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
-from recollect import ArraySpec, ReplayBuffer, errors, tf_data  # noqa: E402
+from recollect import ArraySpec, ReplayBuffer, _tf_eager, errors, tf_data  # noqa: E402
 from recollect._adapter import sample_concurrent  # noqa: E402
 
 NUM_ENVS = 3
@@ -232,14 +232,14 @@ def test_kept_batches_are_never_overwritten_by_later_samples():
 def test_eager_iteration_takes_the_python_path_with_the_element_spec(buf):
     ds = buf.as_dataset(sample_batch_size=4, num_steps=2).prefetch(2)
     it = iter(ds)
-    assert isinstance(it, tf_data._SampleIterator)  # prefetch keeps the fast eager iterator
+    assert isinstance(it, _tf_eager.SampleIterator)  # prefetch keeps the fast eager iterator
     element = next(it)
     tf.nest.assert_same_structure(element, ds.element_spec)
     for tensor, spec in zip(
         tf.nest.flatten(element), tf.nest.flatten(ds.element_spec), strict=True
     ):
         assert spec.is_compatible_with(tensor)
-    assert not isinstance(iter(ds.map(lambda items, info: info.ids)), tf_data._SampleIterator)
+    assert not isinstance(iter(ds.map(lambda items, info: info.ids)), _tf_eager.SampleIterator)
 
 
 def test_the_fast_iterator_inside_a_tf_function_uses_the_pipeline(buf):
@@ -280,6 +280,6 @@ def test_arrays_become_equal_tensors_whatever_their_alignment(dtype, shape, offs
     size = int(np.prod(shape)) * stride
     raw = np.arange(size + offset + 64).astype(dtype)
     x = raw[offset : offset + size][::stride].reshape(shape)
-    tensor = tf_data._as_tensor(x)
+    tensor = _tf_eager.as_tensor(x)
     assert tensor.dtype.as_numpy_dtype == np.dtype(dtype) and tensor.shape == x.shape
     np.testing.assert_array_equal(tensor.numpy(), x)

@@ -113,10 +113,7 @@ class _Base:
             num_parallel_calls,
             single_deterministic_pass,
         )
-        element = self._dataset_element(sample_batch_size, num_steps)
-        if isinstance(dataset, tf_data._SampledDataset):  # keeps the fast eager iterator
-            return dataset.map_element(element)
-        return dataset.map(element)
+        return tf_data.map_element(dataset, self._dataset_element(sample_batch_size, num_steps))
 
     def _dataset_element(self, sample_batch_size: int | None, num_steps: int | None) -> Any:
         raise NotImplementedError

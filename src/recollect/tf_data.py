@@ -15,16 +15,9 @@ under the buffer lock and gathered outside it (numpy releases the GIL while
 gathering), see :func:`recollect._adapter.sample_concurrent`.
 
 Iterating the sampling dataset eagerly (``for items, info in dataset``)
-takes a faster path: the iterator samples in Python with the adapters'
-:class:`~recollect._adapter.Prefetcher` (a producer thread, and the consumer
-itself when the next batch is not ready) and wraps the gathered arrays as
-tensors without copying (DLPack; the gather output is 64-byte aligned). TF's
-own eager iterator spends about 15 us of Python per tensor repacking each
-element and ``tf.numpy_function`` about 100 us per call, together more than
-the sample itself. Inside a ``tf.function``, in Keras and after any further
-transformation except ``prefetch`` (``map``, ``batch``, ...) the tf.data
-pipeline above runs as usual; both paths draw from the same buffer and rng and yield the same
-structure, shapes and dtypes.
+takes a faster path that samples in Python and yields the same elements,
+see :mod:`recollect._tf_eager`; inside a ``tf.function``, in Keras and after
+any transformation but ``prefetch`` the pipeline above runs.
 
 The sampling dataset is endless; it ends cleanly when the buffer is closed
 (``buffer.closed``). Sampling a buffer without a valid window raises (the
@@ -34,23 +27,25 @@ message); it never yields zeros.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.data.ops import dataset_ops, iterator_ops
-from tensorflow.python.eager import context
 
-from recollect._adapter import Prefetcher, buffer_closed, draw_concurrent, sample_concurrent
+from recollect._adapter import buffer_closed, sample_concurrent
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.base import WindowDraw
 from recollect.specs import FlatSpec
 
-__all__ = ["as_dataset", "input_fn", "make_sample_fn"]
+try:  # the eager fast path builds on TensorFlow internals; without them the pipeline serves
+    from recollect import _tf_eager
+except ImportError:  # pragma: no cover - a TensorFlow that moved them
+    _tf_eager = None  # type: ignore[assignment]
+
+__all__ = ["as_dataset", "input_fn", "make_sample_fn", "map_element"]
 
 
 def _flat_spec(buffer: Any) -> FlatSpec:
@@ -141,8 +136,10 @@ def as_dataset(
         sample_batch_size: windows per element; None gives single windows
             without a batch axis.
         num_steps: window length; None gives single steps without a time axis.
-        num_parallel_calls: samples drawn concurrently (``tf.data.AUTOTUNE`` ok);
-            None samples sequentially.
+        num_parallel_calls: samples drawn concurrently by the tf.data
+            pipeline (``tf.data.AUTOTUNE`` ok); None samples sequentially.
+            Eager iteration of the returned dataset ignores it: it samples on
+            one producer thread and on the caller's (module docstring).
         single_deterministic_pass: iterate every valid window stored when the
             iterator is created exactly once, ordered by start time then env
             row, instead of sampling forever. The last batch may be smaller,
@@ -169,132 +166,16 @@ def as_dataset(
     )
     dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
     dataset = dataset.unbatch().take_while(_is_ok).map(_drop_ok)
-    return _SampledDataset(dataset, buffer, sample_batch_size, num_steps)
+    if _tf_eager is None:
+        return dataset
+    return _tf_eager.SampledDataset(dataset, buffer, sample_batch_size, num_steps)
 
 
-#: Batches an eager iterator keeps ready (its producer thread draws this far ahead).
-EAGER_PREFETCH = 2
-#: Arrays smaller than this are copied into aligned memory to be wrapped; larger
-#: unaligned ones are converted by ``tf.convert_to_tensor`` (a copy either way).
-_SMALL_BYTES = 1 << 16
-_ALIGN = 64
-
-
-def _as_tensor(x: np.ndarray) -> tf.Tensor:
-    """``x`` as an eager CPU tensor, sharing its memory when it is aligned and contiguous."""
-    if x.size and x.flags.c_contiguous and x.dtype.kind in "biuf":
-        if x.ctypes.data % _ALIGN and x.nbytes <= _SMALL_BYTES:
-            raw = np.empty(x.nbytes + _ALIGN, np.uint8)
-            start = -raw.ctypes.data % _ALIGN
-            aligned = raw[start : start + x.nbytes].view(x.dtype).reshape(x.shape)
-            aligned[...] = x
-            x = aligned
-        if x.ctypes.data % _ALIGN == 0:  # TF kernels require aligned buffers
-            return tf.experimental.dlpack.from_dlpack(x.__dlpack__())
-    return tf.convert_to_tensor(x)
-
-
-def _eager_element(
-    gather: Callable[[], Any],
-    flat: FlatSpec,
-    shapes: list[list[int]],
-    fn: Callable[..., Any] | None,
-) -> Any:
-    """One dataset element from a drawn sample: ``(items, BufferInfo)`` of eager tensors."""
-    s = gather()
-    leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
-    tensors = [_as_tensor(x.reshape(shape)) for x, shape in zip(leaves, shapes, strict=True)]
-    element = flat.unflatten(tensors[:-2]), BufferInfo(tensors[-2], tensors[-1])
-    return element if fn is None else _apply(fn, element)
-
-
-def _apply(fn: Callable[..., Any], element: Any) -> Any:
-    """``fn`` called as ``Dataset.map`` calls it: a plain tuple element is unpacked."""
-    return fn(*element) if type(element) is tuple else fn(element)
-
-
-class _SampleIterator(iterator_ops.OwnedIterator):
-    """A tf.data iterator whose eager ``next()`` samples in Python (see the module docstring).
-
-    Graph-mode calls (the iterator passed into a ``tf.function``) use the
-    dataset's own pipeline through the inherited resource.
-    """
-
-    def __init__(
-        self,
-        dataset: _SampledDataset,
-        buffer: Any,
-        sample_batch_size: int | None,
-        num_steps: int | None,
-        element_fn: Callable[..., Any] | None = None,
-    ) -> None:
-        super().__init__(dataset)
-        flat = _flat_spec(buffer)
-        outer = _outer(sample_batch_size, num_steps)
-        info = [] if sample_batch_size is None else [sample_batch_size]
-        shapes = [[*outer, *shape] for shape in flat.shapes] + [info, info]
-        finish = functools.partial(_eager_element, flat=flat, shapes=shapes, fn=element_fn)
-        batch = 1 if sample_batch_size is None else sample_batch_size
-
-        def draw() -> Callable[[], Any]:
-            return functools.partial(finish, draw_concurrent(buffer, batch, num_steps))
-
-        self._start = functools.partial(
-            Prefetcher, draw, EAGER_PREFETCH, functools.partial(buffer_closed, buffer)
-        )
-        self._prefetcher: Prefetcher | None = None
-
-    def _next_internal(self) -> Any:
-        if not context.executing_eagerly():
-            return super()._next_internal()
-        if self._prefetcher is None:  # started on first use: graph-mode use needs no thread
-            self._prefetcher = self._start()
-        try:
-            return next(self._prefetcher)
-        except StopIteration:
-            raise tf.errors.OutOfRangeError(None, None, "End of sequence") from None
-        except tf.errors.OpError:
-            raise
-        except Exception as err:  # as the tf.data pipeline reports it
-            raise tf.errors.UnknownError(None, None, f"{type(err).__name__}: {err}") from err
-
-    def __del__(self) -> None:
-        if getattr(self, "_prefetcher", None) is not None:
-            self._prefetcher.close(timeout_s=0.0)
-        parent = getattr(super(), "__del__", None)
-        if parent is not None:
-            parent()
-
-
-class _SampledDataset(dataset_ops.UnaryUnchangedStructureDataset):
-    """The sampling pipeline, unchanged, with a faster eager iterator (module docstring)."""
-
-    def __init__(
-        self,
-        dataset: tf.data.Dataset,
-        buffer: Any,
-        sample_batch_size: int | None,
-        num_steps: int | None,
-        element_fn: Callable[..., Any] | None = None,
-    ) -> None:
-        self._sampling = (buffer, sample_batch_size, num_steps, element_fn)
-        super().__init__(dataset, dataset._variant_tensor)
-
-    def map_element(self, fn: Callable[..., Any]) -> _SampledDataset:
-        """``self.map(fn)`` whose eager iterator applies ``fn`` eagerly (keeps the fast path)."""
-        buffer, batch, steps, inner = self._sampling
-        composed = fn if inner is None else (lambda *e: _apply(fn, _apply(inner, e)))
-        return _SampledDataset(tf.data.Dataset.map(self, fn), buffer, batch, steps, composed)
-
-    def __iter__(self) -> iterator_ops.OwnedIterator:
-        if context.executing_eagerly():
-            return _SampleIterator(self, *self._sampling)
-        return super().__iter__()
-
-    def prefetch(self, buffer_size: Any, name: str | None = None) -> tf.data.Dataset:
-        """``Dataset.prefetch`` that keeps the fast eager iterator (which prefetches itself)."""
-        prefetched = super().prefetch(buffer_size, name=name)
-        return _SampledDataset(prefetched, *self._sampling)
+def map_element(dataset: tf.data.Dataset, fn: Callable[..., Any]) -> tf.data.Dataset:
+    """``dataset.map(fn)``, keeping the eager fast path of an :func:`as_dataset` result."""
+    if _tf_eager is not None and isinstance(dataset, _tf_eager.SampledDataset):
+        return dataset.map_element(fn)
+    return dataset.map(fn)
 
 
 def _is_ok(items: Any, info: BufferInfo, ok: Any) -> Any:
