@@ -283,3 +283,13 @@ def test_arrays_become_equal_tensors_whatever_their_alignment(dtype, shape, offs
     tensor = _tf_eager.as_tensor(x)
     assert tensor.dtype.as_numpy_dtype == np.dtype(dtype) and tensor.shape == x.shape
     np.testing.assert_array_equal(tensor.numpy(), x)
+
+
+def test_without_the_eager_fast_path_the_plain_pipeline_serves(monkeypatch):
+    monkeypatch.setattr(tf_data, "_tf_eager", None)
+    local = _filled()
+    ds = local.as_dataset(sample_batch_size=4, num_steps=2)
+    assert not isinstance(ds, _tf_eager.SampledDataset)
+    items, info = next(iter(tf_data.map_element(ds, lambda items, info: (items, info))))
+    assert items["obs"].shape == (4, 2, 2, 3) and info.ids.shape == (4,)
+    local.close()
