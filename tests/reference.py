@@ -18,6 +18,7 @@ __all__ = [
     "ReferenceWindows",
     "by_id",
     "valid_window_starts",
+    "window_ids",
 ]
 
 
@@ -38,6 +39,27 @@ def valid_window_starts(
             continue
         starts.append(first_time + k)
     return starts
+
+
+def window_ids(is_last: Any, first_time: int, num_steps: int, within_episode: bool) -> np.ndarray:
+    """int64 ids (``start * num_envs + row``) of all valid windows, time-then-row order.
+
+    Args:
+        is_last: ``[num_envs, steps]`` episode-end flags of every row, oldest first.
+        first_time: step time of column 0.
+        num_steps: window length.
+        within_episode: whether no step but a window's last may have ``is_last``.
+    """
+    is_last = np.asarray(is_last, bool)
+    num_envs = is_last.shape[0]
+    ids = [
+        start * num_envs + row
+        for row in range(num_envs)
+        for start in valid_window_starts(
+            is_last[row].tolist(), first_time, num_steps, within_episode
+        )
+    ]
+    return np.array(sorted(ids), dtype=np.int64)
 
 
 class ReferenceWindows:

@@ -94,8 +94,6 @@ def test_round_trip_uniform_is_identical_and_continues_the_same(tmp_path, num_en
 
 
 def test_round_trip_prioritized_keeps_priorities_and_sample_sequence(tmp_path):
-    if not hasattr(rc, "Prioritized"):
-        pytest.skip("recollect.Prioritized is not available yet")
     buf = rc.ReplayBuffer(
         make_spec(), 24, num_envs=2, rng=3, sampler=rc.Prioritized(0.7), sequence_length=2
     )
@@ -376,10 +374,6 @@ def test_sha256_checksums_are_accepted(saved):
 
 
 def test_prioritized_transition_buffer_round_trip(tmp_path):
-    import inspect
-
-    if "prioritized" not in inspect.signature(rc.TransitionBuffer).parameters:
-        pytest.skip("TransitionBuffer(prioritized=...) is not available yet")
     tb = rc.TransitionBuffer(capacity=16, num_envs=2, rng=4, prioritized=True)
     drive_transitions(tb, 11, seed=0)
     s = tb.sample(6)

@@ -117,12 +117,12 @@ def test_wrong_leading_dim_in_add_batch(buf):
 
 def test_add_on_multi_env_buffer(buf):
     with pytest.raises(InvalidArgumentError, match=r"num_envs == 1.*num_envs=2.*add_batch"):
-        buf.add({k: v for k, v in batch(1).items()})
+        buf.add(batch(1))
 
 
 def test_add_single_step_shape_error_names_leaf():
     b = rc.ReplayBuffer(SPEC, capacity=4)
-    step = {k: v for k, v in batch(1).items()}  # has the env dim that add() must not get
+    step = batch(1)  # has the env dim that add() must not get
     with pytest.raises(ShapeError, match=r"add leaf 'action': expected shape \(\), got \(1,\)"):
         b.add(step)
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import recollect as rc
+from reference import window_ids
 
 SPEC = {
     "observation": rc.ArraySpec((2,), np.float32),
@@ -30,20 +31,6 @@ def fill(buf, is_last_rows):
                 "is_last": np.asarray(is_last, bool),
             }
         )
-
-
-def reference_order(buf, num_steps, within_episode):
-    """All valid window ids in time-then-row order, by brute force over (time, row)."""
-    idx = buf._index
-    data = buf.gather_all()
-    ids = []
-    for t in range(idx.lo, idx.hi - num_steps + 1):
-        for r in range(buf.num_envs):
-            inner = data["is_last"][r, t - idx.lo : t - idx.lo + num_steps - 1]
-            if within_episode and inner.any():
-                continue
-            ids.append(t * buf.num_envs + r)
-    return np.array(ids, dtype=np.int64)
 
 
 @st.composite
@@ -70,7 +57,8 @@ def test_fifo_and_lifo_match_brute_force_order(case, within_episode):
     for sampler, reverse in ((rc.Fifo(), False), (rc.Lifo(), True)):
         buf = rc.ReplayBuffer(SPEC, num_envs * max_length, num_envs, sampler=sampler, rng=0)
         fill(buf, is_last)
-        order = reference_order(buf, num_steps, within_episode)
+        is_last_rows = buf.gather_all()["is_last"]
+        order = window_ids(is_last_rows, buf._index.lo, num_steps, within_episode)
         if len(order) == 0:
             with pytest.raises(rc.errors.NotEnoughDataError):
                 buf.sample(batch, num_steps, within_episode=within_episode)

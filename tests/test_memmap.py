@@ -106,8 +106,6 @@ def test_reopening_restores_frame_stacks(tmp_path):
 
 
 def test_reopening_restores_prioritized_state(tmp_path):
-    if not hasattr(rc, "Prioritized"):
-        pytest.skip("recollect.Prioritized not available yet")
     kw = {"storage": "memmap", "directory": tmp_path, "sequence_length": 1}
     buf = rc.ReplayBuffer(SPEC, 12, 2, rng=3, sampler=rc.Prioritized(), **kw)
     for step in _steps(2, 8):

@@ -14,6 +14,7 @@ tf = pytest.importorskip("tensorflow")
 from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
 from recollect import ArraySpec, ReplayBuffer, _tf_eager, errors, tf_data  # noqa: E402
 from recollect._adapter import sample_concurrent  # noqa: E402
+from reference import window_ids  # noqa: E402
 
 NUM_ENVS = 3
 
@@ -75,24 +76,13 @@ def test_samples_are_consistent_windows(buf):
     np.testing.assert_allclose(info.probabilities.numpy(), 1 / (NUM_ENVS * (10 - 3 + 1)))
 
 
-def _reference_windows(buf, n):
-    """Plain loop: every stored window of n steps with no is_last before its last step."""
-    data = buf.gather_all()
-    lo = buf.item_ids()[0, 0] // NUM_ENVS
-    out = []
-    for t in range(data["is_last"].shape[1] - n + 1):
-        for r in range(NUM_ENVS):
-            if not data["is_last"][r, t : t + n - 1].any():
-                out.append((t + lo) * NUM_ENVS + r)
-    return out
-
-
 def test_single_deterministic_pass_visits_every_window_once_in_order():
     buf = _filled(steps=14, ends={(3, 0), (5, 1), (12, 2)})  # ring wrapped: steps 4..13 stored
     for n, batch in [(2, 4), (3, None), (1, 5)]:
         ds = buf.as_dataset(sample_batch_size=batch, num_steps=n, single_deterministic_pass=True)
         ids = np.concatenate([np.atleast_1d(info.ids.numpy()) for _, info in ds]).tolist()
-        assert ids == _reference_windows(buf, n)
+        is_last, lo = buf.gather_all()["is_last"], buf.item_ids()[0, 0] // NUM_ENVS
+        assert ids == window_ids(is_last, lo, n, True).tolist()
     ds = buf.as_dataset(sample_batch_size=4, num_steps=2, single_deterministic_pass=True)
     assert ds.element_spec[0]["obs"].shape.as_list() == [None, 2, 2, 3]
     items, info = next(iter(ds))
@@ -132,8 +122,6 @@ def test_iteration_stops_cleanly_when_the_buffer_is_closed():
     next(it)
     local.close()
     remaining = sum(1 for _ in it)  # at most the chunks already in flight (2 calls + 1)
-    from recollect import tf_data
-
     assert remaining <= 3 * tf_data.MAX_CHUNK
     assert local.closed
 
