@@ -21,7 +21,7 @@ Two sources:
   past an episode end are drawn too; the helper cuts them at the first
   ``is_last``.
 * ``TransitionBuffer.sample(batch_size, n_step=n, discount=gamma)`` (see
-  :func:`transition_n_step`).
+  :func:`recollect.buffers.nstep_transitions.n_step_fields`).
 """
 
 from __future__ import annotations

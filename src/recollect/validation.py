@@ -162,7 +162,9 @@ def convert_step(
             or value.shape != shape
             or (value.dtype is not dtype and value.dtype != dtype)
         ):  # anything unusual takes the complete path (same results and errors as ever)
-            return _convert_leaves(flat, check_structure(flat, data, what), leading, what)
+            # ``values`` is already check_structure's result: the getter reads a flat dict
+            # spec's keys in sorted order, as optree flattens dicts.
+            return _convert_leaves(flat, values, leading, what)
     return list(values)
 
 

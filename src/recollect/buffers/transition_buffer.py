@@ -217,6 +217,7 @@ class TransitionBuffer(Checkpointable):
             for i, p in enumerate(flat.paths)
             if p == "observation" or p.startswith("observation/")
         ]
+        self._other_leaf_ids = [i for i in range(len(flat.paths)) if i not in self._obs_leaf_ids]
         self._first_id = flat.paths.index("is_first") if "is_first" in flat.paths else None
         self._pending = [
             np.zeros((self._num_envs, *s), d)
@@ -375,7 +376,7 @@ class TransitionBuffer(Checkpointable):
         n, gamma = _n_step_args(n_step, discount)
         options = {}
         if importance_sampling_exponent is not None:
-            if self._prioritized is None and not _is_prioritized(self.replay_buffer):
+            if not isinstance(self.replay_buffer.sampler, Prioritized):
                 raise InvalidArgumentError(
                     "importance_sampling_exponent needs a prioritized buffer; construct "
                     "TransitionBuffer(..., prioritized=True)."
@@ -434,7 +435,7 @@ class TransitionBuffer(Checkpointable):
         current = rows * length + times % length
         following = rows * length + (times + 1) % length
         both = buffer._storage.gather(np.concatenate([current, following]), obs_ids)
-        other_ids = [i for i in range(len(buffer._flat.paths)) if i not in obs_ids]
+        other_ids = self._other_leaf_ids
         leaves: list[Any] = [None] * len(buffer._flat.paths)
         for i, leaf in zip(other_ids, buffer._storage.gather(current, other_ids), strict=True):
             leaves[i] = leaf
@@ -475,10 +476,6 @@ def _prioritized_sampler(prioritized: Any) -> Prioritized | None:
     raise InvalidArgumentError(
         f"`prioritized` must be True, False or a recollect.Prioritized(...); got {prioritized!r}."
     )
-
-
-def _is_prioritized(buffer: ReplayBuffer) -> bool:
-    return isinstance(buffer.sampler, Prioritized)
 
 
 def _n_step_args(n_step: Any, discount: Any) -> tuple[int, float | None]:

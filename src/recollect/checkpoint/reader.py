@@ -119,7 +119,7 @@ def _read_leaves(
         else:
             reader.columns_into(leaf["file"], dest, offset, count)
     if direct:
-        storage.flat_views = [a.reshape((-1, *a.shape[2:])) for a in storage.arrays]
+        storage.refresh_views()
 
 
 def load_buffer(path: str | os.PathLike, mmap: bool = False, *, kind: str | None = None) -> Any:

@@ -20,6 +20,7 @@ O(batch_size + num_envs); never a pass over all stored windows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,9 @@ def _last_windows(seg: Segments, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Ordered(Sampler):
-    _pick = staticmethod(_first_windows)
+    """Shared ``sample`` of :class:`Fifo` and :class:`Lifo`; each sets ``_pick``."""
+
+    _pick: Callable[[Segments, int], tuple[np.ndarray, np.ndarray]]
 
     def sample(
         self,

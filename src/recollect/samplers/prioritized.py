@@ -121,18 +121,23 @@ class Prioritized(Sampler):
         t = index.t  # step t - 1 was just written
         gone = self._row_base + (t - 1) % self._length
         start = t - n
-        new = self._row_base + start % self._length
         ok = np.full(index.num_envs, start >= index.lo)
         if is_last is not None:
             ok &= self._last_end < start  # no episode end before the window's last step
             self._last_end[:] = index.last_end
         self.num_valid -= int(np.count_nonzero(self._start[gone] >= 0))
         self._start[gone] = -1
-        new = new[ok]
+        value = self._value(self.max_priority)
+        if n == 1:  # the new window is keyed by the overwritten slot: set each key once
+            self._start[gone[ok]] = start
+            self.num_valid += int(np.count_nonzero(ok))
+            self._tree.set(gone, np.where(ok, value, 0.0))
+            return
+        new = (self._row_base + start % self._length)[ok]
         self._start[new] = start
         self.num_valid += len(new)
-        value = np.full(len(new), self._value(self.max_priority))
-        self._tree.set(np.concatenate([gone, new]), np.concatenate([np.zeros(len(gone)), value]))
+        values = np.concatenate([np.zeros(len(gone)), np.full(len(new), value)])
+        self._tree.set(np.concatenate([gone, new]), values)
 
     def on_clear(self) -> None:
         self._tree.clear()
@@ -153,12 +158,12 @@ class Prioritized(Sampler):
         """Draws windows with ``P(i) ∝ (p_i + epsilon)^alpha`` and their importance weights.
 
         Raises:
-            InvalidArgumentError: unknown option, ``num_steps`` other than the
-                fixed ``sequence_length``, ``within_episode=False`` on an
-                episode-aware buffer, or a negative exponent.
+            InvalidArgumentError: unknown option, ``within_episode=False`` on an
+                episode-aware buffer, or a negative exponent. (``num_steps`` other
+                than the fixed ``sequence_length`` is refused by the buffer.)
             NotEnoughDataError: every valid window has priority 0 (epsilon=0).
         """
-        self._check_request(num_steps, within_episode, kwargs)
+        self._check_request(within_episode, kwargs)
         beta = self.importance_sampling_exponent
         if importance_sampling_exponent is not None:
             beta = _check_exponent("importance_sampling_exponent", importance_sampling_exponent)
@@ -176,16 +181,11 @@ class Prioritized(Sampler):
         weights /= weights.max()
         return WindowDraw(rows, times, probabilities, weights)
 
-    def _check_request(self, num_steps: int, within_episode: bool, kwargs: dict) -> None:
+    def _check_request(self, within_episode: bool, kwargs: dict) -> None:
         if kwargs:
             raise InvalidArgumentError(
                 f"Prioritized sampling takes only importance_sampling_exponent; got "
                 f"{sorted(kwargs)}."
-            )
-        if num_steps != self.sequence_length:
-            raise InvalidArgumentError(
-                f"this sampler scores windows of sequence_length={self.sequence_length}; got "
-                f"num_steps={num_steps}. Sample with num_steps={self.sequence_length} or None."
             )
         if within_episode != bool(self.episode_aware):
             raise InvalidArgumentError(

@@ -216,7 +216,8 @@ _BLOCKS = _Blocks()
 
 
 def _align(n: int) -> int:
-    return (n + 63) & ~63
+    """``n`` rounded up to a multiple of ``ALIGN_BYTES`` (a power of two)."""
+    return (n + ALIGN_BYTES - 1) & ~(ALIGN_BYTES - 1)
 
 
 class _Chooser:

@@ -33,20 +33,11 @@ def _bool_scalar(flat: FlatSpec, key: str) -> int | None:
     return i
 
 
-def _spec_json(flat: FlatSpec) -> Any:
-    try:
-        from recollect.checkpoint.format import describe_spec  # shared manifest vocabulary
-    except ImportError:  # pragma: no cover - checkpoint package absent
-        return [
-            [p, list(s), np.dtype(d).str]
-            for p, s, d in zip(flat.paths, flat.shapes, flat.dtypes, strict=True)
-        ]
-    return describe_spec(flat.spec)
-
-
 def _config(flat: FlatSpec, capacity: int, num_envs: int, stacks: dict[str, Any]) -> dict[str, Any]:
+    from recollect.checkpoint.format import describe_spec  # shared manifest vocabulary
+
     config = {
-        "spec": _spec_json(flat),
+        "spec": describe_spec(flat.spec),
         "capacity": capacity,
         "num_envs": num_envs,
         "frame_stacks": {path: stack.config() for path, stack in (stacks or {}).items()},

@@ -238,11 +238,6 @@ class FrameStackStorage:
         """Inner ring flat views (frame leaves are zero-size placeholders)."""
         return self._inner.flat_views
 
-    @property
-    def frame_leaves(self) -> list[int]:
-        """Leaf indices stored as frames."""
-        return list(self._leaves)
-
     def named_arrays(self) -> dict[str, np.ndarray]:
         """Every raw array this storage owns, by a stable file-safe name."""
         named = {f"leaf_{i}": a for i, a in enumerate(self._inner.arrays) if i not in self._leaves}
@@ -258,9 +253,7 @@ class FrameStackStorage:
 
     # -- writing ------------------------------------------------------------
     def _episode_starts(self, t: int, leaves: Sequence[np.ndarray]) -> np.ndarray:
-        """Bool ``[num_envs]``: rows whose step ``t`` starts an episode."""
-        if t == 0:
-            return np.ones(self.num_envs, bool)
+        """Bool ``[num_envs]``: rows whose step ``t`` (> 0) starts an episode."""
         starts = np.zeros(self.num_envs, bool)
         if self._is_first is not None:
             starts |= np.asarray(leaves[self._is_first], bool)

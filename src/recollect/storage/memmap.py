@@ -104,13 +104,6 @@ class MemmapStorage(RingStorage):
         super().write_column(slot, leaves)
 
 
-def _spec_json(flat: FlatSpec) -> list[dict[str, Any]]:
-    return [
-        {"path": p, "shape": list(s), "dtype": np.dtype(d).str}
-        for p, s, d in zip(flat.paths, flat.shapes, flat.dtypes, strict=True)
-    ]
-
-
 def _write_json(path: pathlib.Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=1))
@@ -136,7 +129,6 @@ class MemmapPersistence:
         self.config = config
         self.manifest_path = self.directory / MANIFEST
         self.existing = self._read() if self.manifest_path.exists() else None
-        self._finalizer: Any = None
 
     def _read(self) -> dict[str, Any]:
         try:
@@ -164,15 +156,14 @@ class MemmapPersistence:
             )
         return manifest
 
-    def manifest(self, buffer: Any, dirty: bool) -> dict[str, Any]:
-        """The manifest dict for ``buffer``'s current counters."""
-        index = buffer._index
+    def manifest(self, index: Any, sampler: Any, dirty: bool) -> dict[str, Any]:
+        """The manifest dict for a buffer's window ``index`` counters and ``sampler`` type."""
         return {
             "format_version": FORMAT_VERSION,
             "kind": "recollect.memmap",
             **self.config,
             "counters": {"t": int(index.t), "t_clear": int(index.t_clear)},
-            "sampler": type(buffer._sampler).__name__,
+            "sampler": type(sampler).__name__,
             "dirty": dirty,
         }
 
@@ -182,9 +173,7 @@ class MemmapPersistence:
             self._restore(buffer, self.existing)
         self.flush(buffer)
         storage, sampler, index = buffer._storage, buffer._sampler, buffer._index
-        self._finalizer = weakref.finalize(
-            buffer, _flush_parts, self, storage, index, sampler, buffer._lock
-        )
+        weakref.finalize(buffer, _flush_parts, self, storage, index, sampler, buffer._lock)
 
     def _restore(self, buffer: Any, manifest: dict[str, Any]) -> None:
         index, counters = buffer._index, manifest["counters"]
@@ -209,13 +198,6 @@ class MemmapPersistence:
         _write_json(self.manifest_path, {**manifest, "dirty": True})
 
 
-class _Parts:
-    """Duck-typed stand-in for a buffer during a finalizer flush."""
-
-    def __init__(self, storage: Any, index: Any, sampler: Any) -> None:
-        self._storage, self._index, self._sampler = storage, index, sampler
-
-
 def _flush_parts(
     persist: MemmapPersistence, storage: Any, index: Any, sampler: Any, lock: Any
 ) -> None:
@@ -232,12 +214,14 @@ def _flush_parts(
             np.savez(
                 persist.directory / _SAMPLER_FILE, **{k: np.asarray(v) for k, v in state.items()}
             )
-        manifest = persist.manifest(_Parts(storage, index, sampler), dirty=False)
+        manifest = persist.manifest(index, sampler, dirty=False)
         _write_json(persist.manifest_path, manifest)
-        for ring in _memmap_rings(storage):
+        ring = _memmap_ring(storage)
+        if ring is not None:
             ring.on_write = lambda m=manifest: persist._mark_dirty(m)
 
 
-def _memmap_rings(storage: Any) -> list[MemmapStorage]:
+def _memmap_ring(storage: Any) -> MemmapStorage | None:
+    """The memmap ring of ``storage`` (itself or, for frame-stack storage, its inner ring)."""
     inner = getattr(storage, "_inner", storage)
-    return [inner] if isinstance(inner, MemmapStorage) else []
+    return inner if isinstance(inner, MemmapStorage) else None

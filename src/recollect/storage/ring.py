@@ -37,21 +37,17 @@ class RingStorage:
             self._allocate(shape, dtype)
             for shape, dtype in zip(flat_spec.shapes, flat_spec.dtypes, strict=True)
         ]
-        self.flat_views = [a.reshape((num_envs * max_length, *a.shape[2:])) for a in self.arrays]
+        self.refresh_views()
 
-    @property
-    def flat_views(self) -> list[np.ndarray]:
-        """Row-flattened views ``[num_envs * max_length, *shape]`` of ``arrays``.
+    def refresh_views(self) -> None:
+        """Derives the views of ``arrays``; call it after replacing entries of ``arrays``.
 
-        Assign new views after replacing entries of ``arrays`` (e.g. mapping a
-        checkpoint's files): that also refreshes the time-major views
-        ``[max_length, num_envs, *shape]`` that :meth:`write_column` writes through.
+        ``flat_views``: row-flattened ``[num_envs * max_length, *shape]`` (what
+        :meth:`gather` takes rows of); ``_columns``: time-major
+        ``[max_length, num_envs, *shape]`` (what :meth:`write_column` writes through).
         """
-        return self._flat_views
-
-    @flat_views.setter
-    def flat_views(self, views: list[np.ndarray]) -> None:
-        self._flat_views = list(views)
+        n = self.num_envs * self.max_length
+        self.flat_views: list[np.ndarray] = [a.reshape((n, *a.shape[2:])) for a in self.arrays]
         self._columns = [a.swapaxes(0, 1) for a in self.arrays]
 
     def _allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
