@@ -105,18 +105,10 @@ def encode_sampler(sampler: Sampler, put_array: Callable[[str, np.ndarray], None
 
 
 def _sampler_class(name: str, where: str) -> type[Sampler]:
-    import importlib
-
     import recollect
     import recollect.samplers
 
-    namespaces: list[Any] = [recollect.samplers, recollect]
-    if name.isidentifier():  # a sampler module of recollect not re-exported (yet)
-        try:
-            namespaces.append(importlib.import_module(f"recollect.samplers.{name.lower()}"))
-        except ImportError:
-            pass
-    for namespace in namespaces:
+    for namespace in (recollect.samplers, recollect):
         try:
             cls = getattr(namespace, name, None)
         except Exception:

@@ -51,8 +51,7 @@ def _write_extras(tb: Any, writer: CheckpointWriter) -> dict[str, Any]:
 
 def _options(tb: Any) -> dict[str, Any]:
     """Constructor options an empty TransitionBuffer must keep (it has no sampler state yet)."""
-    prioritized = getattr(tb, "_prioritized", None)
-    frame_stack = getattr(tb, "_frame_stack", None)
+    prioritized, frame_stack = tb._prioritized, tb._frame_stack
     return {
         "prioritized": None if prioritized is None else prioritized.get_config(),
         "frame_stack": None if frame_stack is None else frame_stack.config(),
@@ -150,7 +149,7 @@ def read_transition_buffer(reader: CheckpointReader, mmap: bool) -> Any:
     if not isinstance(spec, dict) or "observation" not in spec:
         raise CheckpointError(f"{where}: a TransitionBuffer spec needs an 'observation' entry.")
     tb = TransitionBuffer(buffer.capacity, buffer.num_envs)
-    if hasattr(tb, "_prioritized") and not isinstance(buffer.sampler, Uniform):
+    if not isinstance(buffer.sampler, Uniform):
         tb._prioritized = buffer.sampler  # the restored sampler (e.g. Prioritized)
     tb._attach(buffer, spec["observation"])
     _restore_extras(tb, reader, extras)

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-
 import click
 
 __all__ = ["main"]
-
-_COMMAND_MODULES = ("demo", "populate", "inspect")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,9 +13,5 @@ def main() -> None:
     """recollect: experience replay for reinforcement learning."""
 
 
-for _name in _COMMAND_MODULES:
-    try:
-        importlib.import_module(f"recollect.cli.{_name}")
-    except ModuleNotFoundError as _err:  # a command module not written yet
-        if _err.name != f"recollect.cli.{_name}":
-            raise
+# Last, as each command module imports ``main`` to register its subcommand (in this order).
+from recollect.cli import demo, populate, inspect  # noqa: E402, F401, I001

@@ -30,19 +30,16 @@ def buffer_summary(buffer: Any) -> dict[str, Any]:
     An episode counts when both its ``is_first`` and its ``is_last`` step are
     still stored (older parts may have been overwritten by the ring).
     """
-    data = buffer.gather_all()  # leaves [num_envs, steps_per_row]
-    first, last, reward = data["is_first"], data["is_last"], data["reward"]
-    rows, length = first.shape
-    episode = np.cumsum(first, axis=1)  # 0: an episode begun before the stored range
-    key = episode + np.arange(rows)[:, None] * (length + 1)
-    returns = np.bincount(key.ravel(), weights=reward.ravel(), minlength=rows * (length + 1))
-    complete = key[last & (episode > 0)]
+    from recollect.cli.inspect import episode_stats  # here: keeps the commands' import order
+
+    flat = buffer._flat
+    returns = episode_stats(flat, flat.treedef.flatten_up_to(buffer.gather_all()))["returns"]
     return {
         "steps_stored": int(buffer.num_frames()),
         "capacity": int(buffer.capacity),
         "num_envs": int(buffer.num_envs),
-        "episodes": int(complete.size),
-        "mean_return": float(returns[complete].mean()) if complete.size else None,
+        "episodes": int(returns.size),
+        "mean_return": float(returns.mean()) if returns.size else None,
     }
 
 

@@ -46,7 +46,6 @@ def episode_stats(flat: Any, data: list[np.ndarray]) -> dict[str, Any]:
     episode = ends_before + np.arange(num_envs)[:, None] * (steps + 1)
     ids, inverse = np.unique(episode.ravel(), return_inverse=True)
     has_end = np.bincount(inverse, weights=is_last.ravel()) > 0
-    first_step = np.zeros(len(ids), bool)
     if is_first is not None:
         first_step = np.bincount(inverse, weights=is_first.ravel()) > 0
     else:
