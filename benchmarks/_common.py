@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["Row", "measure", "parse_args", "print_table", "rss_bytes"]
+__all__ = ["Row", "cycle", "measure", "parse_args", "print_table", "rss_bytes"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -32,6 +36,11 @@ class Row:
     def rate(self) -> float:
         """Transitions per second."""
         return self.items / self.seconds
+
+
+def cycle(items: Sequence[T]) -> Callable[[], T]:
+    """Returns a cheap ``next()`` that yields ``items`` round-robin forever."""
+    return itertools.cycle(items).__next__
 
 
 def parse_args(description: str) -> argparse.Namespace:

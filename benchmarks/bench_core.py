@@ -33,7 +33,6 @@ together with fresh limit rows, and its ratios are to that group's limits.
 from __future__ import annotations
 
 import gc
-import itertools
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _peers
 import recollect as rc
-from _common import Row, measure, parse_args, print_table, rss_bytes
+from _common import Row, cycle, measure, parse_args, print_table, rss_bytes
 
 try:
     from recollect.storage import _gather
@@ -105,11 +104,7 @@ def limit_rows(store: NumpyRing, batch: int, rng: np.random.Generator, pairs: bo
     ]
 
 
-def _cycle(items: list[Any]) -> Any:
-    return itertools.cycle(items).__next__
-
-
-def _timed_fill(label: str, fill: Any) -> Any:
+def _timed_fill(fill: Any) -> Any:
     gc.collect()
     before = rss_bytes()
     t0 = time.perf_counter()
@@ -212,24 +207,35 @@ def run_w1(args: Any) -> None:
     fills = w1_fills(data)
     stores, memory = {}, {}
     for key, fill in fills.items():
-        stores[key], delta, secs = _timed_fill(key, fill)
+        stores[key], delta, secs = _timed_fill(fill)
         memory[key] = (delta, secs)
     for batch in (32, 256):
         replay, transition = stores["replay"], stores["transition"]
         rows = limit_rows(stores["naive"], batch, rng, pairs=False)
-        rows.append(Row("recollect ReplayBuffer window num_steps=2", lambda: None, batch))
-        rows[-1].fn = lambda b=batch, r=replay: r.sample(b, 2)
-        rows.append(Row("recollect TransitionBuffer.sample", lambda: None, batch))
-        rows[-1].fn = lambda b=batch, t=transition: t.sample(b)
-        rows.append(Row("  same, ReplayBuffer on 1 gather thread", lambda: None, batch))
-        rows[-1].fn = lambda b=batch, r=replay: _one_thread(lambda: r.sample(b, 2))
+        rows += [
+            Row(
+                "recollect ReplayBuffer window num_steps=2",
+                lambda b=batch, r=replay: r.sample(b, 2),
+                batch,
+            ),
+            Row(
+                "recollect TransitionBuffer.sample",
+                lambda b=batch, t=transition: t.sample(b),
+                batch,
+            ),
+            Row(
+                "  same, ReplayBuffer on 1 gather thread",
+                lambda b=batch, r=replay: _one_thread(lambda: r.sample(b, 2)),
+                batch,
+            ),
+        ]
         measure(rows, args.repeats, args.repeat_s)
         print_table(f"W1 sample {batch} (uint8 84x84x4, 8 envs, 100k)", rows, limits(rows))
     del replay, transition, rows, stores["replay"], stores["transition"]
     gc.collect()
     for name in [] if args.no_peers else _peers.available():
         try:
-            peer, delta, secs = _timed_fill(name, lambda n=name: w1_peer_fill(n, data))
+            peer, delta, secs = _timed_fill(lambda n=name: w1_peer_fill(n, data))
         except Exception as err:  # a broken optional peer is skipped
             print(f"# skipped {name}: {type(err).__name__}: {err}")
             continue
@@ -303,7 +309,7 @@ def run_w2(args: Any) -> None:
     ring, ring1 = NumpyRing(W2_CAPACITY, W2_FIELDS), NumpyRing(W2_CAPACITY, W2_FIELDS)
     buf, buf1 = w2_buffer(W2_ENVS), w2_buffer(1)
     t0 = time.perf_counter()
-    nxt = _cycle(batches)
+    nxt = cycle(batches)
     for _ in range(W2_CAPACITY // W2_ENVS):
         step = nxt()
         ring.add_batch(step)
@@ -314,11 +320,11 @@ def run_w2(args: Any) -> None:
         a[:] = 0
     print(f"\n# W2 filled numpy ring + recollect in {time.perf_counter() - t0:.1f}s")
     peers = {} if args.no_peers else w2_peers(batches, singles)
-    nb, n1 = _cycle(batches), _cycle(singles)
+    nb, n1 = cycle(batches), cycle(singles)
     rows = [Row("numpy ring add_batch (8)", lambda: ring.add_batch(nb()), 8)]
     rows.append(Row("recollect ReplayBuffer.add_batch (8)", lambda: buf.add_batch(nb()), 8))
     for p, _ in peers.values():
-        nxt_p = _cycle(p.conv_all(batches))
+        nxt_p = cycle(p.conv_all(batches))
         rows.append(Row(f"{p.name}.add (8)", lambda p=p, n=nxt_p: p.add(n()), 8))
     print_table(
         "W2 add, batches of 8 envs",
@@ -328,7 +334,7 @@ def run_w2(args: Any) -> None:
     rows = [Row("numpy ring add (1)", lambda: ring1.add(n1()), 1)]
     rows.append(Row("recollect ReplayBuffer.add (num_envs=1)", lambda: buf1.add(n1()), 1))
     for _, p in peers.values():
-        nxt_p = _cycle(p.conv_all(singles))
+        nxt_p = cycle(p.conv_all(singles))
         rows.append(Row(f"{p.name}.add (1)", lambda p=p, n=nxt_p: p.add(n()), 1))
     print_table(
         "W2 add, single transition",

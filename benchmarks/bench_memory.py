@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import recollect as rc
-from _common import Row, measure, parse_args, print_table, rss_bytes
+from _common import Row, cycle, measure, parse_args, print_table, rss_bytes
 
 E = 8
 FRAME = 84 * 84
@@ -77,16 +77,6 @@ def fill(buf: rc.ReplayBuffer, pool: list[dict], steps: int) -> float:
     return time.perf_counter() - t0
 
 
-def cycler(pool: list) -> object:
-    state = {"i": 0}
-
-    def nxt():
-        state["i"] += 1
-        return pool[state["i"] % len(pool)]
-
-    return nxt
-
-
 def memory_table(capacity: int, pool: list[dict]) -> rc.ReplayBuffer:
     gc.collect()
     before = rss_bytes()
@@ -121,7 +111,7 @@ def add_table(buf: rc.ReplayBuffer, pool: list[dict], args) -> None:
         i = state["i"] = state["i"] + 1
         np.copyto(dest[i % slots], srcs[i % len(srcs)])
 
-    nxt = cycler(pool)
+    nxt = cycle(pool)
     rows = [
         Row("memcpy (batch bytes, rotating 64 MiB)", memcpy, E),
         Row("recollect add_batch, frame store", lambda: buf.add_batch(nxt()), E),
@@ -221,7 +211,7 @@ def memmap_table(capacity: int, pool: list[dict], args) -> None:
         buf = make(-1, capacity, storage="memmap", directory=d)
         first = Row("memmap add_batch (first fill)", _noop, capacity)
         first.seconds = fill(buf, pool, capacity)
-        nxt = cycler(pool)
+        nxt = cycle(pool)
         warm = [
             Row("memmap add_batch (warm)", lambda add=buf.add_batch: add(nxt()), E),
             sample_rows("memmap warm", buf, 32),
