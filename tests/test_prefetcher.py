@@ -102,16 +102,18 @@ def test_close_from_another_thread_ends_a_waiting_consumer():
         next(prefetcher)
 
 
+def _numbered(sequence_length=None):
+    buf = ReplayBuffer(
+        {"x": ArraySpec((3,), np.float32)}, 40, num_envs=2, rng=7, sequence_length=sequence_length
+    )
+    for t in range(20):
+        buf.add_batch({"x": np.full((2, 3), t, np.float32)})
+    return buf
+
+
 def test_drawn_batches_equal_a_sequential_sample_loop():
     """Same seed, same static buffer: prefetching with 2 threads yields buf.sample's sequence."""
-
-    def filled():
-        buf = ReplayBuffer({"x": ArraySpec((3,), np.float32)}, 40, num_envs=2, rng=7)
-        for t in range(20):
-            buf.add_batch({"x": np.full((2, 3), t, np.float32)})
-        return buf
-
-    reference, buf = filled(), filled()
+    reference, buf = _numbered(), _numbered()
     expected = [reference.sample(5, 2) for _ in range(25)]
     prefetcher = Prefetcher(lambda: draw_concurrent(buf, 5, 2), 3, lambda: False, threads=2)
     try:
@@ -120,4 +122,19 @@ def test_drawn_batches_equal_a_sequential_sample_loop():
         prefetcher.close()
     for want, have in zip(expected, got, strict=True):
         np.testing.assert_array_equal(have.ids, want.ids)
+        np.testing.assert_array_equal(have.data["x"], want.data["x"])
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "num_steps", "sequence_length"),
+    [(np.int64(4), 2, None), (4, None, None), (3, None, 4), (3, 4, 4)],
+)
+def test_a_concurrent_draw_equals_buf_sample(batch_size, num_steps, sequence_length):
+    """Same draws, shapes and ids as ``sample``: numpy ints, fixed sequence_length included."""
+    reference, buf = _numbered(sequence_length), _numbered(sequence_length)
+    for _ in range(3):
+        want = reference.sample(batch_size, num_steps)
+        have = draw_concurrent(buf, batch_size, num_steps)()
+        np.testing.assert_array_equal(have.ids, want.ids)
+        assert have.data["x"].shape == want.data["x"].shape
         np.testing.assert_array_equal(have.data["x"], want.data["x"])

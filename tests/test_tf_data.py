@@ -281,3 +281,19 @@ def test_without_the_eager_fast_path_the_plain_pipeline_serves(monkeypatch):
     items, info = next(iter(tf_data.map_element(ds, lambda items, info: (items, info))))
     assert items["obs"].shape == (4, 2, 2, 3) and info.ids.shape == (4,)
     local.close()
+
+
+@pytest.mark.parametrize("single_deterministic_pass", [False, True])
+def test_a_fixed_sequence_length_gives_the_time_axis_as_sample_does(single_deterministic_pass):
+    spec = {"x": ArraySpec((2,), np.float32)}
+    local = ReplayBuffer(spec, 40, num_envs=2, rng=0, sequence_length=3)
+    for t in range(10):
+        local.add_batch({"x": np.full((2, 2), t, np.float32)})
+    assert local.sample(4).data["x"].shape == (4, 3, 2)
+    ds = local.as_dataset(sample_batch_size=4, single_deterministic_pass=single_deterministic_pass)
+    assert ds.element_spec[0]["x"].shape.as_list()[1:] == [3, 2]
+    items, _ = next(iter(ds))
+    x = items["x"].numpy()
+    assert x.shape == (4, 3, 2)
+    np.testing.assert_array_equal(np.diff(x[..., 0], axis=1), 1.0)  # consecutive steps
+    local.close()

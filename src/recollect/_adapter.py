@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from recollect.buffers.replay_buffer import ReplayBuffer
+from recollect.buffers.replay_buffer import ReplayBuffer, _positive_int
 from recollect.buffers.sample import Sample
 from recollect.errors import InvalidArgumentError
 from recollect.storage.ring import RingStorage
@@ -67,6 +67,7 @@ def _plain_ring_buffer(buffer: Any) -> bool:
         isinstance(buffer, ReplayBuffer)
         and cls.sample is ReplayBuffer.sample
         and cls._gather is ReplayBuffer._gather
+        and cls._sample_of is ReplayBuffer._sample_of
         and isinstance(getattr(buffer, "_storage", None), RingStorage)
     )
 
@@ -86,22 +87,20 @@ def draw_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Call
         # e.g. TransitionBuffer.sample(batch_size) has no num_steps.
         s = buffer.sample(batch_size) if num_steps is None else buffer.sample(batch_size, num_steps)
         return lambda: s
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        buffer.sample(batch_size, num_steps)  # raises the usual error
+    batch_size = _positive_int("batch_size", batch_size)
     n, within = buffer._resolve_window(num_steps, None)
     with buffer._lock:
         draw = buffer._draw(batch_size, n, within, {})
         t_before = buffer._index.t
 
     def finish() -> Sample:
-        leaves = buffer._gather(draw, n, time_axis=num_steps is not None)
+        sample = buffer._sample_of(draw, n, num_steps)
         with buffer._lock:
             t_after = buffer._index.t
         # A write at time u overwrites the slot of time u - max_length.
         if t_after != t_before and int(draw.times.min()) < t_after - buffer.max_length:
             return buffer.sample(batch_size, num_steps)
-        ids = draw.times * buffer.num_envs + draw.rows
-        return Sample(buffer._flat.unflatten(leaves), ids, draw.probabilities, draw.weights)
+        return sample
 
     return finish
 
@@ -131,9 +130,8 @@ class _Pipeline:
         draw: Callable[[], Callable[[], Any]],
         depth: int,
         should_stop: Callable[[], bool],
-        threads: int,
     ) -> None:
-        self.draw, self.depth, self.should_stop, self.threads = draw, depth, should_stop, threads
+        self.draw, self.depth, self.should_stop = draw, depth, should_stop
         self.cond = threading.Condition()
         self.draw_lock = threading.Lock()
         self.stop = threading.Event()
@@ -204,7 +202,7 @@ class Prefetcher(Iterator[Any]):
         should_stop: Callable[[], bool],
         threads: int = 1,
     ) -> None:
-        self._pipeline = _Pipeline(draw, depth, should_stop, threads)
+        self._pipeline = _Pipeline(draw, depth, should_stop)
         self._done = False
         # The threads hold no reference to this object, so an abandoned iterator is
         # garbage collected and its __del__ stops them.

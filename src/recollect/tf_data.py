@@ -63,6 +63,14 @@ def _check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
         buffer._resolve_window(num_steps, None)  # raises for num_steps > max_length
 
 
+def _time_steps(buffer: Any, num_steps: int | None) -> int | None:
+    """The time axis length of the elements: ``num_steps``, or a fixed ``sequence_length`` > 1."""
+    if num_steps is None and isinstance(buffer, ReplayBuffer):
+        fixed = buffer._sequence_length
+        return fixed if fixed is not None and fixed > 1 else None
+    return num_steps
+
+
 def _outer(sample_batch_size: int | None, num_steps: int | None) -> list[int]:
     return [d for d in (sample_batch_size, num_steps) if d is not None]
 
@@ -135,7 +143,9 @@ def as_dataset(
             anything with ``sample`` and ``data_spec``).
         sample_batch_size: windows per element; None gives single windows
             without a batch axis.
-        num_steps: window length; None gives single steps without a time axis.
+        num_steps: window length; None gives single steps without a time
+            axis, or windows of the buffer's fixed ``sequence_length`` (> 1)
+            with one, as :meth:`~recollect.ReplayBuffer.sample` does.
         num_parallel_calls: samples drawn concurrently by the tf.data
             pipeline (``tf.data.AUTOTUNE`` ok); None samples sequentially.
             Eager iteration of the returned dataset ignores it: it samples on
@@ -158,6 +168,7 @@ def as_dataset(
             windows were overwritten or cleared before they were read.
     """
     _check_args(buffer, sample_batch_size, num_steps)
+    num_steps = _time_steps(buffer, num_steps)  # sampled alike; gives the static shape
     if single_deterministic_pass:
         return _deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
     chunk = _chunk_size(_flat_spec(buffer), sample_batch_size, num_steps)

@@ -338,7 +338,15 @@ class ReplayBuffer(Checkpointable):
         n, within_episode = self._resolve_window(num_steps, within_episode)
         with self._lock:
             draw = self._draw(batch_size, n, within_episode, sampler_options)
-            leaves = self._gather(draw, n, time_axis=num_steps is not None or n > 1)
+            return self._sample_of(draw, n, num_steps)
+
+    def _sample_of(self, draw: WindowDraw, n: int, num_steps: int | None) -> Sample:
+        """The :class:`Sample` of drawn windows of ``n`` steps (gathered now).
+
+        The time axis is kept when ``num_steps`` was given or the windows are
+        longer than one step (a fixed ``sequence_length``).
+        """
+        leaves = self._gather(draw, n, time_axis=num_steps is not None or n > 1)
         ids = draw.times * self._num_envs + draw.rows
         return Sample(self._flat.unflatten(leaves), ids, draw.probabilities, draw.weights)
 
