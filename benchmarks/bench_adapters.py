@@ -35,7 +35,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 
 from recollect import ArraySpec, ReplayBuffer
-from recollect._adapter import sample_concurrent
+from recollect.prefetch import sample_concurrent
 
 NUM_ENVS = 8
 BATCH = 32

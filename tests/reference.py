@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from recollect import ids as id_layout
+
 __all__ = [
     "ReferenceBuffer",
     "ReferenceTransitions",
@@ -42,7 +44,7 @@ def valid_window_starts(
 
 
 def window_ids(is_last: Any, first_time: int, num_steps: int, within_episode: bool) -> np.ndarray:
-    """int64 ids (``start * num_envs + row``) of all valid windows, time-then-row order.
+    """int64 ids (``recollect.ids.encode(row, start)``) of all valid windows, time-then-row order.
 
     Args:
         is_last: ``[num_envs, steps]`` episode-end flags of every row, oldest first.
@@ -53,13 +55,14 @@ def window_ids(is_last: Any, first_time: int, num_steps: int, within_episode: bo
     is_last = np.asarray(is_last, bool)
     num_envs = is_last.shape[0]
     ids = [
-        start * num_envs + row
+        (start, row)
         for row in range(num_envs)
         for start in valid_window_starts(
             is_last[row].tolist(), first_time, num_steps, within_episode
         )
     ]
-    return np.array(sorted(ids), dtype=np.int64)
+    ordered = sorted(ids)
+    return np.array([int(id_layout.encode(row, start)) for start, row in ordered], dtype=np.int64)
 
 
 class ReferenceWindows:
@@ -108,7 +111,7 @@ class ReferenceBuffer:
     Steps are stored as lists of leaves (numpy arrays) in the spec's flatten
     order; ``is_last_index`` is the position of the top-level ``is_last`` leaf
     (None: no episode ends). Item id of step ``t`` of row ``r`` is
-    ``t * num_envs + r``.
+    ``recollect.ids.encode(r, t)``.
     """
 
     def __init__(self, num_envs: int, max_length: int, is_last_index: int | None) -> None:
@@ -146,7 +149,7 @@ class ReferenceBuffer:
 
     def item_id(self, row: int, time: int) -> int:
         """Id of step ``time`` of ``row``."""
-        return time * self.num_envs + row
+        return int(id_layout.encode(row, time))
 
     def item_ids(self) -> np.ndarray:
         """int64 ``[num_envs, steps_per_row]`` ids, oldest first."""
@@ -187,7 +190,8 @@ class ReferenceBuffer:
 
 def by_id(ids: Any, num_envs: int) -> list[tuple[int, int]]:
     """Splits item ids into ``(row, time)`` pairs."""
-    return [(int(i) % num_envs, int(i) // num_envs) for i in np.asarray(ids).ravel()]
+    _, rows, times = id_layout.decode(np.asarray(ids).ravel())
+    return [(int(r), int(t)) for r, t in zip(rows, times, strict=True)]
 
 
 class ReferenceTransitions:
@@ -195,7 +199,7 @@ class ReferenceTransitions:
 
     Every field is stored as given (two observation copies per step); the
     newest ``max_length`` transitions of each row are kept; ``clear`` keeps
-    times (and so ids ``t * num_envs + row``) increasing.
+    times (and so ids ``recollect.ids.encode(row, t)``) increasing.
     """
 
     def __init__(self, num_envs: int, max_length: int) -> None:
@@ -206,7 +210,7 @@ class ReferenceTransitions:
     def add(self, row_transitions: list[dict[str, Any]]) -> None:
         """Appends one transition (a dict of fields) to every row."""
         for row, transition in enumerate(row_transitions):
-            self.rows[row].append({**transition, "id": self.t * self.num_envs + row})
+            self.rows[row].append({**transition, "id": int(id_layout.encode(row, self.t))})
         self.t += 1
 
     def clear(self) -> None:

@@ -55,7 +55,7 @@ def test_pong_frame_stacks_are_exact():
         step_out = [env.step(a) for env, a in zip(envs, actions, strict=True)]
         last = np.array([o[2] or o[3] for o in step_out])
         for e in range(NUM_ENVS):
-            recorded[t * NUM_ENVS + e] = obs[e]
+            recorded[int(rc.ids.encode(e, t))] = obs[e]
         buf.add_batch(
             {
                 "observation": np.stack(obs),
@@ -79,6 +79,6 @@ def test_pong_frame_stacks_are_exact():
     for b, item in enumerate(s.ids):
         for j in range(2):
             np.testing.assert_array_equal(
-                s.data["observation"][b, j], recorded[int(item) + j * NUM_ENVS]
+                s.data["observation"][b, j], recorded[int(item) + j]
             )
     assert buf.nbytes < NUM_ENVS * MAX_LENGTH * (84 * 84 + 100)

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import recollect as rc
-from recollect.checkpoint.format import FORMAT_VERSION, MANIFEST, dump_manifest
 from recollect.errors import CheckpointError
+from recollect.state.manifest import FORMAT_VERSION, MANIFEST, dump_manifest
 
 GOLDEN = Path(__file__).parent / "golden"
 sys.path.insert(0, str(GOLDEN))
@@ -145,11 +145,8 @@ def test_only_stored_steps_are_written_oldest_first(tmp_path):
     fill(buf, 30)
     buf.save(tmp_path / "ck")
     manifest = json.loads((tmp_path / "ck" / MANIFEST).read_text())
-    assert manifest["buffer"]["stored_steps"] == 30
-    pos_file = next(
-        leaf["file"] for leaf in manifest["leaves"] if leaf["path"] == "observation/pos"
-    )
-    pos = np.load(tmp_path / "ck" / pos_file, allow_pickle=False)  # plain .npy, no pickle
+    assert manifest["layout"]["stored_steps"] == 30
+    pos = np.load(leaf_file(tmp_path / "ck"), allow_pickle=False)  # plain .npy, no pickle
     assert pos.shape == (2, 30, 3)
     np.testing.assert_array_equal(pos, buf.gather_all()["observation"]["pos"])
     total = sum(p.stat().st_size for p in (tmp_path / "ck").iterdir())
@@ -161,8 +158,8 @@ def test_mmap_load_maps_full_buffers_and_never_modifies_the_checkpoint(tmp_path)
     fill(buf, 9)
     buf.save(tmp_path / "ck")
     mapped = rc.ReplayBuffer.load(tmp_path / "ck", mmap=True)
-    assert type(mapped._storage.arrays[0]) is np.ndarray
-    assert not mapped._storage.arrays[0].flags.owndata  # a view of the mapping
+    assert type(mapped.storage.arrays[0]) is np.ndarray
+    assert not mapped.storage.arrays[0].flags.owndata  # a view of the mapping
     assert_same_contents(buf, mapped)
     assert_same_samples(buf, mapped)
     twin = rc.ReplayBuffer.load(tmp_path / "ck")
@@ -219,7 +216,9 @@ def saved(tmp_path) -> Path:
 
 def leaf_file(path: Path, leaf: str = "observation/pos") -> Path:
     manifest = json.loads((path / MANIFEST).read_text())
-    return path / next(e["file"] for e in manifest["leaves"] if e["path"] == leaf)
+    columns = manifest["state"]["storage"]["columns"]
+    suffix = "-" + leaf.replace("/", ".")
+    return path / next(v["__columns__"] for k, v in columns.items() if k.endswith(suffix))
 
 
 def test_missing_leaf_file_is_reported(saved):
@@ -249,7 +248,7 @@ def test_wrong_checksum_is_reported(saved):
 
 def test_edited_manifest_is_reported(saved):
     manifest = json.loads((saved / MANIFEST).read_text())
-    manifest["buffer"]["t"] += 1
+    manifest["layout"]["stored_steps"] += 1
     (saved / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(
         CheckpointError, match=r"manifest\.json: checksum mismatch; the manifest was"
@@ -261,7 +260,8 @@ def test_newer_format_version_is_reported(saved):
     manifest = json.loads((saved / MANIFEST).read_text())
     manifest["format_version"] = FORMAT_VERSION + 1
     (saved / MANIFEST).write_bytes(dump_manifest(manifest))  # consistent checksum
-    with pytest.raises(CheckpointError, match=r"format_version 2 is newer .*upgrade"):
+    newer = FORMAT_VERSION + 1
+    with pytest.raises(CheckpointError, match=rf"format_version {newer} is newer .*upgrade"):
         rc.ReplayBuffer.load(saved)
 
 
@@ -278,7 +278,7 @@ def test_invalid_json_and_non_checkpoints_are_reported(saved, tmp_path):
 
 def test_consistent_manifest_with_wrong_counters_is_reported(saved):
     manifest = json.loads((saved / MANIFEST).read_text())
-    manifest["buffer"]["stored_steps"] = 3
+    manifest["layout"]["stored_steps"] = 3
     (saved / MANIFEST).write_bytes(dump_manifest(manifest))
     with pytest.raises(CheckpointError, match="do not match stored_steps=3"):
         rc.ReplayBuffer.load(saved)
@@ -324,14 +324,15 @@ def test_empty_transition_buffer_keeps_prioritized_and_frame_stack_options(tmp_p
     stack = rc.FrameStack(2, axis=0, padding="zero")
     rc.TransitionBuffer(8, 2, rng=3, prioritized=sampler, frame_stack=stack).save(tmp_path / "tb")
     restored = rc.TransitionBuffer.load(tmp_path / "tb")
-    assert restored._prioritized.get_config() == sampler.get_config()
-    assert restored._frame_stack.config() == stack.config()
+    assert restored.config()["prioritized"] == sampler.get_config()
+    assert restored.config()["frame_stack"] == stack.config()
 
 
-# -- golden v1 ------------------------------------------------------------------
+# -- golden v1 and v2 --------------------------------------------------------------
+@pytest.mark.parametrize("version", ["v1", "v2"])
 @pytest.mark.parametrize("name", sorted(make_golden.BUILDERS))
-def test_golden_v1_checkpoint_still_loads(name, tmp_path):
-    shutil.copytree(GOLDEN / "v1" / name, tmp_path / name)  # never mutate the committed files
+def test_golden_checkpoint_still_loads(name, version, tmp_path):
+    shutil.copytree(GOLDEN / version / name, tmp_path / name)  # never mutate committed files
     loaded = rc.load_buffer(tmp_path / name)
     make_golden.check(name, loaded)
 
@@ -341,8 +342,10 @@ def test_large_leaf_files_round_trip_and_detect_damage_in_the_middle(tmp_path):
     spec = {"x": rc.ArraySpec((64,), np.float32), "is_last": rc.ArraySpec((), np.bool_)}
     buf = rc.ReplayBuffer(spec, capacity=40_000, num_envs=2, rng=0)
     rng = np.random.default_rng(0)
-    buf._storage.arrays[0][...] = rng.standard_normal(buf._storage.arrays[0].shape)
-    buf._index.t = 20_000 + 7  # full and wrapped: slot order on disk
+    buf.storage.arrays[0][...] = rng.standard_normal(buf.storage.arrays[0].shape)
+    state = buf.table.state_dict()
+    state["index"]["t"][:] = 20_000 + 7  # full and wrapped: slot order on disk
+    buf.table.load_state_dict(state)
     buf.save(tmp_path / "ck")
     for mmap in (False, True):
         assert_same_contents(buf, rc.ReplayBuffer.load(tmp_path / "ck", mmap=mmap))

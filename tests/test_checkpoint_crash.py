@@ -46,7 +46,7 @@ CHILD = textwrap.dedent(
     while True:
         version += 1
         buf.add_batch(zero)
-        for array in buf._storage.arrays:
+        for array in buf.storage.arrays:
             array[...] = version
         buf.save(path)
         print("saved", version, flush=True)
@@ -62,7 +62,7 @@ def _read_version(path: Path) -> int:
         values = np.unique(data[key]).tolist()
         assert values == [version], f"a mixture of versions in {key!r}: {values}"
     assert np.all(data["is_last"]), "is_last from another version"
-    assert buf._index.t == T0 + version, "counters from another version than the data"
+    assert (buf.table.index.t == T0 + version).all(), "counters from another version than the data"
     return version
 
 

@@ -71,9 +71,9 @@ def fill(buf, envs, steps, markers, recorded, clear_at=None):
         step = {"observation": obs, "action": np.arange(buf.num_envs, dtype=np.int32) + t}
         flags = {"is_first": is_first, "is_last": is_last}
         step.update({m: flags[m] for m in markers})
-        base = buf._index.t * buf.num_envs
+        t_now = int(buf.table.index.t[0])
         for e in range(buf.num_envs):
-            recorded[base + e] = obs[e]
+            recorded[int(rc.ids.encode(e, t_now))] = obs[e]
         buf.add_batch(step)
 
 
@@ -84,7 +84,7 @@ def check_sample(buf, recorded, batch, num_steps):
     for b, item in enumerate(s.ids):
         for j in range(n):
             got = obs[b, j] if num_steps else obs[b]
-            want = recorded[int(item) + j * buf.num_envs]
+            want = recorded[int(item) + j]
             np.testing.assert_array_equal(got, want)
             assert got.dtype == want.dtype
     return s
@@ -131,7 +131,7 @@ def test_sampled_stacks_equal_env_observations(
     recorded = {}
     fill(buf, envs, steps, markers, recorded, clear_at)
     stored = buf.num_frames() // num_envs
-    if buf._index.count(num_steps or 1, buf.episode_aware):
+    if buf.table.index.count(num_steps or 1, buf.episode_aware):
         check_sample(buf, recorded, 16, num_steps)
     all_obs = buf.gather_all()["observation"]
     ids = buf.item_ids()
@@ -148,7 +148,7 @@ def test_windows_cross_episode_boundaries_when_asked():
     s = buf.sample(64, 4, within_episode=False)
     for b, item in enumerate(s.ids):
         for j in range(4):
-            np.testing.assert_array_equal(s.data["observation"][b, j], recorded[item + 2 * j])
+            np.testing.assert_array_equal(s.data["observation"][b, j], recorded[item + j])
 
 
 def test_memory_is_one_frame_per_step_plus_margin():
@@ -304,7 +304,7 @@ def test_n_step_transitions_get_exact_next_observation_stacks():
     for t in range(45):
         obs, _, is_last = envs.step()
         for e in range(3):
-            recorded[t * 3 + e] = obs[e]
+            recorded[int(rc.ids.encode(e, t))] = obs[e]
         buf.add_batch(
             {
                 "observation": obs,
@@ -319,7 +319,7 @@ def test_n_step_transitions_get_exact_next_observation_stacks():
     for b, item in enumerate(s.ids):
         np.testing.assert_array_equal(batch["observation"][b], recorded[int(item)])
         k = int(batch["num_steps"][b])
-        np.testing.assert_array_equal(batch["next_observation"][b], recorded[int(item) + 3 * k])
+        np.testing.assert_array_equal(batch["next_observation"][b], recorded[int(item) + k])
 
 
 @pytest.mark.parametrize("padding", ["reset", "zero"])
@@ -336,7 +336,7 @@ def test_transition_buffer_rebuilds_observation_and_next_observation(padding, nu
         final = np.where(is_first[:, None, None, None], envs.rng.integers(0, 9, obs.shape), nxt)
         final = final.astype(np.uint8)
         for e in range(num_envs):
-            recorded[t * num_envs + e] = (obs[e], final[e])
+            recorded[int(rc.ids.encode(e, t))] = (obs[e], final[e])
         args = (obs, np.zeros(num_envs, np.int64), np.ones(num_envs, np.float32), final, is_first)
         if num_envs == 1:
             args = tuple(a[0] for a in args)

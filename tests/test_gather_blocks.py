@@ -1,4 +1,4 @@
-"""storage._gather._Blocks: recycled gather output memory is never handed out while in use."""
+"""storage.gather._Blocks: recycled gather output memory is never handed out while in use."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recollect.storage._gather import ALIGN_BYTES, _Blocks
+from recollect.storage.gather import ALIGN_BYTES, _Blocks
 
 MiB = 1 << 20
 

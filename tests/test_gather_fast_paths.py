@@ -8,7 +8,8 @@ import pytest
 import recollect as rc
 from recollect.errors import DTypeError, ShapeError, SpecError
 from recollect.specs import FlatSpec
-from recollect.storage import _gather
+from recollect.storage import gather as gather_module
+from recollect.storage.gather import Gatherer
 from recollect.validation import _convert_leaves, convert_step
 
 DTYPES = [np.float32, np.int32, np.uint8, np.bool_, np.float16]
@@ -27,20 +28,20 @@ def test_gather_leaves_equals_fancy_indexing(index_shape):
     rng = np.random.default_rng(0)
     views = _views(rng, 50)
     index = rng.integers(0, 50, index_shape)
-    for got, view in zip(_gather.gather_leaves(views, index), views, strict=True):
+    for got, view in zip(Gatherer().gather(views, index), views, strict=True):
         np.testing.assert_array_equal(got, view[index])
         assert got.dtype == view.dtype and got.shape == view[index].shape
 
 
 def test_split_gather_equals_fancy_indexing(monkeypatch):
-    monkeypatch.setattr(_gather, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(_gather, "CHUNK_BYTES", 64)
-    monkeypatch.setattr(_gather._POOL, "threads", 3)
+    monkeypatch.setattr(gather_module, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(gather_module, "CHUNK_BYTES", 64)
+    gatherer = Gatherer(threads=3)
     rng = np.random.default_rng(1)
     views = _views(rng, 300)
     for _ in range(20):
         index = rng.integers(0, 300, (64, 2))
-        for got, view in zip(_gather.gather_leaves(views, index), views, strict=True):
+        for got, view in zip(gatherer.gather(views, index), views, strict=True):
             np.testing.assert_array_equal(got, view[index])
 
 
@@ -61,7 +62,7 @@ def test_recycled_blocks_never_overwrite_a_sample_still_held():
         buf.sample(64, 2)
     np.testing.assert_array_equal(obs_held, copies[1])
     np.testing.assert_array_equal(held[1].data["observation"], copies[2])
-    times, rows = np.divmod(held[1].ids, 2)
+    _, rows, times = rc.ids.decode(held[1].ids)
     stored = buf.gather_all()["observation"]  # lo == 0: column k holds step time k
     np.testing.assert_array_equal(held[1].data["observation"][:, 0], stored[rows, times])
     np.testing.assert_array_equal(held[1].data["observation"][:, 1], stored[rows, times + 1])

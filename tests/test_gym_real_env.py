@@ -1,7 +1,7 @@
 """A real gymnasium CartPole-v1 vector env (4 envs) fills both buffers; samples replay it exactly.
 
 The ground truth is recorded in plain Python lists while stepping and compared
-by item id (``t * num_envs + row``).
+by item id (``recollect.ids.encode(row, t)``).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_replay_buffer_rlds_windows_replay_cartpole_exactly():
     assert ends[:, lo:].sum() > 8 and (ends.sum(axis=1) > 1).all()
     s = buf.sample(512, num_steps=3)
     for b, item_id in enumerate(s.ids.tolist()):
-        row, t = item_id % NUM_ENVS, item_id // NUM_ENVS
+        _, row, t = (int(x) for x in rc.ids.decode(item_id))
         assert lo <= t <= STEPS - 3
         for key, leaf in s.data.items():
             np.testing.assert_array_equal(leaf[b], [truth[row][t + k][key] for k in range(3)])
@@ -121,7 +121,7 @@ def test_transition_buffer_replays_cartpole_exactly():
             real_next[row] = info["final_obs"][row]
         buf.add(obs, action, reward, real_next, term, trunc)
         for row in range(NUM_ENVS):
-            truth[t * NUM_ENVS + row] = {
+            truth[int(rc.ids.encode(row, t))] = {
                 "observation": obs[row].copy(),
                 "action": action[row],
                 "reward": reward[row],
@@ -135,7 +135,7 @@ def test_transition_buffer_replays_cartpole_exactly():
     s = buf.sample(1024)
     assert s.terminated.sum() > 5
     for b, item_id in enumerate(s.ids.tolist()):
-        assert item_id >= (STEPS - 100) * NUM_ENVS
+        assert rc.ids.decode(item_id)[2] >= STEPS - 100
         want = truth[item_id]
         np.testing.assert_array_equal(s.observation[b], want["observation"])
         np.testing.assert_array_equal(s.next_observation[b], want["next_observation"])

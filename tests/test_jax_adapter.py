@@ -11,6 +11,7 @@ jax = pytest.importorskip("jax")
 
 from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
 from recollect import ArraySpec, ReplayBuffer, TransitionBuffer, errors  # noqa: E402
+from recollect import ids as rc_ids  # noqa: E402
 from recollect.jax import as_iterator  # noqa: E402
 
 NUM_ENVS = 2
@@ -55,7 +56,8 @@ def test_yields_jax_arrays_with_the_spec_dtypes_and_shapes(buf, num_steps):
         assert data[key].devices() == {jax.devices()[0]}
     assert info.ids.dtype == np.int64 and info.probabilities.dtype == np.float64
     action = np.asarray(data["action"]).reshape(6, -1)[:, 0]
-    np.testing.assert_array_equal(action, 100 * (info.ids % NUM_ENVS) + info.ids // NUM_ENVS)
+    _, rows, times = rc_ids.decode(np.asarray(info.ids))
+    np.testing.assert_array_equal(action, 100 * rows + times)
 
 
 def test_prefetches_many_batches_and_close_ends_iteration(buf):

@@ -54,16 +54,18 @@ def test_memmap_samples_like_ram(tmp_path):
 
 def test_leaves_are_npy_memmaps(tmp_path):
     buf = rc.ReplayBuffer(SPEC, 8, 2, storage="memmap", directory=tmp_path)
-    assert all(isinstance(a, np.memmap) for a in buf._storage.arrays)
+    assert all(isinstance(a, np.memmap) for a in buf.storage.arrays)
     for step in _steps(2, 3):
         buf.add_batch(step)
     buf.flush()
     on_disk = np.load(tmp_path / "leaf-000-action.npy", mmap_mode="r", allow_pickle=False)
     np.testing.assert_array_equal(on_disk[:, :3], buf.gather_all()["action"])
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["format_version"] == 1
-    assert manifest["counters"] == {"t": 3, "t_clear": 0}
-    assert manifest["dirty"] is False
+    assert manifest["format_version"] == 2
+    assert manifest["config"]["capacity"] == 8
+    t = np.load(tmp_path / manifest["state"]["table"]["index"]["t"]["__file__"])
+    assert t.tolist() == [3, 3]
+    assert not (tmp_path / "dirty").exists()
 
 
 @pytest.mark.parametrize("explicit_flush", [True, False])
@@ -71,7 +73,7 @@ def test_reopening_restores_data_counters_and_windows(tmp_path, explicit_flush):
     buf = rc.ReplayBuffer(SPEC, 12, 2, rng=1, storage="memmap", directory=tmp_path)
     for step in _steps(2, 15):
         buf.add_batch(step)
-    expected = buf.gather_all(), buf.item_ids(), buf._index.count(2, True)
+    expected = buf.gather_all(), buf.item_ids(), buf.table.index.count(2, True)
     if explicit_flush:
         buf.flush()
     del buf
@@ -79,7 +81,7 @@ def test_reopening_restores_data_counters_and_windows(tmp_path, explicit_flush):
     again = rc.ReplayBuffer(SPEC, 12, 2, rng=1, storage="memmap", directory=tmp_path)
     _assert_tree_equal(again.gather_all(), expected[0])
     np.testing.assert_array_equal(again.item_ids(), expected[1])
-    assert again._index.count(2, True) == expected[2]
+    assert again.table.index.count(2, True) == expected[2]
     s = again.sample(32, 2)
     assert not s.data["is_last"][:, 0].any()  # episode ends restored: windows stay inside
     for step in _steps(2, 4, seed=9):

@@ -54,7 +54,7 @@ def test_transition_buffer_n_step_matches_brute_force(case, n, gamma, prioritize
         reset = (kind != 0)[:, None]
         obs = np.where(reset, rng.integers(100, 200, (num_envs, 2)), next_obs).astype(np.float32)
     s = buf.sample(32, n_step=n, discount=gamma)
-    times, rows = np.divmod(s.ids, num_envs)
+    _, rows, times = rc.ids.decode(s.ids)
     for b in range(32):
         ref = reference_transition(log, rows[b], times[b], steps, n, gamma)
         assert s.reward[b] == pytest.approx(ref[0], abs=1e-5)

@@ -42,13 +42,13 @@ def make_buffer(capacity=40, num_envs=2, seq=2, steps=50, seed=0, spec=SPEC, **k
 
 def valid_ids(buf) -> np.ndarray:
     """All valid window ids, from the window index (the uniform sampler's ground truth)."""
-    seg = buf._index.segments(buf.sampler.sequence_length, buf.episode_aware)
+    seg = buf.table.index.segments(buf.sampler.sequence_length, buf.episode_aware)
     rows, times = seg.enumerate()
-    return np.sort(times * buf.num_envs + rows)
+    return np.sort(rc.ids.encode(rows, times))
 
 
 def tree_values_by_id(buf, ids: np.ndarray) -> np.ndarray:
-    times, rows = np.divmod(ids, buf.num_envs)
+    _, rows, times = rc.ids.decode(ids)
     return buf.sampler._tree[rows * buf.max_length + times % buf.max_length]
 
 
@@ -165,7 +165,7 @@ def test_invalid_windows_always_have_zero_priority(history):
             continue
         buf.add_batch({"observation": np.zeros(num_envs, np.float16), "is_last": np.array(event)})
         valid = valid_ids(buf)
-        times, rows = np.divmod(valid, num_envs)
+        _, rows, times = rc.ids.decode(valid)
         expected = np.zeros(num_envs * max_length, bool)
         expected[rows * max_length + times % max_length] = True
         np.testing.assert_array_equal(buf.sampler._tree.values > 0, expected)

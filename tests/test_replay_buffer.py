@@ -24,12 +24,13 @@ SPEC = {
 
 def steps(t: int, num_envs: int, is_last=None) -> dict:
     """Step ``t`` of every row; ``action`` holds the step's id."""
-    ids = t * num_envs + np.arange(num_envs)
+    ids = rc.ids.encode(np.arange(num_envs), t)
+    small = t * num_envs + np.arange(num_envs)  # exact in float32
     return {
-        "observation": np.repeat(ids[:, None], 4, axis=1).astype(np.float32),
+        "observation": np.repeat(small[:, None], 4, axis=1).astype(np.float32),
         "action": ids.astype(np.int64),
         "reward": np.full(num_envs, t, np.float32),
-        "small": np.stack([ids % 256, ids % 7], axis=1).astype(np.uint8),
+        "small": np.stack([ids % 256, (ids >> 40) % 7], axis=1).astype(np.uint8),
         "half": (ids % 1000).astype(np.float16),
         "is_first": np.zeros(num_envs, bool),
         "is_last": np.zeros(num_envs, bool) if is_last is None else np.asarray(is_last),
@@ -51,8 +52,8 @@ def test_issue_example_shapes_and_metadata():
     assert s.data["observation"].shape == (32, 2, 4) and s.data["half"].dtype == np.float16
     assert s.ids.dtype == np.int64 and s.ids.shape == (32,)
     assert s.probabilities.dtype == np.float64 and s.weights is None
-    np.testing.assert_array_equal(s.data["action"][:, 0], s.ids)  # id = t * num_envs + row
-    np.testing.assert_array_equal(s.data["action"][:, 1], s.ids + 4)  # same row, next step
+    np.testing.assert_array_equal(s.data["action"][:, 0], s.ids)  # id = ids.encode(row, t)
+    np.testing.assert_array_equal(s.data["action"][:, 1], s.ids + 1)  # same row, next step
     single = buf.sample(8)
     assert single.data["observation"].shape == (8, 4) and single.data["action"].shape == (8,)
     np.testing.assert_array_equal(single.data["action"], single.ids)
@@ -68,7 +69,7 @@ def test_get_next_tf_agents_style():
     assert one["observation"].shape == (4,) and np.ndim(info1.ids) == 0
     unstacked, _ = buf.get_next(sample_batch_size=2, num_steps=2, time_stacked=False)
     assert isinstance(unstacked, tuple) and len(unstacked) == 2
-    np.testing.assert_array_equal(unstacked[1]["action"], unstacked[0]["action"] + 4)
+    np.testing.assert_array_equal(unstacked[1]["action"], unstacked[0]["action"] + 1)
 
 
 def test_single_env_add_and_gather_all_oldest_first():
@@ -97,12 +98,12 @@ def test_episode_aware_windows_may_end_but_never_cross_is_last():
         buf.add_batch(steps(t, 2, is_last=[t % 3 == 2, False]))
     s = buf.sample(2000, num_steps=3)
     assert not s.data["is_last"][:, :2].any()
-    row0 = s.ids[s.ids % 2 == 0] // 2
-    assert set(row0.tolist()) == {0, 3}  # episodes [0..2], [3..5], [6..7]
-    assert set((s.ids[s.ids % 2 == 1] // 2).tolist()) == set(range(6))
+    _, rows, times = rc.ids.decode(s.ids)
+    assert set(times[rows == 0].tolist()) == {0, 3}  # episodes [0..2], [3..5], [6..7]
+    assert set(times[rows == 1].tolist()) == set(range(6))
     np.testing.assert_array_equal(s.probabilities, 1 / 8)
     crossing = buf.sample(2000, num_steps=3, within_episode=False)
-    assert set((crossing.ids // 2).tolist()) == set(range(6))
+    assert set(rc.ids.decode(crossing.ids)[2].tolist()) == set(range(6))
     np.testing.assert_array_equal(crossing.probabilities, 1 / 12)
 
 
@@ -114,7 +115,7 @@ def test_no_is_last_leaf_means_tf_agents_behaviour():
         del batch["is_last"]
         buf.add_batch(batch)
     assert not buf.episode_aware
-    assert set(buf.sample(300, num_steps=3).ids.tolist()) == {0, 1}
+    assert set(buf.sample(300, num_steps=3).ids.tolist()) == set(rc.ids.encode([0, 1], 0).tolist())
 
 
 def test_ids_are_never_reused_across_clear():
@@ -126,7 +127,8 @@ def test_ids_are_never_reused_across_clear():
         buf.sample(1)
     buf.add_batch(steps(3, 4))
     new = buf.sample(64).ids
-    assert set(new.tolist()) == {12, 13, 14, 15} and not old & set(new.tolist())
+    assert set(new.tolist()) == set(rc.ids.encode(np.arange(4), 3).tolist())
+    assert not old & set(new.tolist())
 
 
 def test_seeded_buffers_sample_the_same_sequence():
@@ -172,8 +174,10 @@ def test_one_writer_and_many_readers_in_threads():
             while not done.is_set():
                 s = buf.sample(32, num_steps=2)
                 np.testing.assert_array_equal(s.data["action"][:, 0], s.ids)
-                np.testing.assert_array_equal(s.data["action"][:, 1], s.ids + 4)
-                np.testing.assert_array_equal(s.data["observation"][:, :, 3], s.data["action"])
+                np.testing.assert_array_equal(s.data["action"][:, 1], s.ids + 1)
+                _, rows, times = rc.ids.decode(s.data["action"])
+                small = (times * 4 + rows).astype(np.float32)
+                np.testing.assert_array_equal(s.data["observation"][:, :, 3], small)
         except BaseException as err:
             errors.append(err)
 
@@ -197,7 +201,7 @@ def image_buffer(num_envs=4, max_length=64, count=100) -> rc.ReplayBuffer:
     spec = {"pixels": rc.ArraySpec((32, 32, 3), np.uint8), "id": rc.ArraySpec((), np.int64)}
     buf = rc.ReplayBuffer(spec, capacity=num_envs * max_length, num_envs=num_envs, rng=0)
     for t in range(count):
-        ids = t * num_envs + np.arange(num_envs)
+        ids = rc.ids.encode(np.arange(num_envs), t)
         pixels = np.broadcast_to((ids % 251)[:, None, None, None], (num_envs, 32, 32, 3))
         buf.add_batch({"pixels": pixels.astype(np.uint8), "id": ids})
     return buf
@@ -209,7 +213,7 @@ def test_large_gathers_are_exact_and_never_alias_earlier_samples():
     kept = first.data["pixels"].copy()
     for _ in range(5):
         s = buf.sample(256, num_steps=3)
-        expected_ids = s.ids[:, None] + 4 * np.arange(3)
+        expected_ids = s.ids[:, None] + np.arange(3)
         np.testing.assert_array_equal(s.data["id"], expected_ids)
         np.testing.assert_array_equal(
             s.data["pixels"],
@@ -231,7 +235,7 @@ def test_concurrent_large_gathers_in_threads():
                 s = buf.sample(128, num_steps=2)
                 want = (s.data["id"] % 251).astype(np.uint8)
                 np.testing.assert_array_equal(s.data["pixels"][:, :, 5, 7, 1], want)
-                np.testing.assert_array_equal(s.data["id"][:, 1], s.data["id"][:, 0] + 4)
+                np.testing.assert_array_equal(s.data["id"][:, 1], s.data["id"][:, 0] + 1)
         except BaseException as err:
             errors.append(err)
 
@@ -249,5 +253,5 @@ def test_added_arrays_are_copied_not_referenced():
     buf.add_batch(batch)
     for leaf in optree.tree_leaves(batch):
         leaf[...] = 1  # an env reusing its output arrays must not change stored steps
-    np.testing.assert_array_equal(buf.gather_all()["action"], [[0], [1]])
+    np.testing.assert_array_equal(buf.gather_all()["action"], rc.ids.encode([[0], [1]], 0))
     assert not buf.gather_all()["is_last"].any()

@@ -10,6 +10,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from recollect import errors  # noqa: E402
+from recollect import ids as rc_ids  # noqa: E402
 from recollect.tf_agents import (  # noqa: E402  (the only line changed from the tutorial)
     PyUniformReplayBuffer,
     TFUniformReplayBuffer,
@@ -124,7 +125,8 @@ def test_get_next_dtypes_ids_and_time_unstacked():
     # consecutive steps of one row: times t, t+1; action = row + 100 * t
     a = items.action.numpy()
     np.testing.assert_array_equal(a[:, 1] - a[:, 0], 100)
-    np.testing.assert_array_equal(info.ids.numpy() // 3 * 100 + info.ids.numpy() % 3, a)
+    _, rows, times = rc_ids.decode(info.ids.numpy())
+    np.testing.assert_array_equal(times * 100 + rows, a)
     unstacked, info2 = rb.get_next(sample_batch_size=5, num_steps=2, time_stacked=False)
     assert isinstance(unstacked, tuple) and len(unstacked) == 2
     assert unstacked[0].obs.shape == (5, 2) and len(info2.ids) == 2
@@ -190,7 +192,7 @@ def test_failed_add_batch_changes_nothing():
         rb.add_batch(bad_dtype)
     assert int(rb.num_frames()) == 3
     _, info = rb.get_next(sample_batch_size=50)
-    np.testing.assert_array_equal(info.ids.numpy() // 3, 0)  # only step 0 is stored
+    np.testing.assert_array_equal(rc_ids.decode(info.ids.numpy())[2], 0)  # only step 0 stored
 
     @tf.function
     def observer(traj):
@@ -206,7 +208,7 @@ def test_clear_and_deterministic_pass():
     for t in range(3):
         rb.add_batch(step(t))
     seen = [info.ids.numpy().tolist() for _, info in rb.as_dataset(single_deterministic_pass=True)]
-    assert seen == [0, 1, 2, 3, 4, 5]
+    assert seen == rc_ids.encode([0, 1, 0, 1, 0, 1], [0, 0, 1, 1, 2, 2]).tolist()
     rb.clear()
     assert int(rb.num_frames()) == 0
     with pytest.raises(errors.NotEnoughDataError):

@@ -13,7 +13,8 @@ tf = pytest.importorskip("tensorflow")
 
 from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
 from recollect import ArraySpec, ReplayBuffer, _tf_eager, errors, tf_data  # noqa: E402
-from recollect._adapter import sample_concurrent  # noqa: E402
+from recollect import ids as rc_ids  # noqa: E402
+from recollect.prefetch import sample_concurrent  # noqa: E402
 from reference import window_ids  # noqa: E402
 
 NUM_ENVS = 3
@@ -53,7 +54,7 @@ def buf():
 
 @pytest.mark.parametrize(("batch", "steps"), [(4, 2), (4, None), (None, 3), (None, None)])
 def test_element_spec_is_static_and_matches_the_data_spec(buf, batch, steps):
-    ds = buf.as_dataset(sample_batch_size=batch, num_steps=steps)
+    ds = tf_data.as_dataset(buf, sample_batch_size=batch, num_steps=steps)
     items, info = ds.element_spec
     outer = [d for d in (batch, steps) if d is not None]
     for key, leaf in SPEC.items():
@@ -67,9 +68,9 @@ def test_element_spec_is_static_and_matches_the_data_spec(buf, batch, steps):
 
 
 def test_samples_are_consistent_windows(buf):
-    items, info = next(iter(buf.as_dataset(sample_batch_size=64, num_steps=3)))
+    items, info = next(iter(tf_data.as_dataset(buf, sample_batch_size=64, num_steps=3)))
     ids = info.ids.numpy()
-    times, rows = ids // NUM_ENVS, ids % NUM_ENVS
+    _, rows, times = rc_ids.decode(ids)
     expected_action = 1000 * rows[:, None] + times[:, None] + np.arange(3)
     np.testing.assert_array_equal(items["action"].numpy(), expected_action)
     np.testing.assert_array_equal(items["obs"].numpy()[:, :, 0, 0], times[:, None] + np.arange(3))
@@ -79,20 +80,24 @@ def test_samples_are_consistent_windows(buf):
 def test_single_deterministic_pass_visits_every_window_once_in_order():
     buf = _filled(steps=14, ends={(3, 0), (5, 1), (12, 2)})  # ring wrapped: steps 4..13 stored
     for n, batch in [(2, 4), (3, None), (1, 5)]:
-        ds = buf.as_dataset(sample_batch_size=batch, num_steps=n, single_deterministic_pass=True)
+        ds = tf_data.as_dataset(
+            buf, sample_batch_size=batch, num_steps=n, single_deterministic_pass=True
+        )
         ids = np.concatenate([np.atleast_1d(info.ids.numpy()) for _, info in ds]).tolist()
-        is_last, lo = buf.gather_all()["is_last"], buf.item_ids()[0, 0] // NUM_ENVS
+        is_last, lo = buf.gather_all()["is_last"], int(rc_ids.decode(buf.item_ids()[0, 0])[2])
         assert ids == window_ids(is_last, lo, n, True).tolist()
-    ds = buf.as_dataset(sample_batch_size=4, num_steps=2, single_deterministic_pass=True)
+    ds = tf_data.as_dataset(buf, sample_batch_size=4, num_steps=2, single_deterministic_pass=True)
     assert ds.element_spec[0]["obs"].shape.as_list() == [None, 2, 2, 3]
     items, info = next(iter(ds))
-    times = info.ids.numpy() // NUM_ENVS
+    times = rc_ids.decode(info.ids.numpy())[2]
     np.testing.assert_array_equal(items["obs"].numpy()[:, 0, 0, 0], times)
 
 
 def test_deterministic_pass_raises_when_windows_were_overwritten():
     buf = _filled()
-    it = iter(buf.as_dataset(sample_batch_size=2, num_steps=2, single_deterministic_pass=True))
+    it = iter(
+        tf_data.as_dataset(buf, sample_batch_size=2, num_steps=2, single_deterministic_pass=True)
+    )
     next(it)
     for t in range(12, 30):
         buf.add_batch(_step(t))
@@ -103,9 +108,9 @@ def test_deterministic_pass_raises_when_windows_were_overwritten():
 
 def test_bad_arguments_raise_eagerly(buf):
     with pytest.raises(errors.InvalidArgumentError, match=r"num_steps=11, max_length=10"):
-        buf.as_dataset(sample_batch_size=2, num_steps=11)
+        tf_data.as_dataset(buf, sample_batch_size=2, num_steps=11)
     with pytest.raises(errors.InvalidArgumentError, match="sample_batch_size"):
-        buf.as_dataset(sample_batch_size=0)
+        tf_data.as_dataset(buf, sample_batch_size=0)
     with pytest.raises(errors.InvalidArgumentError, match="batch_size"):
         tf_data.input_fn(buf, None, 2)
 
@@ -113,12 +118,12 @@ def test_bad_arguments_raise_eagerly(buf):
 def test_empty_buffer_raises_instead_of_yielding_zeros():
     empty = ReplayBuffer(SPEC, 30, num_envs=NUM_ENVS)
     with pytest.raises(tf.errors.OpError, match="empty buffer"):
-        next(iter(empty.as_dataset(sample_batch_size=2)))
+        next(iter(tf_data.as_dataset(empty, sample_batch_size=2)))
 
 
 def test_iteration_stops_cleanly_when_the_buffer_is_closed():
     local = _filled()
-    it = iter(local.as_dataset(sample_batch_size=2, num_steps=2, num_parallel_calls=2))
+    it = iter(tf_data.as_dataset(local, sample_batch_size=2, num_steps=2, num_parallel_calls=2))
     next(it)
     local.close()
     remaining = sum(1 for _ in it)  # at most the chunks already in flight (2 calls + 1)
@@ -129,16 +134,17 @@ def test_iteration_stops_cleanly_when_the_buffer_is_closed():
 def test_parallel_calls_gather_outside_the_lock(monkeypatch):
     local = _filled()
     owned = []
-    original = ReplayBuffer._gather
+    original = ReplayBuffer.gather
 
-    def spy(self, draw, n, time_axis):
-        owned.append(self._lock._is_owned())
-        return original(self, draw, n, time_axis)
+    def spy(self, draw):
+        owned.append(self.lock._is_owned())
+        return original(self, draw)
 
-    monkeypatch.setattr(ReplayBuffer, "_gather", spy)
+    monkeypatch.setattr(ReplayBuffer, "gather", spy)
     sample_concurrent(local, 8, 2)
     assert owned == [False]
-    items, _ = next(iter(local.as_dataset(sample_batch_size=8, num_steps=2, num_parallel_calls=4)))
+    dataset = tf_data.as_dataset(local, sample_batch_size=8, num_steps=2, num_parallel_calls=4)
+    items, _ = next(iter(dataset))
     assert items["obs"].shape == (8, 2, 2, 3)
 
 
@@ -155,10 +161,9 @@ def test_parallel_sampling_with_a_concurrent_writer_stays_consistent():
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        ds = local.as_dataset(sample_batch_size=16, num_steps=3, num_parallel_calls=4)
+        ds = tf_data.as_dataset(local, sample_batch_size=16, num_steps=3, num_parallel_calls=4)
         for items, info in ds.take(40):
-            times = info.ids.numpy() // NUM_ENVS
-            rows = info.ids.numpy() % NUM_ENVS
+            _, rows, times = rc_ids.decode(info.ids.numpy())
             expected = 1000 * rows[:, None] + times[:, None] + np.arange(3)
             np.testing.assert_array_equal(items["action"].numpy(), expected)
     finally:
@@ -173,7 +178,7 @@ def test_keras_model_fit_trains_on_the_dataset(buf):
         x = tf.reshape(items["obs"], [-1, 6])
         return x, tf.cast(items["action"] % 1000, tf.float32)
 
-    ds = buf.as_dataset(sample_batch_size=16).map(to_xy)
+    ds = tf_data.as_dataset(buf, sample_batch_size=16).map(to_xy)
     model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     history = model.fit(ds, steps_per_epoch=3, epochs=1, verbose=0, shuffle=False)
@@ -181,7 +186,7 @@ def test_keras_model_fit_trains_on_the_dataset(buf):
 
 
 def test_dataset_inside_a_tf_function_training_step(buf):
-    iterator = iter(buf.as_dataset(sample_batch_size=8, num_steps=2, num_parallel_calls=2))
+    iterator = iter(tf_data.as_dataset(buf, sample_batch_size=8, num_steps=2, num_parallel_calls=2))
     weights = tf.Variable(tf.zeros([3]))
 
     @tf.function
@@ -211,14 +216,14 @@ def test_input_fn_builds_per_replica_datasets(buf):
 def test_kept_batches_are_never_overwritten_by_later_samples():
     """Large gathers may recycle output memory; a batch held as tensors must keep its values."""
     big = image_buffer_with_id_pixels()
-    it = iter(big.as_dataset(sample_batch_size=32, num_steps=2, num_parallel_calls=2))
+    it = iter(tf_data.as_dataset(big, sample_batch_size=32, num_steps=2, num_parallel_calls=2))
     kept = [next(it) for _ in range(12)]
     for items, info in kept:
         assert_window_pixels_match_ids(items["obs"].numpy(), info.ids.numpy())
 
 
 def test_eager_iteration_takes_the_python_path_with_the_element_spec(buf):
-    ds = buf.as_dataset(sample_batch_size=4, num_steps=2).prefetch(2)
+    ds = tf_data.as_dataset(buf, sample_batch_size=4, num_steps=2).prefetch(2)
     it = iter(ds)
     assert isinstance(it, _tf_eager.SampleIterator)  # prefetch keeps the fast eager iterator
     element = next(it)
@@ -231,7 +236,7 @@ def test_eager_iteration_takes_the_python_path_with_the_element_spec(buf):
 
 
 def test_the_fast_iterator_inside_a_tf_function_uses_the_pipeline(buf):
-    it = iter(buf.as_dataset(sample_batch_size=4, num_steps=2))
+    it = iter(tf_data.as_dataset(buf, sample_batch_size=4, num_steps=2))
     eager_items, _ = next(it)
 
     @tf.function
@@ -249,7 +254,7 @@ def test_the_fast_iterator_inside_a_tf_function_uses_the_pipeline(buf):
 def test_eager_elements_follow_the_sequence_of_buf_sample():
     reference, local = _filled(), _filled()
     expected = [reference.sample(5, 2) for _ in range(20)]
-    it = iter(local.as_dataset(sample_batch_size=5, num_steps=2))
+    it = iter(tf_data.as_dataset(local, sample_batch_size=5, num_steps=2))
     for want in expected:
         items, info = next(it)
         np.testing.assert_array_equal(info.ids.numpy(), want.ids)
@@ -276,7 +281,7 @@ def test_arrays_become_equal_tensors_whatever_their_alignment(dtype, shape, offs
 def test_without_the_eager_fast_path_the_plain_pipeline_serves(monkeypatch):
     monkeypatch.setattr(tf_data, "_tf_eager", None)
     local = _filled()
-    ds = local.as_dataset(sample_batch_size=4, num_steps=2)
+    ds = tf_data.as_dataset(local, sample_batch_size=4, num_steps=2)
     assert not isinstance(ds, _tf_eager.SampledDataset)
     items, info = next(iter(tf_data.map_element(ds, lambda items, info: (items, info))))
     assert items["obs"].shape == (4, 2, 2, 3) and info.ids.shape == (4,)
@@ -290,7 +295,9 @@ def test_a_fixed_sequence_length_gives_the_time_axis_as_sample_does(single_deter
     for t in range(10):
         local.add_batch({"x": np.full((2, 2), t, np.float32)})
     assert local.sample(4).data["x"].shape == (4, 3, 2)
-    ds = local.as_dataset(sample_batch_size=4, single_deterministic_pass=single_deterministic_pass)
+    ds = tf_data.as_dataset(
+        local, sample_batch_size=4, single_deterministic_pass=single_deterministic_pass
+    )
     assert ds.element_spec[0]["x"].shape.as_list()[1:] == [3, 2]
     items, _ = next(iter(ds))
     x = items["x"].numpy()

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
 from recollect import ArraySpec, BufferInfo, ReplayBuffer, TransitionBuffer, errors  # noqa: E402
+from recollect import ids as rc_ids  # noqa: E402
 from recollect.torch import ReplayDataset  # noqa: E402
 
 NUM_ENVS = 2
@@ -68,7 +69,8 @@ def test_yields_tensor_nests_with_the_spec_dtypes_and_shapes(buf, num_steps):
     assert info.ids.dtype == torch.int64 and info.probabilities.dtype == torch.float64
     ids = info.ids.numpy()
     action = data["action"].numpy() if num_steps is None else data["action"].numpy()[:, 0]
-    np.testing.assert_array_equal(action, 100 * (ids % NUM_ENVS) + ids // NUM_ENVS)
+    _, rows, times = rc_ids.decode(ids)
+    np.testing.assert_array_equal(action, 100 * rows + times)
 
 
 def test_works_with_a_dataloader_of_batch_size_none(buf):

@@ -5,7 +5,7 @@ Importing recollect imports only numpy and optree; framework adapters
 framework when used.
 """
 
-from recollect import errors
+from recollect import errors, ids
 from recollect.buffers import BufferInfo, ReplayBuffer, Sample, TransitionBuffer, TransitionSample
 from recollect.checkpoint import load_buffer, save_buffer
 from recollect.manager import ReplayBufferManager
@@ -47,6 +47,7 @@ __all__ = [
     "Uniform",
     "__version__",
     "errors",
+    "ids",
     "estimate_memory",
     "load_buffer",
     "n_step_returns",

@@ -2,7 +2,7 @@
 
 Iterating a sampling dataset eagerly (``for items, info in dataset``)
 takes a faster path: the iterator samples in Python with the adapters'
-:class:`~recollect._adapter.Prefetcher` (a producer thread, and the consumer
+:class:`~recollect.prefetch.Prefetcher` (a producer thread, and the consumer
 itself when the next batch is not ready) and wraps the gathered arrays as
 tensors without copying (DLPack; the gather output is 64-byte aligned). TF's
 own eager iterator spends about 15 us of Python per tensor repacking each
@@ -33,7 +33,7 @@ import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops, iterator_ops
 from tensorflow.python.eager import context
 
-from recollect._adapter import Prefetcher, buffer_closed, draw_concurrent
+from recollect.prefetch import Prefetcher, buffer_closed, draw_concurrent
 from recollect.buffers.sample import BufferInfo
 from recollect.specs import FlatSpec
 

@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from recollect._adapter import (
+from recollect.prefetch import (
     Prefetcher,
     buffer_closed,
     check_prefetch,
@@ -214,7 +214,7 @@ def as_iterator(
             concurrently, >= 1. Whatever their number, batches arrive in the
             order they were drawn, and when none is ready ``next()`` samples
             one itself rather than wait (see
-            :class:`~recollect._adapter.Prefetcher`); more threads pay only
+            :class:`~recollect.prefetch.Prefetcher`); more threads pay only
             with more idle cores.
 
     Raises:

@@ -17,8 +17,8 @@ from typing import Any
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.sample import Sample
 from recollect.checkpoint import load_buffer, save_buffer
-from recollect.checkpoint.atomic import resolve_checkpoint
-from recollect.checkpoint.format import MANIFEST
+from recollect.state.atomic import resolve_checkpoint
+from recollect.state.manifest import MANIFEST
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
 from recollect.observers import Observer
 from recollect.samplers.base import Sampler
@@ -211,7 +211,7 @@ class ReplayBufferManager:
 
     def _check_matches(self, buffer: ReplayBuffer) -> None:
         if self._data_spec is not None:
-            want, got = FlatSpec(self._data_spec), buffer._flat
+            want, got = FlatSpec(self._data_spec), buffer.flat_spec
             if (want.paths, want.shapes, want.dtypes) != (got.paths, got.shapes, got.dtypes):
                 raise InvalidArgumentError(
                     f"the checkpoint in {self._checkpoint_dir} has leaves "

@@ -15,20 +15,10 @@ from typing import Any
 
 from recollect.errors import InsufficientMemoryError, InvalidArgumentError
 from recollect.specs import FlatSpec
+from recollect.storage.factory import STORAGES, check_storage
 from recollect.storage.frame_store import frame_store_nbytes, resolve_frame_stacks
 
 __all__ = ["STORAGES", "available_memory", "check_memory", "estimate_memory"]
-
-STORAGES = ("numpy", "memmap")
-
-
-def _check_storage(storage: Any) -> str:
-    if storage not in STORAGES:
-        raise InvalidArgumentError(
-            f"`storage` must be one of {STORAGES}; got storage={storage!r}. Use 'memmap' "
-            "(with a directory) for buffers larger than RAM."
-        )
-    return storage
 
 
 def estimate_memory(
@@ -66,7 +56,7 @@ def estimate_memory(
         >>> estimate_memory(spec, 1_000_000, 8)
         28224000000
     """
-    _check_storage(storage)
+    check_storage(storage)
     if capacity < 1 or num_envs < 1 or capacity % num_envs:
         raise InvalidArgumentError(
             f"`capacity` must be a positive multiple of `num_envs`; got capacity={capacity}, "

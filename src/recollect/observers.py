@@ -60,7 +60,7 @@ class Observer:
 
     def __init__(self, buffer: Any) -> None:
         self._buffer = buffer
-        self._flat = buffer._flat
+        self._flat = buffer.flat_spec
         self.num_steps = 0
         self._closed = False
 

@@ -10,6 +10,7 @@ handled with optree; leaves are addressed by their path, e.g.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from recollect.errors import SpecError
 __all__ = [
     "ArraySpec",
     "FlatSpec",
+    "leaf_names",
     "leaf_paths",
     "normalize_spec",
     "spec_from_example",
@@ -240,3 +242,8 @@ def spec_from_space(space: Any) -> Any:
         f"spec_from_space does not support {type(space).__name__}; supported: Box, "
         "Discrete, MultiDiscrete, MultiBinary, Dict, Tuple. Build an ArraySpec by hand."
     )
+
+
+def leaf_names(paths: Sequence[str]) -> list[str]:
+    """``leaf-003-observation.camera``: index and file-safe path of each leaf (file names)."""
+    return [f"leaf-{i:03d}-{re.sub(r'[^A-Za-z0-9_.-]', '.', p)}" for i, p in enumerate(paths)]

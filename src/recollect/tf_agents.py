@@ -30,7 +30,7 @@ Deliberate differences from TF-Agents (where TF-Agents misbehaves):
 - Windows never span the ring's write position, and when the spec has a
   top-level bool ``is_last`` leaf they never cross an episode end.
 - ``BufferInfo.ids`` are recollect item ids (unique, never reused:
-  ``step_time * batch_size + row``), shaped like TF-Agents' (``[B, T]`` with
+  ``recollect.ids.encode(row, step_time)``), shaped like TF-Agents' (``[B, T]`` with
   ``num_steps``); ``probabilities`` are float32 ``[B]`` as in TF-Agents.
 - ``PyUniformReplayBuffer.num_frames()`` works, ``gather_all()`` returns only
   stored steps (``[1, size, ...]``, oldest first) rather than every slot, and
@@ -76,7 +76,7 @@ class _Base:
     def __init__(self, data_spec: Any, capacity: int, num_envs: int, rng: Any) -> None:
         self._data_spec = data_spec
         self._buffer = ReplayBuffer(data_spec, capacity, num_envs=num_envs, rng=rng)
-        self._flat: FlatSpec = self._buffer._flat
+        self._flat: FlatSpec = self._buffer.flat_spec
 
     @property
     def data_spec(self) -> Any:
@@ -242,7 +242,7 @@ class TFUniformReplayBuffer(_Base):
     def _info(self, info: BufferInfo, batched: bool, num_steps: int | None, stacked: bool) -> Any:
         ids = info.ids
         if num_steps is not None:
-            offsets = tf.range(num_steps, dtype=tf.int64) * self._batch_size
+            offsets = tf.range(num_steps, dtype=tf.int64)  # the next steps of the same row
             ids = (ids[:, None] if batched else ids[None]) + offsets
             if not stacked:
                 ids = tuple(tf.unstack(ids, num=num_steps, axis=-1))

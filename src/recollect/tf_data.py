@@ -12,7 +12,7 @@ chunk of up to 16 elements per call (split with ``unbatch``) to amortise the
 call's overhead; with
 ``num_parallel_calls`` several samples are drawn at once: windows are drawn
 under the buffer lock and gathered outside it (numpy releases the GIL while
-gathering), see :func:`recollect._adapter.sample_concurrent`.
+gathering), see :func:`recollect.prefetch.sample_concurrent`.
 
 Iterating the sampling dataset eagerly (``for items, info in dataset``)
 takes a faster path that samples in Python and yields the same elements,
@@ -33,11 +33,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from recollect._adapter import buffer_closed, sample_concurrent
+from recollect.prefetch import buffer_closed, sample_concurrent
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
-from recollect.samplers.base import WindowDraw
 from recollect.specs import FlatSpec
 
 try:  # the eager fast path builds on TensorFlow internals; without them the pipeline serves
@@ -49,7 +48,7 @@ __all__ = ["as_dataset", "input_fn", "make_sample_fn", "map_element"]
 
 
 def _flat_spec(buffer: Any) -> FlatSpec:
-    flat = getattr(buffer, "_flat", None)
+    flat = getattr(buffer, "flat_spec", None)
     return flat if isinstance(flat, FlatSpec) else FlatSpec(buffer.data_spec)
 
 
@@ -60,13 +59,13 @@ def _check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
             raise InvalidArgumentError(f"`{name}` must be None or an int >= 1; got {value!r}.")
     if isinstance(buffer, ReplayBuffer):
-        buffer._resolve_window(num_steps, None)  # raises for num_steps > max_length
+        buffer.table.resolve_window(num_steps)  # raises for num_steps > max_length
 
 
 def _time_steps(buffer: Any, num_steps: int | None) -> int | None:
     """The time axis length of the elements: ``num_steps``, or a fixed ``sequence_length`` > 1."""
     if num_steps is None and isinstance(buffer, ReplayBuffer):
-        fixed = buffer._sequence_length
+        fixed = buffer.sequence_length
         return fixed if fixed is not None and fixed > 1 else None
     return num_steps
 
@@ -208,28 +207,29 @@ def _deterministic_pass(
             "single_deterministic_pass=True needs a recollect.ReplayBuffer (it enumerates the "
             f"stored windows); got {type(buffer).__name__}. Use sampling mode instead."
         )
-    flat = buffer._flat
-    n, within = buffer._resolve_window(num_steps, None)
+    flat, table = buffer.flat_spec, buffer.table
+    n, within = table.resolve_window(num_steps)
 
     def windows_numpy() -> list[np.ndarray]:
-        with buffer._lock:
-            segments = buffer._index.segments(n, within)
+        with table.lock:
+            segments = table.index.segments(n, within)
             rows, times = segments.enumerate()
         probability = np.full(len(rows), 1.0 / max(segments.total, 1))
         return [rows, times, probability]
 
     def gather_numpy(rows: np.ndarray, times: np.ndarray, probs: np.ndarray) -> list[np.ndarray]:
         single = rows.ndim == 0
-        draw = WindowDraw(np.atleast_1d(rows), np.atleast_1d(times), np.atleast_1d(probs))
-        with buffer._lock:
-            if len(draw.times) and int(draw.times.min()) < buffer._index.lo:
+        rows, times, probs = (np.atleast_1d(x) for x in (rows, times, probs))
+        with table.lock:
+            if table.index.stale(rows, times):
                 raise NotEnoughDataError(
                     "windows listed for this single deterministic pass were overwritten or "
                     "cleared before they were read; do not add to or clear the buffer during "
                     "the pass, or restart the iterator."
                 )
-            leaves = buffer._gather(draw, n, time_axis=num_steps is not None)
-        out = [*leaves, draw.times * buffer.num_envs + draw.rows, draw.probabilities]
+            draw = table.make_draw(rows, times, probs, n, time_axis=num_steps is not None)
+            sample = buffer.gather(draw)
+        out = [*flat.treedef.flatten_up_to(sample.data), sample.ids, sample.probabilities]
         return [x[0] for x in out] if single else out
 
     inner = [num_steps] if num_steps is not None else []

@@ -22,7 +22,7 @@ import numpy as np
 import optree
 import torch
 
-from recollect._adapter import (
+from recollect.prefetch import (
     Prefetcher,
     buffer_closed,
     check_prefetch,
@@ -102,7 +102,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
             concurrently, >= 1. Whatever their number, batches arrive in the
             order they were drawn, and when none is ready ``next()`` samples
             one itself rather than wait (see
-            :class:`~recollect._adapter.Prefetcher`); more threads pay only
+            :class:`~recollect.prefetch.Prefetcher`); more threads pay only
             with more idle cores.
 
     Raises:

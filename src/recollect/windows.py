@@ -1,15 +1,17 @@
 """Valid-window bookkeeping: which ``num_steps`` windows of which rows may be sampled.
 
-Rows advance together: step ``t`` of every row is written by the ``t``-th
-``add_batch``. Row ``r`` stores the steps ``[lo, hi)`` with ``hi = t`` and
-``lo = max(t_clear, t - max_length)``. A window of ``n`` steps starting at
-``s`` is valid when ``lo <= s`` and ``s + n <= hi`` and, in episode-aware mode,
-no step but its last has ``is_last``.
+Every env row has its own clock: ``t[r]`` counts the steps written to row
+``r`` (``add_batch`` advances every row, ``add_batch(..., rows=...)`` only the
+listed ones). Row ``r`` stores the steps ``[lo[r], hi[r])`` with
+``hi = t`` and ``lo = max(t_clear, t - max_length)``. A window of ``n`` steps
+starting at ``s`` is valid when ``lo[r] <= s`` and ``s + n <= hi[r]`` and, in
+episode-aware mode, no step but its last has ``is_last``.
 
 Validity is decided by construction (no resample-until-valid loop): episode
-ends are logged at write time as ``(row, t, previous end of that row)``. The
-valid starts of a row are then a union of segments, one per logged episode end
-plus one open segment at the head of each row::
+ends are logged per row at write time, in a ring of ``max_length`` times per
+row (a row never stores more ends than steps). The valid starts of a row are a
+union of segments, one per logged episode end plus one open segment at the
+head of each row::
 
     segment after end e_prev, up to end e:  starts [max(lo, e_prev + 1), e - n + 1]
     open segment of row r:                  starts [max(lo, last_end[r] + 1), hi - n]
@@ -23,10 +25,13 @@ next write.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
 __all__ = ["Segments", "WindowIndex"]
+
+_EMPTY = np.empty(0, np.int64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,96 +69,163 @@ class Segments:
 
 
 class WindowIndex:
-    """Step counters and the episode-end log of a buffer's env rows.
+    """Per-row step clocks and episode-end logs of a table's env rows.
 
     Args:
         num_envs: number of env rows.
         max_length: slots per row (``capacity // num_envs``).
+
+    Attributes:
+        t: int64 ``[num_envs]`` the next step time of each row (steps written so far).
+        t_clear: int64 ``[num_envs]`` each row's clock at the last :meth:`clear`.
+        last_end: int64 ``[num_envs]`` time of each row's newest ``is_last`` step, -1 if none.
+        generation: int, counts writes and clears (a cheap "did anything change" check).
     """
 
     def __init__(self, num_envs: int, max_length: int) -> None:
         self.num_envs = num_envs
         self.max_length = max_length
-        self._log_capacity = num_envs * max_length + num_envs
-        self._end_t = np.zeros(self._log_capacity, dtype=np.int64)
-        self._end_row = np.zeros(self._log_capacity, dtype=np.int64)
-        self._end_prev = np.zeros(self._log_capacity, dtype=np.int64)
-        self.t = 0
-        self.t_clear = 0
+        self.t = np.zeros(num_envs, np.int64)
+        self.t_clear = np.zeros(num_envs, np.int64)
+        self._rows = np.arange(num_envs, dtype=np.int64)
+        self._ends = np.zeros((num_envs, max_length), np.int64)  # per-row ring of end times
+        self.generation = 0
         self.clear()
+        self.generation = 0
 
     # -- counters ---------------------------------------------------------
     @property
-    def hi(self) -> int:
-        """One past the newest stored step time (the next write's time)."""
+    def hi(self) -> np.ndarray:
+        """int64 ``[num_envs]``: one past each row's newest stored step time."""
         return self.t
 
     @property
-    def lo(self) -> int:
-        """Oldest stored step time."""
-        return max(self.t_clear, self.t - self.max_length)
+    def lo(self) -> np.ndarray:
+        """int64 ``[num_envs]``: each row's oldest stored step time."""
+        return np.maximum(self.t_clear, self.t - self.max_length)
 
     @property
-    def steps_per_row(self) -> int:
-        """Steps currently stored in each row."""
+    def stored(self) -> np.ndarray:
+        """int64 ``[num_envs]``: steps currently stored in each row."""
         return self.t - self.lo
 
-    def clear(self) -> None:
-        """Forgets every stored step; times (and so ids) keep increasing."""
-        self.t_clear = self.t
-        self.last_end = np.full(self.num_envs, -1, dtype=np.int64)
-        self._log_n = 0
-        self._log_start = 0
-        self._cache: dict[tuple[int, bool], Segments] = {}
+    @property
+    def num_stored(self) -> int:
+        """Steps stored over all rows."""
+        return int(self.stored.sum())
 
-    def advance(self, is_last: np.ndarray | None) -> None:
-        """Records that step ``t`` was written to every row; ``is_last`` is bool ``[num_envs]``."""
+    @property
+    def uniform(self) -> bool:
+        """Whether every row has the same clock and the same stored range."""
+        return bool((self.t == self.t[0]).all() and (self.t_clear == self.t_clear[0]).all())
+
+    def clear(self) -> None:
+        """Forgets every stored step; clocks (and so ids) keep increasing."""
+        self.t_clear = self.t.copy()
+        self.last_end = np.full(self.num_envs, -1, dtype=np.int64)
+        self._end_start = np.zeros(self.num_envs, np.int64)
+        self._end_n = np.zeros(self.num_envs, np.int64)
+        self._cache: dict[tuple[int, bool], Segments] = {}
+        self.generation += 1
+
+    def advance(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
+        """Records that step ``t[r]`` was written to each row ``r`` of ``rows``.
+
+        Args:
+            rows: int64 ``[k]`` distinct rows written, or None for every row.
+            is_last: bool ``[k]`` (``[num_envs]`` for ``rows=None``) episode ends, or None.
+        """
         if is_last is not None and np.count_nonzero(is_last):  # ~10x cheaper than .any()
-            rows = np.flatnonzero(is_last)
-            k = len(rows)
-            pos = np.arange(self._log_n, self._log_n + k) % self._log_capacity
-            self._end_t[pos] = self.t
-            self._end_row[pos] = rows
-            self._end_prev[pos] = self.last_end[rows]
-            self.last_end[rows] = self.t
-            self._log_n += k
-        self.t += 1
+            ended = np.flatnonzero(is_last) if rows is None else rows[is_last]
+            n = self._end_n[ended]
+            times = self.t[ended]
+            self._ends[ended, n % self.max_length] = times
+            self._end_n[ended] = n + 1
+            self._end_start[ended] = np.maximum(self._end_start[ended], n + 1 - self.max_length)
+            self.last_end[ended] = times
+        if rows is None:
+            self.t += 1
+        else:
+            self.t[rows] += 1
+        self.generation += 1
         if self._cache:
             self._cache = {}
 
     # -- episode ends -----------------------------------------------------
     def live_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Logged episode ends still stored: ``(rows, times, previous end times)``, time order."""
-        first = max(self._log_start, self._log_n - self._log_capacity)
-        pos = np.arange(first, self._log_n) % self._log_capacity
-        times = self._end_t[pos]
-        skip = int(np.searchsorted(times, self.lo, side="left"))
-        self._log_start = first + skip
-        pos = pos[skip:]
-        return self._end_row[pos], times[skip:], self._end_prev[pos]
+        """Logged episode ends still stored: ``(rows, times, previous end times)``, by row then time.
+
+        The previous end of a row's oldest live end may be older than ``lo``
+        (or -1): segments start at ``max(lo, previous end + 1)`` anyway.
+        """
+        counts = self._end_n - self._end_start
+        total = int(counts.sum())
+        if total == 0:
+            return _EMPTY, _EMPTY, _EMPTY
+        rows = np.repeat(self._rows, counts)
+        firsts = np.cumsum(counts) - counts
+        offsets = np.arange(total) - np.repeat(firsts, counts)
+        times = self._ends[rows, (np.repeat(self._end_start, counts) + offsets) % self.max_length]
+        prev = np.empty(total, np.int64)
+        prev[1:] = times[:-1]
+        prev[firsts[counts > 0]] = -1
+        alive = times >= self.lo[rows]
+        if alive.all():
+            return rows, times, prev
+        # ends die oldest first within a row: drop each row's dead prefix for good
+        self._end_start += np.bincount(rows[~alive], minlength=self.num_envs)
+        return rows[alive], times[alive], prev[alive]
 
     def rebuild(self, is_last_rows: np.ndarray) -> None:
-        """Rebuilds the episode-end log from stored ``is_last`` ``[num_envs, steps_per_row]``."""
-        lo = self.lo
-        self.last_end = np.full(self.num_envs, -1, dtype=np.int64)
-        self._log_n = 0
-        self._log_start = 0
-        self._cache = {}
+        """Rebuilds the episode-end log from stored ``is_last`` ``[num_envs, stored]``.
+
+        For rows with one shared stored range (``uniform``), e.g. a format-1 checkpoint.
+        """
+        lo = int(self.lo[0])
         times, rows = np.nonzero(np.asarray(is_last_rows, dtype=bool).T)
-        times = times + lo
-        k = len(rows)
-        prev = np.full(k, -1, dtype=np.int64)
-        if k:
-            order = np.lexsort((times, rows))
-            r_sorted, t_sorted = rows[order], times[order]
-            same = np.r_[False, r_sorted[1:] == r_sorted[:-1]]
-            prev_sorted = np.where(same, np.r_[-1, t_sorted[:-1]], -1)
-            prev[order] = prev_sorted
-            self.last_end[r_sorted] = t_sorted  # last assignment per row wins (time order)
-        self._end_t[:k] = times
-        self._end_row[:k] = rows
-        self._end_prev[:k] = prev
-        self._log_n = k
+        self.set_ends(rows, times + lo)
+
+    def set_ends(self, rows: np.ndarray, times: np.ndarray) -> None:
+        """Replaces the episode-end log by the ends ``(rows, times)`` (any order)."""
+        rows, times = np.asarray(rows, np.int64), np.asarray(times, np.int64)
+        order = np.lexsort((times, rows))
+        rows, times = rows[order], times[order]
+        counts = np.bincount(rows, minlength=self.num_envs).astype(np.int64)
+        offsets = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        self._ends[rows, offsets % self.max_length] = times
+        self._end_start = np.maximum(counts - self.max_length, 0)
+        self._end_n = counts
+        self.last_end = np.full(self.num_envs, -1, dtype=np.int64)
+        self.last_end[rows] = times  # the last assignment per row wins (time order)
+        self._cache = {}
+
+    # -- state --------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Clocks and live episode ends (int64 arrays), enough to restore the index exactly."""
+        rows, times, _ = self.live_ends()
+        return {
+            "t": self.t.copy(),
+            "t_clear": self.t_clear.copy(),
+            "end_rows": rows.copy(),
+            "end_times": times.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict` output.
+
+        Raises:
+            ValueError: arrays of another number of rows, or inconsistent clocks.
+        """
+        t = np.asarray(state["t"], np.int64).reshape(-1)
+        t_clear = np.asarray(state["t_clear"], np.int64).reshape(-1)
+        if t.shape != (self.num_envs,) or t_clear.shape != t.shape or (t_clear > t).any():
+            raise ValueError(
+                f"index state has clocks of shape {t.shape} (t_clear {t_clear.shape}); this "
+                f"table has {self.num_envs} rows, and t_clear must be <= t."
+            )
+        self.t, self.t_clear = t.copy(), t_clear.copy()
+        self.generation += 1
+        self.set_ends(state["end_rows"], state["end_times"])
 
     # -- valid windows ----------------------------------------------------
     def segments(self, num_steps: int, within_episode: bool) -> Segments:
@@ -163,15 +235,15 @@ class WindowIndex:
         if cached is not None:
             return cached
         lo, hi = self.lo, self.hi
-        rows = np.arange(self.num_envs, dtype=np.int64)
+        rows = self._rows
         if within_episode:
             end_rows, end_t, end_prev = self.live_ends()
             rows = np.concatenate([end_rows, rows])
-            starts = np.maximum(np.concatenate([end_prev, self.last_end]) + 1, lo)
-            lasts = np.concatenate([end_t - num_steps + 1, np.full(self.num_envs, hi - num_steps)])
+            starts = np.maximum(np.concatenate([end_prev, self.last_end]) + 1, lo[rows])
+            lasts = np.concatenate([end_t - num_steps + 1, hi - num_steps])
         else:
-            starts = np.full(self.num_envs, lo, dtype=np.int64)
-            lasts = np.full(self.num_envs, hi - num_steps, dtype=np.int64)
+            starts = lo
+            lasts = hi - num_steps
         counts = lasts - starts + 1
         keep = counts > 0
         if not keep.all():
@@ -191,3 +263,7 @@ class WindowIndex:
             return 0
         # A 1-step segment run equals an episode part; windows may end on is_last.
         return int(seg.counts.max())
+
+    def stale(self, rows: np.ndarray, times: np.ndarray) -> bool:
+        """Whether any step ``(rows, times)`` is no longer stored (overwritten or cleared)."""
+        return bool(len(times)) and bool((times < self.lo[rows]).any())

@@ -104,8 +104,10 @@ def check(name: str, loaded: Any) -> None:
         return
     t, t_clear, stored = EXPECTED[name]
     assert isinstance(loaded, rc.ReplayBuffer)
-    assert (loaded._index.t, loaded._index.t_clear, loaded.num_frames()) == (t, t_clear, 2 * stored)
-    assert loaded._sequence_length == 2
+    index = loaded.table.index
+    assert index.t.tolist() == [t, t] and index.t_clear.tolist() == [t_clear, t_clear]
+    assert loaded.num_frames() == 2 * stored
+    assert loaded.sequence_length == 2
     assert loaded.rng.bit_generator.state == np.random.default_rng(SEED).bit_generator.state
     assert type(loaded.data_spec["info"]).__name__ == "Info"
     assert loaded.data_spec["info"]._fields == ("a", "b")
@@ -116,7 +118,7 @@ def check(name: str, loaded: Any) -> None:
     for e, g in zip(expected, got, strict=True):
         assert e.dtype == g.dtype
         np.testing.assert_array_equal(e, g)
-    ids = np.arange(t - stored, t)[None, :] * 2 + np.arange(2)[:, None]
+    ids = rc.ids.encode(np.arange(2)[:, None], np.arange(t - stored, t)[None, :])
     np.testing.assert_array_equal(loaded.item_ids(), ids)
     assert loaded.sample(4, 2).data["action"].shape == (4, 2)
 
@@ -129,4 +131,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "v1")
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "v2")

@@ -43,13 +43,16 @@ def n_step_fields(
     ``next_observation`` (flat list of observation leaves ``[B, ...]``).
     """
     buffer = tbuf.replay_buffer
-    flat, length = buffer._flat, buffer.max_length
+    flat, length = buffer.flat_spec, buffer.max_length
     steps = times[:, None] + np.arange(n)  # [B, n]
     slots = steps % length
     leaf_ids = [flat.index(name) for name in ("reward", "terminated", "truncated")]
-    reward, terminated, truncated = buffer._storage.gather(rows[:, None] * length + slots, leaf_ids)
-    broken = tbuf._final_ref[rows[:, None], slots] >= 0
-    stop = terminated | truncated | broken | (steps + 1 >= buffer._index.t)
+    row_grid = np.broadcast_to(rows[:, None], steps.shape)
+    reward, terminated, truncated = buffer.storage.gather(
+        row_grid, slots, times=steps, leaf_ids=leaf_ids
+    )
+    broken = tbuf.chain_breaks(row_grid, slots)
+    stop = terminated | truncated | broken | (steps + 1 >= buffer.table.index.t[rows, None])
     k = np.where(stop.any(axis=1), np.argmax(stop, axis=1) + 1, n).astype(np.int64)
     total, discount = discounted_sum(reward, k, gamma)
     batch = np.arange(len(rows))
@@ -58,5 +61,5 @@ def n_step_fields(
         "discount": discount,
         "terminated": terminated[batch, k - 1],
         "truncated": truncated[batch, k - 1],
-        "next_observation": tbuf._next_observations(rows, times + k - 1),
+        "next_observation": tbuf.next_observations(rows, times + k - 1),
     }

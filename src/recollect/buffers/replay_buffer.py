@@ -1,34 +1,49 @@
-"""ReplayBuffer: ring storage + a sampler + vectorized windowing."""
+"""ReplayBuffer: a table (window index + sampler) over a storage, behind one facade."""
 
 from __future__ import annotations
 
-import threading
-from typing import Any
+import os
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from recollect.buffers.checkpointable import Checkpointable
-from recollect.buffers.sample import BufferInfo, Sample
-from recollect.errors import InvalidArgumentError, NotEnoughDataError, SpecError
-from recollect.samplers.base import Sampler, WindowDraw
-from recollect.samplers.uniform import Uniform
+from recollect.buffers.memmap_state import MemmapState
+from recollect.buffers.sample import Sample
+from recollect.buffers.tf_agents_api import TFAgentsReads
+from recollect.errors import CheckpointError, InvalidArgumentError, RecollectError, SpecError
+from recollect.memory import check_memory, estimate_memory
+from recollect.samplers.base import Sampler, registered_sampler
 from recollect.specs import FlatSpec
-from recollect.storage.factory import make_storage
+from recollect.state.files import Saved, read_state, write_checkpoint
+from recollect.state.manifest import describe_spec, rebuild_spec
+from recollect.storage.base import Storage
+from recollect.storage.factory import bool_scalar, make_storage
+from recollect.storage.frame_store import FrameStack, resolve_frame_stacks
+from recollect.storage.gather import Gatherer
+from recollect.table import Draw, Table
+from recollect.table.table import RngLike, positive_int
 from recollect.validation import convert_step
-from recollect.windows import WindowIndex
 
-__all__ = ["ReplayBuffer"]
+__all__ = ["ReplayBuffer", "RngLike"]
 
-RngLike = int | np.random.Generator | np.random.SeedSequence | None
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise InvalidArgumentError(f"`{name}` must be an int >= 1; got {name}={value!r}.")
-    return int(value)
+_positive_int = positive_int  # the name other modules of this package import
 
 
-class ReplayBuffer(Checkpointable):
+def frame_stacks_config(frame_stacks: dict[str, Any] | None) -> dict[str, Any]:
+    """JSON description of ``{leaf path: FrameStack}``."""
+    return {path: stack.config() for path, stack in (frame_stacks or {}).items()}
+
+
+def frame_stacks_from_config(config: dict[str, Any]) -> dict[str, FrameStack] | None:
+    """Inverse of :func:`frame_stacks_config`."""
+    stacks = {}
+    for path, c in (config or {}).items():
+        padding = c["padding"] if isinstance(c["padding"], str) else np.asarray(c["padding"])
+        stacks[path] = FrameStack(**{**c, "padding": padding})
+    return stacks or None
+
+
+class ReplayBuffer(TFAgentsReads):
     """A replay buffer of ``num_envs`` rows, each a ring of ``capacity // num_envs`` steps.
 
     ``add_batch`` appends one step to every row; ``sample`` draws windows of
@@ -60,14 +75,18 @@ class ReplayBuffer(Checkpointable):
             rebuilt at sample time, bit-exact (needs an ``is_first`` or
             ``is_last`` leaf). See :class:`~recollect.FrameStack`.
         force: allocate a RAM buffer even when it exceeds ``MemAvailable``.
+        gatherer: a :class:`~recollect.storage.gather.Gatherer` to share between
+            buffers (default: the buffer's own).
+        shard: the table shard encoded in ids (set by a replay service; 0 here).
 
     Raises:
         InvalidArgumentError: ``capacity`` < ``num_envs``, not a multiple of it,
-            or a non-positive argument.
+            or a non-positive argument; a sampler already serving another buffer.
         SpecError: the spec is malformed, or ``is_last`` is not a bool scalar.
         InsufficientMemoryError: a RAM buffer larger than the available memory
             (see :func:`~recollect.estimate_memory`); use memmap or ``force=True``.
-        CheckpointError: ``directory`` holds another buffer or unflushed writes.
+        CheckpointError: ``directory`` holds another buffer (other spec, geometry,
+            frame stacks, ``sequence_length`` or sampler) or unflushed writes.
 
     Example:
         >>> spec = {"observation": ArraySpec((4,), np.float32), "is_last": ArraySpec((), bool)}
@@ -78,7 +97,7 @@ class ReplayBuffer(Checkpointable):
         4
     """
 
-    _checkpoint_kind = "ReplayBuffer"
+    kind: ClassVar[str] = "ReplayBuffer"
 
     def __init__(
         self,
@@ -93,9 +112,11 @@ class ReplayBuffer(Checkpointable):
         directory: Any = None,
         frame_stacks: dict[str, Any] | None = None,
         force: bool = False,
+        gatherer: Gatherer | None = None,
+        shard: int = 0,
     ) -> None:
-        capacity = _positive_int("capacity", capacity)
-        num_envs = _positive_int("num_envs", num_envs)
+        capacity = positive_int("capacity", capacity)
+        num_envs = positive_int("num_envs", num_envs)
         if capacity < num_envs or capacity % num_envs:
             raise InvalidArgumentError(
                 f"`capacity` must be a positive multiple of `num_envs` (each env row holds "
@@ -106,27 +127,52 @@ class ReplayBuffer(Checkpointable):
         self._capacity = capacity
         self._num_envs = num_envs
         self._max_length = capacity // num_envs
-        if sequence_length is not None:
-            sequence_length = _positive_int("sequence_length", sequence_length)
-            self._check_num_steps(sequence_length, "sequence_length")
-        self._sequence_length = sequence_length
         self._is_last = self._find_is_last()
-        self._rng = np.random.default_rng(rng)
-        self._lock = threading.RLock()
         self._closed = False
-        self._index = WindowIndex(num_envs, self._max_length)
-        self._storage, self._persist = make_storage(self, storage, directory, frame_stacks, force)
-        self._sampler = sampler if sampler is not None else Uniform()
-        self._sampler.bind(self._index, sequence_length)
-        if self._persist is not None:  # memmap: reopen the directory or write its manifest
-            self._persist.attach(self)
+        resolve_frame_stacks(self._flat, frame_stacks)  # validates before anything is built
+        self._table = Table(
+            num_envs,
+            self._max_length,
+            sampler=sampler,
+            sequence_length=sequence_length,
+            episode_aware=self._is_last is not None,
+            rng=rng,
+            shard=shard,
+            leaf_paths=self._flat.paths,
+        )
+        self._config = {
+            "spec": describe_spec(self._flat.spec),
+            "capacity": capacity,
+            "num_envs": num_envs,
+            "frame_stacks": frame_stacks_config(frame_stacks),
+            "sequence_length": self._table.sequence_length,
+            "sampler": {"type": self._table.sampler.name, "config": _sampler_config(sampler)},
+            "shard": shard,
+        }
+        check_memory(
+            estimate_memory(self._flat.spec, capacity, num_envs, frame_stacks=frame_stacks),
+            storage,
+            force,
+        )
+        self._persist = None if directory is None else MemmapState(directory, self._config)
+        self._storage = make_storage(
+            self._flat,
+            num_envs,
+            self._max_length,
+            is_last=self._is_last,
+            storage=storage,
+            directory=directory,
+            reopen=self._persist is not None and self._persist.reopen,
+            frame_stacks=frame_stacks,
+            gatherer=gatherer,
+        )
+        if self._persist is not None:
+            self._persist.attach(self._storage, self._table, self._table.lock, self)
 
     def _find_is_last(self) -> int | None:
-        if "is_last" not in self._flat.paths:
-            return None
-        i = self._flat.index("is_last")
-        leaf = self._flat.leaves[i]
-        if leaf.shape != () or leaf.dtype != np.bool_:
+        i = bool_scalar(self._flat, "is_last")
+        if "is_last" in self._flat.paths and i is None:
+            leaf = self._flat.leaves[self._flat.index("is_last")]
             raise SpecError(
                 f"data_spec leaf 'is_last' marks episode ends and must be a bool scalar; "
                 f"got shape {leaf.shape}, dtype {leaf.dtype}. Rename it to opt out of "
@@ -139,6 +185,26 @@ class ReplayBuffer(Checkpointable):
     def data_spec(self) -> Any:
         """The spec of one step (a nest of :class:`~recollect.ArraySpec`)."""
         return self._flat.spec
+
+    @property
+    def flat_spec(self) -> FlatSpec:
+        """The flattened spec: leaf paths, shapes and dtypes in storage order."""
+        return self._flat
+
+    @property
+    def table(self) -> Table:
+        """The :class:`~recollect.table.Table`: window index, sampler, RNG and lock."""
+        return self._table
+
+    @property
+    def storage(self) -> Storage:
+        """The :class:`~recollect.storage.base.Storage` holding the stored bytes."""
+        return self._storage
+
+    @property
+    def lock(self) -> Any:
+        """The table's re-entrant lock; hold it to make several calls one atomic step."""
+        return self._table.lock
 
     @property
     def capacity(self) -> int:
@@ -156,6 +222,11 @@ class ReplayBuffer(Checkpointable):
         return self._max_length
 
     @property
+    def sequence_length(self) -> int | None:
+        """The fixed window length, or None."""
+        return self._table.sequence_length
+
+    @property
     def episode_aware(self) -> bool:
         """Whether the spec has a top-level ``is_last`` leaf."""
         return self._is_last is not None
@@ -163,12 +234,12 @@ class ReplayBuffer(Checkpointable):
     @property
     def sampler(self) -> Sampler:
         """The sampler deciding which windows come back."""
-        return self._sampler
+        return self._table.sampler
 
     @property
     def rng(self) -> np.random.Generator:
         """The generator all sampling draws from."""
-        return self._rng
+        return self._table.rng
 
     @property
     def nbytes(self) -> int:
@@ -177,7 +248,12 @@ class ReplayBuffer(Checkpointable):
 
     def num_frames(self) -> int:
         """Steps currently stored, over all rows."""
-        return self._num_envs * self._index.steps_per_row
+        return self._table.num_stored
+
+    def steps_per_row(self) -> np.ndarray:
+        """int64 ``[num_envs]``: steps currently stored in each row."""
+        with self._table.lock:
+            return self._table.index.stored.copy()
 
     def __len__(self) -> int:
         return self.num_frames()
@@ -186,7 +262,7 @@ class ReplayBuffer(Checkpointable):
         return (
             f"ReplayBuffer(capacity={self._capacity}, num_envs={self._num_envs}, "
             f"stored={self.num_frames()}, leaves={self._flat.paths}, "
-            f"sampler={type(self._sampler).__name__})"
+            f"sampler={type(self.sampler).__name__})"
         )
 
     # -- writing ----------------------------------------------------------
@@ -205,48 +281,85 @@ class ReplayBuffer(Checkpointable):
                 f"{self._num_envs}."
             )
         leaves = convert_step(self._flat, step, (), "add")
-        self._write([leaf[None] for leaf in leaves])
+        self.write_leaves([leaf[None] for leaf in leaves])
 
-    def add_batch(self, steps: Any) -> None:
-        """Appends one step to every env row; every leaf has leading dim ``num_envs``.
+    def add_batch(self, steps: Any, rows: Any = None) -> None:
+        """Appends one step to every env row, or to the env rows ``rows`` only.
 
-        Values are cast to the spec's dtype only when safe (``same_kind``, no
-        value lost). The whole batch is validated before anything is written.
+        Each row has its own clock: with ``rows``, only the listed rows advance,
+        so writers of different rows may write at their own pace. Values are
+        cast to the spec's dtype only when safe (``same_kind``, no value lost).
+        The whole batch is validated before anything is written.
+
+        Args:
+            steps: a nest matching the spec; every leaf has leading dim
+                ``num_envs`` (``len(rows)`` with ``rows``).
+            rows: None (every row) or distinct int row indices in ``[0, num_envs)``.
 
         Raises:
             SpecError: a leaf is missing or extra.
             ShapeError: a leaf's shape is not ``[num_envs, *leaf_shape]``.
             DTypeError: a dtype cannot be cast safely (e.g. float into an int leaf).
             CastError: a cast would lose values (out of range, overflow).
+            InvalidArgumentError: ``rows`` empty, repeated, out of range or not integers.
         """
-        self._write(convert_step(self._flat, steps, (self._num_envs,), "add_batch"))
+        if rows is None:
+            self.write_leaves(convert_step(self._flat, steps, (self._num_envs,), "add_batch"))
+            return
+        rows = self._check_rows(rows)
+        self.write_leaves(convert_step(self._flat, steps, (len(rows),), "add_batch"), rows)
 
-    def _write(self, leaves: list[np.ndarray]) -> None:
+    def _check_rows(self, rows: Any) -> np.ndarray:
+        array = np.asarray(rows)
+        if array.ndim != 1 or not len(array) or array.dtype.kind not in "iu":
+            raise InvalidArgumentError(
+                f"`rows` must be a non-empty 1-D sequence of int row indices; got {rows!r}."
+            )
+        array = array.astype(np.int64)
+        bad = (array < 0) | (array >= self._num_envs)
+        if bad.any():
+            raise InvalidArgumentError(
+                f"`rows` must lie in [0, num_envs={self._num_envs}); got {int(array[bad][0])}."
+            )
+        if len(np.unique(array)) != len(array):
+            raise InvalidArgumentError(
+                f"`rows` must be distinct (one step per row per call); got {array.tolist()}."
+            )
+        return array
+
+    def write_leaves(self, leaves: list[np.ndarray], rows: np.ndarray | None = None) -> None:
+        """Writes already validated flat leaves (``recollect.validation.convert_step`` output).
+
+        Leaves have leading dim ``num_envs`` (``len(rows)`` with ``rows``, distinct
+        rows). No check is made: use :meth:`add_batch` for user input.
+        """
         is_last = None if self._is_last is None else leaves[self._is_last]
-        with self._lock:
-            self._storage.write_column(self._index.t % self._max_length, leaves)
-            self._index.advance(is_last)
-            self._sampler.on_add(is_last)
+        table = self._table
+        with table.lock:
+            if self._persist is not None:
+                self._persist.before_write()
+            times, slots = table.next_steps(rows)
+            self._storage.write(rows, slots, leaves, times=times)
+            table.insert(rows, slots, is_last)
 
     def flush(self) -> None:
-        """Memmap storage: writes data, counters and sampler state to ``directory`` (else no-op)."""
+        """Memmap storage: writes data, clocks and sampler state to ``directory`` (else no-op)."""
         if self._persist is not None:
-            self._persist.flush(self)
+            self._persist.flush(self._storage, self._table, self._table.lock)
 
     def clear(self) -> None:
         """Forgets every stored step. Ids keep increasing (never reused)."""
-        with self._lock:
-            self._index.clear()
-            self._sampler.on_clear()
+        self._table.clear()
 
     def close(self) -> None:
-        """Marks the buffer closed; idempotent.
+        """Marks the buffer closed (and flushes memmap storage); idempotent.
 
-        Readers streaming from it (``as_dataset``, ``recollect.torch.ReplayDataset``,
-        ``recollect.jax.as_iterator``) then end their iteration cleanly. Stored
-        data stays readable and writable; nothing is freed.
+        Readers streaming from it (``recollect.tf_data.as_dataset``,
+        ``recollect.torch.ReplayDataset``, ``recollect.jax.as_iterator``) then end
+        their iteration cleanly. Stored data stays readable and writable.
         """
         self._closed = True
+        self.flush()
 
     @property
     def closed(self) -> bool:
@@ -254,55 +367,6 @@ class ReplayBuffer(Checkpointable):
         return self._closed
 
     # -- reading ----------------------------------------------------------
-    def _check_num_steps(self, num_steps: int, name: str = "num_steps") -> None:
-        if num_steps > self._max_length:
-            raise InvalidArgumentError(
-                f"`{name}` must be <= max_length (capacity // num_envs); got {name}="
-                f"{num_steps}, max_length={self._max_length}. Increase capacity or "
-                "shorten the window."
-            )
-
-    def _resolve_window(
-        self, num_steps: int | None, within_episode: bool | None
-    ) -> tuple[int, bool]:
-        if num_steps is None:
-            n = self._sequence_length or 1
-        else:
-            n = _positive_int("num_steps", num_steps)
-            self._check_num_steps(n)
-            fixed = self._sampler.sequence_length
-            if fixed is not None and n != fixed:
-                raise InvalidArgumentError(
-                    f"this buffer's sampler scores windows of sequence_length={fixed}; got "
-                    f"num_steps={n}. Sample with num_steps={fixed} or None."
-                )
-        if within_episode is None:
-            within_episode = self._is_last is not None
-        elif within_episode and self._is_last is None:
-            raise InvalidArgumentError(
-                "within_episode=True needs a top-level bool 'is_last' leaf in data_spec; "
-                f"this spec has leaves {self._flat.paths}."
-            )
-        return n, bool(within_episode)
-
-    def _not_enough_data(self, n: int, within_episode: bool) -> NotEnoughDataError:
-        stored = self._index.steps_per_row
-        if stored == 0:
-            return NotEnoughDataError(
-                "cannot sample from an empty buffer; add steps first (or wait for the collector)."
-            )
-        if within_episode:
-            longest = self._index.longest_run()
-            return NotEnoughDataError(
-                f"no valid window of num_steps={n}: rows hold {stored} steps each and the "
-                f"longest stored episode part has {longest} steps. Add more steps or sample "
-                "shorter windows."
-            )
-        return NotEnoughDataError(
-            f"no valid window of num_steps={n}: rows hold {stored} steps each. Add at least "
-            f"{n - stored} more step(s) per row or sample shorter windows."
-        )
-
     def sample(
         self,
         batch_size: int,
@@ -326,7 +390,8 @@ class ReplayBuffer(Checkpointable):
         Returns:
             :class:`Sample` with ``data`` leaves ``[batch_size, num_steps, *shape]``
             (``[batch_size, *shape]`` for ``num_steps=None``), ``ids`` int64,
-            ``probabilities`` float64 and (prioritized) ``weights`` float64.
+            ``probabilities`` float64, ``priorities``, ``times_sampled``,
+            ``table_size`` and (prioritized) ``weights`` float64.
 
         Raises:
             InvalidArgumentError: ``batch_size`` or ``num_steps`` < 1,
@@ -334,74 +399,62 @@ class ReplayBuffer(Checkpointable):
                 without an ``is_last`` leaf.
             NotEnoughDataError: no valid window of that length is stored.
         """
-        batch_size = _positive_int("batch_size", batch_size)
-        n, within_episode = self._resolve_window(num_steps, within_episode)
-        with self._lock:
-            draw = self._draw(batch_size, n, within_episode, sampler_options)
-            return self._sample_of(draw, n, num_steps)
+        with self._table.lock:
+            draw = self._table.draw(
+                batch_size, num_steps, within_episode=within_episode, **sampler_options
+            )
+            return self.gather(draw)
 
-    def _sample_of(self, draw: WindowDraw, n: int, num_steps: int | None) -> Sample:
-        """The :class:`Sample` of drawn windows of ``n`` steps (gathered now).
+    def gather(self, draw: Draw) -> Sample:
+        """The :class:`Sample` of a :meth:`Table.draw <recollect.table.Table.draw>` of this
+        buffer, gathered now.
 
-        The time axis is kept when ``num_steps`` was given or the windows are
-        longer than one step (a fixed ``sequence_length``).
+        Without the lock held, a concurrent write may overwrite drawn steps
+        meanwhile: check ``buf.table.is_stale(draw)`` afterwards and draw again
+        when it is (the protocol the adapters use to gather outside the lock).
         """
-        leaves = self._gather(draw, n, time_axis=num_steps is not None or n > 1)
-        ids = draw.times * self._num_envs + draw.rows
-        return Sample(self._flat.unflatten(leaves), ids, draw.probabilities, draw.weights)
+        rows, slots, times = draw.steps(self._max_length)
+        leaves = self._storage.gather(rows, slots, times=times)
+        return Sample(
+            self._flat.unflatten(leaves),
+            draw.ids,
+            draw.probabilities,
+            draw.weights,
+            draw.priorities,
+            draw.times_sampled,
+            draw.table_size,
+        )
 
-    def _draw(
-        self, batch_size: int, n: int, within_episode: bool, options: dict[str, Any]
-    ) -> WindowDraw:
-        """Draws windows; the caller holds the lock."""
-        if self._index.count(n, within_episode) == 0:
-            raise self._not_enough_data(n, within_episode)
-        return self._sampler.sample(batch_size, n, within_episode, self._rng, **options)
-
-    def _gather(self, draw: WindowDraw, n: int, time_axis: bool) -> list[np.ndarray]:
-        base = draw.rows * self._max_length
-        if time_axis:
-            slots = (draw.times[:, None] + np.arange(n)) % self._max_length
-            flat_index = base[:, None] + slots
-        else:
-            flat_index = base + draw.times % self._max_length
-        return self._storage.gather(flat_index)
-
-    def get_next(
-        self,
-        sample_batch_size: int | None = None,
-        num_steps: int | None = None,
-        time_stacked: bool = True,
-    ) -> tuple[Any, BufferInfo]:
-        """TF-Agents style sampling: returns ``(items, BufferInfo(ids, probabilities))``.
-
-        ``sample_batch_size=None`` returns one window without a batch dim.
-        ``time_stacked=False`` returns a tuple of ``num_steps`` nests instead of
-        a time axis.
+    def gather_stored(self) -> Any:
+        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.
 
         Raises:
-            Same as :meth:`sample`.
+            InvalidArgumentError: rows hold different numbers of steps; use
+                :meth:`gather_row` per row.
         """
-        batch = 1 if sample_batch_size is None else sample_batch_size
-        s = self.sample(batch, num_steps)
-        items, ids, probs = s.data, s.ids, s.probabilities
-        if sample_batch_size is None:
-            items = _map(lambda x: x[0], items)
-            ids, probs = ids[0], probs[0]
-        if num_steps is not None and not time_stacked:
-            axis = 0 if sample_batch_size is None else 1
-            items = tuple(
-                _map(lambda x, k=k: x.take(k, axis=axis), items) for k in range(num_steps)
-            )
-        return items, BufferInfo(ids, probs)
+        with self._table.lock:
+            index = self._table.index
+            lo, hi = index.lo, index.hi
+            count = int(hi[0] - lo[0])
+            if not ((hi - lo) == count).all():
+                raise InvalidArgumentError(
+                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); gather them "
+                    "one at a time with gather_row(row)."
+                )
+            times = lo[:, None] + np.arange(count)
+            rows = np.broadcast_to(np.arange(self._num_envs)[:, None], times.shape)
+            leaves = self._storage.gather(rows, times % self._max_length, times=times)
+            return self._flat.unflatten([np.array(leaf) for leaf in leaves])
 
-    def gather_all(self) -> Any:
-        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first."""
-        with self._lock:
-            slots = np.arange(self._index.lo, self._index.hi) % self._max_length
-            return self._flat.unflatten(self._storage.read_rows(slots))
+    def gather_row(self, row: int) -> Any:
+        """All stored steps of env row ``row``: leaves ``[steps, *shape]``, oldest first."""
+        with self._table.lock:
+            index = self._table.index
+            times = np.arange(index.lo[row], index.hi[row], dtype=np.int64)
+            rows = np.full(len(times), row, np.int64)
+            leaves = self._storage.gather(rows, times % self._max_length, times=times)
+            return self._flat.unflatten([np.array(leaf) for leaf in leaves])
 
-    # -- extensions implemented in their own modules ---------------------
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Sets the priorities of the windows starting at ``ids`` (prioritized samplers).
 
@@ -409,43 +462,203 @@ class ReplayBuffer(Checkpointable):
             The number of ids skipped because their steps were overwritten.
 
         Raises:
-            InvalidArgumentError: the sampler does not use priorities.
+            InvalidArgumentError: the sampler does not use priorities, or bad
+                priorities (NaN, inf, negative, overflowing); nothing is changed.
         """
-        update = getattr(self._sampler, "update_priorities", None)
-        if update is None:
-            raise InvalidArgumentError(
-                f"{type(self._sampler).__name__} sampling has no priorities; construct the "
-                "buffer with sampler=recollect.Prioritized(...) to use update_priorities."
-            )
-        with self._lock:
-            return update(ids, priorities)
-
-    def as_dataset(
-        self,
-        sample_batch_size: int | None = None,
-        num_steps: int | None = None,
-        num_parallel_calls: int | None = None,
-        single_deterministic_pass: bool = False,
-    ) -> Any:
-        """A ``tf.data.Dataset`` of ``(items, BufferInfo)`` (see :mod:`recollect.tf_data`)."""
-        from recollect.tf_data import as_dataset
-
-        return as_dataset(
-            self,
-            sample_batch_size=sample_batch_size,
-            num_steps=num_steps,
-            num_parallel_calls=num_parallel_calls,
-            single_deterministic_pass=single_deterministic_pass,
-        )
+        return self._table.update_priorities(ids, priorities)
 
     def item_ids(self) -> np.ndarray:
-        """Ids of all stored steps, int64 ``[num_envs, steps_per_row]``, oldest first."""
-        with self._lock:
-            times = np.arange(self._index.lo, self._index.hi, dtype=np.int64)
-        return times[None, :] * self._num_envs + np.arange(self._num_envs)[:, None]
+        """Ids of all stored steps, int64 ``[num_envs, steps_per_row]``, oldest first.
+
+        Raises:
+            InvalidArgumentError: rows hold different numbers of steps.
+        """
+        from recollect import ids
+
+        with self._table.lock:
+            index = self._table.index
+            lo, hi = index.lo, index.hi
+            count = int(hi[0] - lo[0])
+            if not ((hi - lo) == count).all():
+                raise InvalidArgumentError(
+                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); decode ids "
+                    "per row with recollect.ids.encode(row, times)."
+                )
+            times = lo[:, None] + np.arange(count)
+            return ids.encode(np.arange(self._num_envs)[:, None], times, self._table.shard)
+
+    # -- state ------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """JSON-able construction arguments (spec, geometry, sampler, frame stacks)."""
+        return dict(self._config)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"storage": ..., "table": ...}``: every array and value that restores the buffer.
+
+        Storage arrays are the live arrays (no copies); hold :attr:`lock` while
+        reading them if writers may run.
+        """
+        with self._table.lock:
+            return {"storage": self._storage.state_dict(), "table": self._table.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
+        """Restores :meth:`state_dict` output of a buffer with the same :meth:`config`.
+
+        Args:
+            state: the state tree (arrays, or column sources of a checkpoint).
+            allow_map: full saved ring columns may be memory-mapped copy-on-write.
+
+        Raises:
+            CheckpointError: the state does not fit this buffer.
+        """
+        with self._table.lock:
+            table = dict(state["table"])
+            index = dict(table["index"])
+            rebuild = "end_rows" not in index
+            if rebuild:
+                index["end_rows"] = index["end_times"] = np.zeros(0, np.int64)
+            table["index"] = index
+            layout = state.get("layout")
+            t = np.asarray(index["t"], np.int64)
+            t_clear = np.asarray(index["t_clear"], np.int64)
+            lo = np.maximum(t_clear, t - self._max_length)
+            if layout is not None and dict(layout) != _layout(lo, t, self._max_length):
+                raise CheckpointError(
+                    f"clocks t={t.tolist()}, t_clear={t_clear.tolist()} do not match "
+                    f"stored_steps={layout.get('stored_steps')}, "
+                    f"slot_offset={layout.get('slot_offset')}."
+                )
+            self._table.load_state_dict(table)
+            self._storage.load_state_dict(state["storage"], allow_map=allow_map)
+            if rebuild and self._is_last is not None:
+                self._rebuild_episode_ends()
+
+    def _rebuild_episode_ends(self) -> None:
+        """Episode ends from the stored ``is_last`` leaf (format-1 checkpoints)."""
+        index = self._table.index
+        counts = index.stored
+        rows = np.repeat(np.arange(self._num_envs), counts)
+        times = np.repeat(index.lo, counts) + (
+            np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        )
+        (flag,) = self._storage.gather(
+            rows, times % self._max_length, times=times, leaf_ids=[self._is_last]
+        )
+        index.set_ends(rows[flag], times[flag])
+
+    def save(self, path: str | os.PathLike) -> Any:
+        """Writes a checkpoint directory, atomically (see :mod:`recollect.state.manifest`).
+
+        Only the stored columns of the ring arrays are written when every row
+        shares one stored range; otherwise whole rings. Writers are blocked
+        while the buffer is saved.
+
+        Returns:
+            The absolute checkpoint path.
+
+        Raises:
+            CheckpointError: ``path`` is a non-empty directory that is not a checkpoint.
+            OSError: the disk is full or not writable (the old checkpoint stays).
+        """
+        with self._table.lock:
+            return write_checkpoint(
+                path, self.kind, self.config(), self.state_dict(), self.stored_layout()
+            )
+
+    def stored_layout(self) -> dict[str, int]:
+        """``{"slot_offset", "stored_steps"}``: the ring columns a checkpoint writes."""
+        index = self._table.index
+        return _layout(index.lo, index.hi, self._max_length)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], **kwargs: Any) -> Self:
+        """An empty buffer built from :meth:`config` output (``kwargs`` override arguments).
+
+        Raises:
+            CheckpointError: the configuration is malformed or names an unknown sampler.
+        """
+        try:
+            sampler_cls = registered_sampler(config["sampler"]["type"])
+            sampler = sampler_cls(**config["sampler"]["config"])
+            return cls(
+                rebuild_spec(config["spec"]),
+                config["capacity"],
+                config["num_envs"],
+                sampler=sampler,
+                sequence_length=config.get("sequence_length"),
+                frame_stacks=frame_stacks_from_config(config.get("frame_stacks")),
+                shard=config.get("shard", 0),
+                **kwargs,
+            )
+        except (CheckpointError, MemoryError):
+            raise
+        except (RecollectError, KeyError, TypeError) as err:
+            raise CheckpointError(f"inconsistent buffer description ({err}).") from err
+
+    @classmethod
+    def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Self:
+        """Rebuilds a buffer from a state directory read with :func:`recollect.state.files.read_state`.
+
+        Raises:
+            CheckpointError: another kind, a malformed configuration or state.
+        """
+        if saved.kind != cls.kind:
+            raise CheckpointError(
+                f"{saved.where}: holds a {saved.kind}, not a {cls.kind}; load it with "
+                f"recollect.{saved.kind}.load."
+            )
+        state = saved.state
+        if "layout" not in state and saved.manifest.get("layout") is not None:
+            state = {**state, "layout": saved.manifest["layout"]}
+        return _restore(cls, saved.config, state, saved.where, mmap)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, mmap: bool = False) -> Self:
+        """Restores a buffer written by :meth:`save` (format 1 and 2).
+
+        Args:
+            path: the checkpoint directory.
+            mmap: map full leaf files copy-on-write instead of reading them
+                (the checkpoint files are never modified).
+
+        Raises:
+            CheckpointError: missing or damaged files, a newer format version,
+                or a checkpoint of another buffer kind.
+        """
+        return cls.from_saved(read_state(path), mmap=mmap)
 
 
-def _map(fn: Any, tree: Any) -> Any:
-    import optree
+def _layout(lo: np.ndarray, hi: np.ndarray, max_length: int) -> dict[str, int]:
+    """Stored columns only when every row stores the same range of a partial ring; else all."""
+    count = int(hi[0] - lo[0])
+    if count < max_length and ((hi - lo) == count).all() and (lo == lo[0]).all():
+        return {"slot_offset": int(lo[0]) % max_length, "stored_steps": count}
+    return {"slot_offset": 0, "stored_steps": max_length}
 
-    return optree.tree_map(fn, tree, none_is_leaf=False)
+
+def _restore(cls: Any, config: Any, state: Any, where: str, mmap: bool) -> Any:
+    try:
+        buffer = cls.from_config(config, force=mmap)
+    except CheckpointError as err:
+        raise CheckpointError(f"{where}: {err}") from err
+    try:
+        buffer.load_state_dict(state, allow_map=mmap)
+    except CheckpointError as err:
+        raise CheckpointError(f"{where}: {err}") from err
+    except (KeyError, TypeError, ValueError, RecollectError) as err:
+        raise CheckpointError(f"{where}: cannot restore the buffer state ({err}).") from err
+    return buffer
+
+
+def _sampler_config(sampler: Sampler | None) -> dict[str, Any]:
+    if sampler is None:
+        return {}
+    try:
+        return json_safe(sampler.get_config())
+    except RecollectError:
+        return {}
+
+
+def json_safe(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with numpy scalars as Python numbers (JSON-able)."""
+    return {k: v.item() if isinstance(v, np.generic) else v for k, v in config.items()}

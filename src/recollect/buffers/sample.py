@@ -30,16 +30,23 @@ class Sample:
         data: nest like the spec; leaves ``[B, num_steps, *leaf_shape]``
             (``[B, *leaf_shape]`` when sampled with ``num_steps=None``).
         ids: int64 ``[B]`` id of each window's first step; unique for the
-            buffer's lifetime (``id = step_time * num_envs + env_row``).
+            buffer's lifetime (``recollect.ids.decode(ids)`` gives ``(shard, row, row time)``).
         probabilities: float64 ``[B]`` probability with which each window was drawn.
         weights: float64 ``[B]`` importance weights normalised by their max
-            (prioritized sampling), else None.
+            (prioritized sampling), else None; computed from ``probabilities``
+            and ``table_size`` (:func:`recollect.samplers.importance_weights`).
+        priorities: float64 ``[B]`` priority of each window (1.0 without priorities).
+        times_sampled: int32 ``[B]`` times each window was returned, this sample included.
+        table_size: number of valid windows the batch was drawn among.
     """
 
     data: Any
     ids: np.ndarray
     probabilities: np.ndarray
     weights: np.ndarray | None = None
+    priorities: np.ndarray | None = None
+    times_sampled: np.ndarray | None = None
+    table_size: int = 0
 
     @property
     def info(self) -> BufferInfo:

@@ -13,18 +13,20 @@ step, and a sampled ``next_observation`` is always exactly what was passed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import os
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from recollect.buffers.checkpointable import Checkpointable
 from recollect.buffers.nstep_transitions import n_step_fields
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike, _positive_int
-from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.errors import CheckpointError, InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
 from recollect.storage.frame_store import FrameStack
+from recollect.state.files import Saved, read_state, write_checkpoint
+from recollect.state.rng import decode_rng, encode_rng
 from recollect.validation import convert_step
 
 __all__ = ["TransitionBuffer", "TransitionSample"]
@@ -110,7 +112,7 @@ class _FinalObservations:
         return [array[pos] for array in self.arrays]
 
 
-class TransitionBuffer(Checkpointable):
+class TransitionBuffer:
     """Stores ``(observation, action, reward, next_observation, terminated, truncated)``.
 
     Args:
@@ -141,7 +143,7 @@ class TransitionBuffer(Checkpointable):
         (2, 4)
     """
 
-    _checkpoint_kind = "TransitionBuffer"
+    kind: ClassVar[str] = "TransitionBuffer"
 
     def __init__(
         self,
@@ -211,7 +213,7 @@ class TransitionBuffer(Checkpointable):
     def _attach(self, buffer: ReplayBuffer, obs_spec: Any) -> None:
         """Sets up the per-env state around ``buffer`` (also used by checkpoint loading)."""
         self._obs_flat = FlatSpec(obs_spec)
-        flat = buffer._flat
+        flat = buffer.flat_spec
         self._obs_leaf_ids = [
             i
             for i, p in enumerate(flat.paths)
@@ -295,16 +297,16 @@ class TransitionBuffer(Checkpointable):
             next_observation = _add_dim(next_observation)
         if self._first_id is not None:
             step["is_first"] = np.zeros(lead, bool)  # set from the chain below
-        leaves = convert_step(buffer._flat, step, lead, "add")
+        leaves = convert_step(buffer.flat_spec, step, lead, "add")
         nxt = convert_step(self._obs_flat, next_observation, lead, "add next_observation")
         obs = [leaves[i] for i in self._obs_leaf_ids]
-        with buffer._lock:
+        with buffer.lock:
             chained = self._link_previous(obs)
             if self._first_id is not None:
                 leaves[self._first_id] = ~chained
-            t = buffer._index.t
+            t = self._clock()
             self._final_ref[:, t % buffer.max_length] = -1
-            buffer._write(leaves)
+            buffer.write_leaves(leaves)
             for pending, value in zip(self._pending, nxt, strict=True):
                 pending[...] = value
             self._has_pending[:] = True
@@ -321,8 +323,9 @@ class TransitionBuffer(Checkpointable):
             # Bitwise: NaN chains, and -0.0 does not chain to 0.0 (replayed exactly).
             chained &= (_row_bytes(current) == _row_bytes(pending)).all(axis=1)
         broken = np.flatnonzero(self._has_pending & ~chained)
-        prev_t = buffer._index.t - 1
-        new_lo = max(buffer._index.t_clear, buffer._index.t + 1 - buffer.max_length)
+        t = self._clock()
+        prev_t = t - 1
+        new_lo = max(int(buffer.table.index.t_clear[0]), t + 1 - buffer.max_length)
         if len(broken) == 0 or prev_t < new_lo:
             return chained
         refs = self._finals.append([p[broken] for p in self._pending], prev_t, new_lo)
@@ -333,7 +336,7 @@ class TransitionBuffer(Checkpointable):
         """Forgets every transition; the next add starts a new chain."""
         if self._buffer is None:
             return
-        with self._buffer._lock:
+        with self._buffer.lock:
             self._buffer.clear()
             self._finals.clear()
             self._has_pending[:] = False
@@ -383,18 +386,21 @@ class TransitionBuffer(Checkpointable):
                 )
             options["importance_sampling_exponent"] = importance_sampling_exponent
         buffer = self.replay_buffer
-        with buffer._lock:
-            draw = buffer._draw(batch_size, 1, False, options)
+        with buffer.lock:
+            draw = buffer.table.draw(
+                batch_size, 1, within_episode=False, time_axis=False, **options
+            )
             if gamma is None:
                 leaves, next_obs = self._gather_transitions(draw.rows, draw.times)
             else:
-                leaves = buffer._gather(draw, 1, time_axis=False)
+                slots = draw.times % buffer.max_length
+                leaves = buffer.storage.gather(draw.rows, slots, times=draw.times)
                 fields = n_step_fields(self, draw.rows, draw.times, n, gamma)
                 next_obs = fields.pop("next_observation")
-        data = buffer._flat.unflatten(leaves)
+        data = buffer.flat_spec.unflatten(leaves)
         if gamma is not None:
             data.update(fields)
-        ids = draw.times * self._num_envs + draw.rows
+        ids = draw.ids
         return TransitionSample(
             observation=data["observation"],
             action=data["action"],
@@ -429,41 +435,210 @@ class TransitionBuffer(Checkpointable):
         observation leaf (large ones are split over threads), whose halves are
         the two contiguous results.
         """
-        buffer = self._buffer
-        assert buffer is not None
-        length, obs_ids = buffer.max_length, self._obs_leaf_ids
-        current = rows * length + times % length
-        following = rows * length + (times + 1) % length
-        both = buffer._storage.gather(np.concatenate([current, following]), obs_ids)
+        buffer = self.replay_buffer
+        length, obs_ids, storage = buffer.max_length, self._obs_leaf_ids, buffer.storage
+        both_rows = np.concatenate([rows, rows])
+        both_times = np.concatenate([times, times + 1])
+        both = storage.gather(both_rows, both_times % length, times=both_times, leaf_ids=obs_ids)
         other_ids = self._other_leaf_ids
-        leaves: list[Any] = [None] * len(buffer._flat.paths)
-        for i, leaf in zip(other_ids, buffer._storage.gather(current, other_ids), strict=True):
+        leaves: list[Any] = [None] * len(buffer.flat_spec.paths)
+        others = storage.gather(rows, times % length, times=times, leaf_ids=other_ids)
+        for i, leaf in zip(other_ids, others, strict=True):
             leaves[i] = leaf
         batch = len(rows)
         for i, leaf in zip(obs_ids, both, strict=True):
             leaves[i] = leaf[:batch]
-        return leaves, self._next_observations(rows, times, [leaf[batch:] for leaf in both])
+        return leaves, self.next_observations(rows, times, [leaf[batch:] for leaf in both])
 
-    def _next_observations(
+    def _clock(self) -> int:
+        """The step time of the next add (every row shares one clock here)."""
+        return int(self.replay_buffer.table.index.t[0])
+
+    def chain_breaks(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Bool, shape of ``rows``: whether the step at ``(rows, slots)`` keeps its own
+        next observation (its episode or observation chain ends there)."""
+        return self._final_ref[rows, slots] >= 0
+
+    def next_observations(
         self, rows: np.ndarray, times: np.ndarray, out: list[np.ndarray] | None = None
     ) -> list[np.ndarray]:
-        """Next observations of ``(rows, times)``; ``out``: the following steps, if gathered."""
-        buffer = self._buffer
-        assert buffer is not None
+        """Next observation leaves of steps ``(rows, times)`` (``[B, ...]`` each).
+
+        ``out``: the observations of the following steps, if already gathered.
+        The caller holds the buffer lock.
+        """
+        buffer = self.replay_buffer
         length = buffer.max_length
         if out is None:
-            flat_next = rows * length + (times + 1) % length
-            out = buffer._storage.gather(flat_next, self._obs_leaf_ids)
+            following = times + 1
+            out = buffer.storage.gather(
+                rows, following % length, times=following, leaf_ids=self._obs_leaf_ids
+            )
         refs = self._final_ref[rows, times % length]
         has_final = np.flatnonzero(refs >= 0)
         if len(has_final):
             for o, v in zip(out, self._finals.gather(refs[has_final]), strict=True):
                 o[has_final] = v
-        newest = np.flatnonzero((times == buffer._index.t - 1) & (refs < 0))
+        newest = np.flatnonzero((times == self._clock() - 1) & (refs < 0))
         if len(newest):
             for o, p in zip(out, self._pending, strict=True):
                 o[newest] = p[rows[newest]]
         return out
+
+
+    # -- state ------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """JSON-able construction arguments (and the inner buffer's, once built)."""
+        prioritized, stack = self._prioritized, self._frame_stack
+        return {
+            "capacity": self._capacity,
+            "num_envs": self._num_envs,
+            "prioritized": None if prioritized is None else prioritized.get_config(),
+            "frame_stack": None if stack is None else stack.config(),
+            "replay": None if self._buffer is None else self._buffer.config(),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The inner buffer's state plus the observation chains (``final_ref`` ring columns,
+        pending next observations, the live final observations)."""
+        if self._buffer is None:
+            rng = self._rng
+            generator = rng if isinstance(rng, np.random.Generator) else None
+            if generator is None and rng is not None:
+                generator = np.random.default_rng(rng)
+            return {"rng": None if generator is None else encode_rng(generator)}
+        finals = self._finals
+        pos = np.arange(finals.start, finals.n) % max(finals.size, 1)
+        live = finals.size > 0
+        return {
+            "replay": self._buffer.state_dict(),
+            "chain": {
+                "columns": {"final_ref": self._final_ref[:, :, None]},
+                "pending": {f"{i:03d}": p for i, p in enumerate(self._pending)},
+                "has_pending": self._has_pending,
+                "finals": {
+                    "arrays": {
+                        f"{i:03d}": a[pos] if live else a for i, a in enumerate(finals.arrays)
+                    },
+                    "times": finals.times[pos] if live else finals.times,
+                    "size": finals.size,
+                    "start": finals.start,
+                    "n": finals.n,
+                },
+            },
+        }
+
+    def restore(self, buffer: ReplayBuffer, chain: dict[str, Any]) -> None:
+        """Adopts a restored inner ``buffer`` and the saved observation ``chain`` state
+        (``state_dict()["chain"]``); used when loading a checkpoint.
+
+        Raises:
+            CheckpointError: the chain state does not match the buffer's spec.
+        """
+        if isinstance(buffer.sampler, Prioritized):
+            self._prioritized = buffer.sampler
+        self._attach(buffer, buffer.data_spec["observation"])
+        ref = np.full((self._num_envs, buffer.max_length, 1), -1, np.int64)
+        source = chain["columns"]["final_ref"]
+        if hasattr(source, "read_into"):
+            source.read_into(ref)
+        else:
+            ref[...] = source
+        self._final_ref = ref[:, :, 0].copy()
+        pending = [np.asarray(chain["pending"][k]) for k in sorted(chain["pending"])]
+        has_pending = np.asarray(chain["has_pending"])
+        f = chain["finals"]
+        size, start, n = int(f["size"]), int(f["start"]), int(f["n"])
+        entries = [np.asarray(f["arrays"][k]) for k in sorted(f["arrays"])]
+        times = np.asarray(f["times"], np.int64)
+        flat = self._obs_flat
+        expect = [((self._num_envs, *s), d) for s, d in zip(flat.shapes, flat.dtypes, strict=True)]
+        live = n - start if size else 0
+        got = [(p.shape, p.dtype) for p in pending]
+        if got != expect or has_pending.shape != (self._num_envs,) or len(times) != live:
+            raise CheckpointError("TransitionBuffer state does not match its spec.")
+        self._pending, self._has_pending = pending, has_pending.astype(bool)
+        finals = self._finals
+        finals.size, finals.start, finals.n = size, start, n
+        pos = np.arange(start, n) % max(size, 1)
+        finals.arrays = []
+        for entry, shape, dtype in zip(entries, flat.shapes, flat.dtypes, strict=True):
+            array = np.zeros((size, *shape), dtype)
+            if size:
+                array[pos] = entry
+            finals.arrays.append(array)
+        finals.times = np.zeros(size, np.int64)
+        if size:
+            finals.times[pos] = times
+
+    def save(self, path: str | os.PathLike) -> Any:
+        """Writes a checkpoint directory, atomically (see :meth:`ReplayBuffer.save`).
+
+        Returns:
+            The absolute checkpoint path.
+        """
+        if self._buffer is None:
+            return write_checkpoint(path, self.kind, self.config(), self.state_dict())
+        with self._buffer.lock:
+            layout = self._buffer.stored_layout()
+            return write_checkpoint(path, self.kind, self.config(), self.state_dict(), layout)
+
+    @classmethod
+    def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Self:
+        """Rebuilds a TransitionBuffer from a state directory.
+
+        Raises:
+            CheckpointError: another kind, or a malformed configuration or state.
+        """
+        where = saved.where
+        if saved.kind != cls.kind:
+            raise CheckpointError(
+                f"{where}: holds a {saved.kind}, not a {cls.kind}; load it with "
+                f"recollect.{saved.kind}.load."
+            )
+        config, state = saved.config, saved.state
+        try:
+            prioritized = config.get("prioritized")
+            stack = config.get("frame_stack")
+            if stack is not None:
+                padding = stack["padding"]
+                padding = padding if isinstance(padding, str) else np.asarray(padding)
+                stack = FrameStack(**{**stack, "padding": padding})
+            tb = cls(
+                config["capacity"],
+                config["num_envs"],
+                decode_rng(state.get("rng"), where) if config.get("replay") is None else None,
+                prioritized=False if prioritized is None else Prioritized(**prioritized),
+                frame_stack=stack,
+            )
+        except (TypeError, ValueError, KeyError) as err:
+            raise CheckpointError(f"{where}: invalid TransitionBuffer options: {err}") from err
+        if config.get("replay") is None:
+            return tb
+        buffer = ReplayBuffer.from_saved(
+            Saved("ReplayBuffer", config["replay"], state["replay"], saved.manifest, where),
+            mmap=mmap,
+        )
+        spec = buffer.data_spec
+        if not isinstance(spec, dict) or "observation" not in spec:
+            raise CheckpointError(f"{where}: a TransitionBuffer spec needs an 'observation' entry.")
+        try:
+            tb.restore(buffer, state["chain"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{where}: bad TransitionBuffer state ({err}).") from err
+        except CheckpointError as err:
+            raise CheckpointError(f"{where}: {err}") from err
+        return tb
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, mmap: bool = False) -> Self:
+        """Restores a TransitionBuffer written by :meth:`save` (format 1 and 2).
+
+        Raises:
+            CheckpointError: missing or damaged files, a newer format version,
+                or a checkpoint of another kind.
+        """
+        return cls.from_saved(read_state(path), mmap=mmap)
 
 
 def _prioritized_sampler(prioritized: Any) -> Prioritized | None:

@@ -119,8 +119,8 @@ def inspect_checkpoint(path: str, output: Path | None) -> str:
     buffer = getattr(loaded, "replay_buffer", loaded) if loaded.num_frames() else loaded
     if not hasattr(buffer, "gather_all"):  # an empty TransitionBuffer
         return f"{path}: empty {type(loaded).__name__} (capacity {loaded.capacity})"
-    flat = buffer._flat
-    data = buffer._flat.treedef.flatten_up_to(buffer.gather_all())
+    flat = buffer.flat_spec
+    data = buffer.flat_spec.treedef.flatten_up_to(buffer.gather_all())
     stats = episode_stats(flat, data)
     actions = _leaf(flat, data, "action")
     is_last = _leaf(flat, data, "is_last")

@@ -1,21 +1,30 @@
 """The sampler interface: which windows come back, and with what probability.
 
 Samplers see counters and validity (a :class:`~recollect.windows.WindowIndex`),
-never the data. A buffer calls :meth:`Sampler.bind` once, :meth:`Sampler.on_add`
-after every ``add_batch``, :meth:`Sampler.on_clear` on ``clear`` and
+never the data. A table calls :meth:`Sampler.bind` once, :meth:`Sampler.on_add`
+after every write, :meth:`Sampler.on_clear` on ``clear`` and
 :meth:`Sampler.sample` to draw windows.
+
+Every subclass registers itself under its class name (or its ``name`` class
+attribute), so a checkpoint names the sampler and loading resolves that name
+among the registered classes: nothing is imported on a manifest's say-so. A
+user's sampler must be imported (defined) before a checkpoint using it loads.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import inspect
+from typing import Any, ClassVar
 
 import numpy as np
 
+from recollect.errors import InvalidArgumentError
 from recollect.windows import WindowIndex
 
-__all__ = ["Sampler", "WindowDraw"]
+__all__ = ["Sampler", "WindowDraw", "importance_weights", "registered_sampler"]
+
+_REGISTRY: dict[str, type[Sampler]] = {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,33 +33,126 @@ class WindowDraw:
 
     Attributes:
         rows: int64 ``[B]`` env row of each window.
-        times: int64 ``[B]`` step time of each window's first step.
+        times: int64 ``[B]`` row step time of each window's first step.
         probabilities: float64 ``[B]`` probability with which each window was drawn.
+        table_size: number of windows the draw chose among (``N`` of the importance weights).
         weights: float64 ``[B]`` importance weights, or None for samplers without.
+        priorities: float64 ``[B]`` priority of each window, or None (then 1.0).
     """
 
     rows: np.ndarray
     times: np.ndarray
     probabilities: np.ndarray
     weights: np.ndarray | None = None
+    table_size: int = 0
+    priorities: np.ndarray | None = None
+
+
+def importance_weights(probabilities: Any, table_size: Any, beta: float) -> np.ndarray:
+    """Importance weights ``w_i = (N * P(i))^-beta / max_j w_j`` (Schaul et al. 2016, eq. 1).
+
+    Computed from what every sample carries (Reverb ``SampleInfo``:
+    ``probability`` and ``table_size``), so a client can weight a batch drawn
+    from several shards with global probabilities and the global table size.
+
+    Args:
+        probabilities: float ``[B]`` probability of each drawn window (> 0).
+        table_size: ``N``, the number of windows sampled among (scalar or ``[B]``).
+        beta: the exponent >= 0; 0 gives weights 1, 1 corrects the bias fully.
+
+    Returns:
+        float64 ``[B]`` weights in ``(0, 1]``.
+    """
+    weights = np.power(np.multiply(table_size, probabilities, dtype=np.float64), -beta)
+    return weights / weights.max()
+
+
+def registered_sampler(name: str) -> type[Sampler]:
+    """The sampler class registered as ``name``.
+
+    Raises:
+        InvalidArgumentError: no sampler of that name is defined in this process.
+    """
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        raise InvalidArgumentError(
+            f"no sampler class named {name!r} is registered (known: {sorted(_REGISTRY)}). "
+            "Import the module that defines it before loading."
+        )
+    return cls
 
 
 class Sampler:
-    """Base class; subclasses implement :meth:`sample` and may track writes."""
+    """Base class; subclasses implement :meth:`sample` and may track writes.
+
+    A sampler instance serves one table: :meth:`bind` raises when it is
+    already bound to another one (pass a fresh instance, or ``copy()`` it).
+    """
 
     #: Window length fixed at construction (prioritized samplers), or None.
     sequence_length: int | None = None
+    #: Name under which the class is registered (default: the class name).
+    name: ClassVar[str] = "Sampler"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
+        _REGISTRY[cls.name] = cls
 
     def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
-        """Attaches the sampler to a buffer's window index."""
+        """Attaches the sampler to a table's window index.
+
+        Raises:
+            InvalidArgumentError: the sampler already serves another table.
+        """
+        bound = getattr(self, "index", None)
+        if bound is not None and bound is not index:
+            raise InvalidArgumentError(
+                f"this {type(self).__name__} sampler already serves another buffer; a sampler "
+                "keeps per-buffer state. Pass a new instance (or sampler.copy()) to each buffer."
+            )
         self.index = index
         self.sequence_length = sequence_length
 
-    def on_add(self, is_last: np.ndarray | None) -> None:
-        """Called after step ``index.t - 1`` was written to every row."""
+    def copy(self) -> Sampler:
+        """A new, unbound sampler with the same configuration."""
+        return type(self)(**self.get_config())
+
+    def get_config(self) -> dict[str, Any]:
+        """Constructor arguments (JSON-able) that rebuild this sampler, state excluded.
+
+        The default reads each ``__init__`` parameter back from a same-named
+        attribute ``x`` (or ``_x``); override it when they are not kept.
+
+        Raises:
+            InvalidArgumentError: a required argument cannot be read back.
+        """
+        config = {}
+        params = inspect.signature(type(self).__init__).parameters
+        for name, param in list(params.items())[1:]:
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            for attr in (name, f"_{name}"):
+                if hasattr(self, attr):
+                    config[name] = getattr(self, attr)
+                    break
+            else:
+                if param.default is param.empty:
+                    raise InvalidArgumentError(
+                        f"cannot checkpoint {type(self).__name__}: constructor argument "
+                        f"{name!r} is not readable back; give the sampler a get_config() method."
+                    )
+        return config
+
+    def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
+        """Called after step ``index.t[r] - 1`` was written to each row ``r`` of ``rows``.
+
+        ``rows`` None means every row; ``is_last`` is bool, one per written row, or None.
+        """
 
     def on_clear(self) -> None:
-        """Called after the buffer forgot its steps."""
+        """Called after the table forgot its steps."""
 
     def sample(
         self,

@@ -1,7 +1,9 @@
 """FIFO and LIFO samplers (Reverb's ``Fifo`` / ``Lifo`` selectors): deterministic order.
 
 Valid windows are totally ordered by ``(start time, env row)`` ("time-then-row"
-order; the order of :meth:`WindowIndex.enumerate`).
+order; the order of :meth:`Segments.enumerate`). Each row keeps its own clock,
+so within a row the order is always oldest first; rows written at the same
+pace (``add_batch`` without ``rows``) interleave by time, then row.
 
 * :class:`Fifo` returns the ``batch_size`` *first* windows of that order: the
   oldest window first; windows of the same start time by ascending row.
@@ -94,7 +96,7 @@ class _Ordered(Sampler):
         if k < batch_size:
             ranks = np.arange(batch_size) % k
             rows, times = rows[ranks], times[ranks]
-        return WindowDraw(rows, times, np.ones(batch_size))
+        return WindowDraw(rows, times, np.ones(batch_size), table_size=seg.total)
 
 
 class Fifo(_Ordered):

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
-from recollect.samplers.base import Sampler, WindowDraw
+from recollect.ids import decode
+from recollect.samplers.base import Sampler, WindowDraw, importance_weights
 from recollect.samplers.sum_tree import SumTree
 from recollect.windows import WindowIndex
 
@@ -93,7 +94,7 @@ class Prioritized(Sampler):
             "initial_max_priority": self.initial_max_priority,
         }
 
-    # -- buffer hooks -----------------------------------------------------
+    # -- table hooks ------------------------------------------------------
     def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
         if sequence_length is None:
             raise InvalidArgumentError(
@@ -103,38 +104,46 @@ class Prioritized(Sampler):
             )
         super().bind(index, sequence_length)
         self._length = index.max_length
-        self._tree = SumTree(index.num_envs * index.max_length)
+        size = index.num_envs * index.max_length
+        self._tree = SumTree(size)
         # start time of the valid window keyed by each slot, -1 where none (ids are checked
         # against it: a stale id's slot holds another time or -1)
-        self._start = np.full(index.num_envs * index.max_length, -1, np.int64)
-        self._row_base = np.arange(index.num_envs, dtype=np.int64) * index.max_length
+        self._start = np.full(size, -1, np.int64)
+        self._priority = np.zeros(size, np.float64)  # raw priorities, as last set
+        self._all_rows = np.arange(index.num_envs, dtype=np.int64)
+        self._row_base = self._all_rows * index.max_length
         self._last_end = index.last_end.copy()
 
     def _value(self, priorities: np.ndarray | float) -> np.ndarray:
         return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
 
-    def on_add(self, is_last: np.ndarray | None) -> None:
-        """Zeroes the window whose first step was just overwritten; scores the new window."""
+    def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
+        """Zeroes the windows whose first step was just overwritten; scores the new windows."""
         if self.episode_aware is None:
             self.episode_aware = is_last is not None
         index, n = self.index, self.sequence_length
-        t = index.t  # step t - 1 was just written
-        gone = self._row_base + (t - 1) % self._length
+        if rows is None:
+            rows = self._all_rows
+        t = index.t[rows]  # step t - 1 was just written to each row
+        base = self._row_base[rows]
+        gone = base + (t - 1) % self._length
         start = t - n
-        ok = np.full(index.num_envs, start >= index.lo)
+        ok = start >= index.lo[rows]
         if is_last is not None:
-            ok &= self._last_end < start  # no episode end before the window's last step
-            self._last_end[:] = index.last_end
+            ok &= self._last_end[rows] < start  # no episode end before the window's last step
+            self._last_end[rows] = index.last_end[rows]
         self.num_valid -= int(np.count_nonzero(self._start[gone] >= 0))
         self._start[gone] = -1
         value = self._value(self.max_priority)
         if n == 1:  # the new window is keyed by the overwritten slot: set each key once
-            self._start[gone[ok]] = start
+            self._start[gone[ok]] = start[ok]
+            self._priority[gone[ok]] = self.max_priority
             self.num_valid += int(np.count_nonzero(ok))
             self._tree.set(gone, np.where(ok, value, 0.0))
             return
-        new = (self._row_base + start % self._length)[ok]
-        self._start[new] = start
+        new = (base + start % self._length)[ok]
+        self._start[new] = start[ok]
+        self._priority[new] = self.max_priority
         self.num_valid += len(new)
         values = np.concatenate([np.zeros(len(gone)), np.full(len(new), value)])
         self._tree.set(np.concatenate([gone, new]), values)
@@ -177,9 +186,10 @@ class Prioritized(Sampler):
         probabilities = self._tree[keys] / total
         rows = keys // self._length
         times = self._start[keys]
-        weights = np.power(self.num_valid * probabilities, -beta)
-        weights /= weights.max()
-        return WindowDraw(rows, times, probabilities, weights)
+        weights = importance_weights(probabilities, self.num_valid, beta)
+        return WindowDraw(
+            rows, times, probabilities, weights, self.num_valid, self._priority[keys]
+        )
 
     def _check_request(self, within_episode: bool, kwargs: dict) -> None:
         if kwargs:
@@ -195,39 +205,63 @@ class Prioritized(Sampler):
             )
 
     # -- priorities -------------------------------------------------------
-    def update_priorities(self, ids: Any, priorities: Any) -> int:
+    def update_priorities(self, ids: Any, priorities: Any, shard: int = 0) -> int:
         """Sets the priorities of the windows whose first step has id ``ids``.
 
         Args:
             ids: int ``[K]`` window ids as returned by ``sample`` (``Sample.ids``).
             priorities: float ``[K]`` finite priorities >= 0 (e.g. ``|TD error|``).
                 With repeated ids the last one wins.
+            shard: the table shard this sampler serves; ids of other shards are skipped.
 
         Returns:
             Number of ids skipped because their window is no longer (or never
-            was) valid: overwritten, cleared, or crossing an episode end.
+            was) valid: overwritten, cleared, crossing an episode end, or of
+            another shard.
 
         Raises:
-            InvalidArgumentError: shapes differ, ids are not integers, or a
-                priority is NaN, inf or negative; nothing is changed.
+            InvalidArgumentError: shapes differ, ids are not integers, a
+                priority is NaN, inf or negative, or ``(p + epsilon) ** alpha``
+                or the sum of all priorities overflows; nothing is changed.
         """
         ids, priorities, largest = self._check_update(ids, priorities)
-        times, rows = np.divmod(ids, self.index.num_envs)
-        keys = rows * self._length + times % self._length
-        live = self._start[keys] == times
-        live &= times >= 0  # -1 marks "no window"; a negative id is never live
+        if not len(ids):
+            return 0
+        valid = ids >= 0  # a negative id never names a window (skipped like a stale one)
+        shards, rows, times = decode(np.where(valid, ids, 0))
+        live = valid & (shards == shard) & (rows < self.index.num_envs)
+        keys = np.where(live, rows * self._length + times % self._length, 0)
+        live &= self._start[keys] == times
         skipped = len(ids) - int(np.count_nonzero(live))
         if skipped:
             keys, priorities = keys[live], priorities[live]
             largest = float(priorities.max()) if len(keys) else -1.0
         if len(keys):
-            self._tree.set(keys, self._value(priorities))
+            values = self._value(priorities)
+            self._check_finite(values, priorities, keys)
+            self._tree.set(keys, values)
+            self._priority[keys] = priorities
             self.max_priority = max(self.max_priority, largest)
         return skipped
+
+    def _check_finite(self, values: np.ndarray, priorities: np.ndarray, keys: np.ndarray) -> None:
+        """Refuses values whose ``(p + epsilon) ** alpha`` or whose sum with the tree overflows."""
+        bad = ~np.isfinite(values)
+        total = self._tree.total - float(self._tree[keys].sum()) + float(values.sum())
+        if not bad.any() and np.isfinite(total):
+            return
+        first = int(np.flatnonzero(bad)[0]) if bad.any() else int(np.argmax(priorities))
+        raise InvalidArgumentError(
+            f"priority {float(priorities[first])} overflows: (p + epsilon) ** alpha with alpha="
+            f"{self.priority_exponent} (or the sum of all priorities) is not a finite float64. "
+            "Nothing was updated; clip or rescale the priorities (e.g. np.minimum(p, 1e6))."
+        )
 
     def _check_update(self, ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
         ids = np.asarray(ids)
         priorities = np.asarray(priorities, dtype=np.float64)
+        if ids.size == 0 and ids.ndim == 1 and priorities.shape == ids.shape:
+            return np.zeros(0, np.int64), priorities, 0.0
         if ids.ndim != 1 or ids.shape != priorities.shape:
             raise InvalidArgumentError(
                 f"update_priorities needs 1-D ids and priorities of the same shape; got ids "
@@ -256,6 +290,7 @@ class Prioritized(Sampler):
         return {
             "values": self._tree.values.copy(),
             "start": self._start.copy(),
+            "priority": self._priority.copy(),
             "last_end": self._last_end.copy(),
             "max_priority": self.max_priority,
             "priority_exponent": self.priority_exponent,
@@ -274,6 +309,11 @@ class Prioritized(Sampler):
             )
         self._tree.fill(values)
         self._start[:] = np.asarray(state["start"], dtype=np.int64)
+        if "priority" in state:
+            self._priority[:] = np.asarray(state["priority"], dtype=np.float64)
+        else:  # format 1 kept only the tree values (p + epsilon) ** alpha
+            alpha = float(state["priority_exponent"]) or 1.0
+            self._priority[:] = np.maximum(values ** (1.0 / alpha) - float(state["epsilon"]), 0)
         self._last_end = np.asarray(state["last_end"], dtype=np.int64).copy()
         self.max_priority = float(state["max_priority"])
         self.priority_exponent = float(state["priority_exponent"])

@@ -34,4 +34,4 @@ class Uniform(Sampler):
         total = segments.total
         rows, times = segments.locate(rng.integers(0, total, size=batch_size))
         probabilities = np.full(batch_size, 1.0 / total)
-        return WindowDraw(rows, times, probabilities)
+        return WindowDraw(rows, times, probabilities, table_size=total)

@@ -1,7 +1,17 @@
 """Storage backends: preallocated structure-of-arrays, one array per spec leaf."""
 
+from recollect.storage.base import ColumnSource, Storage
 from recollect.storage.frame_store import FrameStack, FrameStackStorage
+from recollect.storage.gather import Gatherer
 from recollect.storage.memmap import MemmapStorage
 from recollect.storage.ring import RingStorage
 
-__all__ = ["FrameStack", "FrameStackStorage", "MemmapStorage", "RingStorage"]
+__all__ = [
+    "ColumnSource",
+    "FrameStack",
+    "FrameStackStorage",
+    "Gatherer",
+    "MemmapStorage",
+    "RingStorage",
+    "Storage",
+]

@@ -3,28 +3,40 @@
 from __future__ import annotations
 
 import functools
-import json
 import pathlib
 from typing import Any
 
 import numpy as np
 
 from recollect.errors import InvalidArgumentError, SpecError
-from recollect.memory import _check_storage, check_memory, estimate_memory
 from recollect.specs import FlatSpec
+from recollect.storage.base import Storage
 from recollect.storage.frame_store import FrameStackStorage, resolve_frame_stacks
-from recollect.storage.memmap import (
-    MemmapPersistence,
-    MemmapStorage,
-    leaf_file_names,
-    memmap_allocator,
-)
+from recollect.storage.gather import Gatherer
+from recollect.storage.memmap import MemmapStorage, memmap_allocator
 from recollect.storage.ring import RingStorage
 
-__all__ = ["make_storage"]
+__all__ = ["STORAGES", "bool_scalar", "check_storage", "make_storage"]
+
+STORAGES = ("numpy", "memmap")
 
 
-def _bool_scalar(flat: FlatSpec, key: str) -> int | None:
+def check_storage(storage: Any) -> str:
+    """Validates a ``storage`` argument.
+
+    Raises:
+        InvalidArgumentError: not one of :data:`STORAGES`.
+    """
+    if storage not in STORAGES:
+        raise InvalidArgumentError(
+            f"`storage` must be one of {STORAGES}; got storage={storage!r}. Use 'memmap' "
+            "(with a directory) for buffers larger than RAM."
+        )
+    return storage
+
+
+def bool_scalar(flat: FlatSpec, key: str) -> int | None:
+    """Index of the top-level bool scalar leaf ``key``, or None."""
     if key not in flat.paths:
         return None
     i = flat.index(key)
@@ -33,79 +45,58 @@ def _bool_scalar(flat: FlatSpec, key: str) -> int | None:
     return i
 
 
-def _config(flat: FlatSpec, capacity: int, num_envs: int, stacks: dict[str, Any]) -> dict[str, Any]:
-    from recollect.checkpoint.format import describe_spec  # shared manifest vocabulary
-
-    config = {
-        "spec": describe_spec(flat.spec),
-        "capacity": capacity,
-        "num_envs": num_envs,
-        "frame_stacks": {path: stack.config() for path, stack in (stacks or {}).items()},
-    }
-    return json.loads(json.dumps(config))  # JSON-normal form, comparable after a reload
-
-
 def make_storage(
-    buffer: Any,
+    flat: FlatSpec,
+    num_envs: int,
+    max_length: int,
+    *,
+    is_last: int | None = None,
     storage: str = "numpy",
     directory: Any = None,
+    reopen: bool = False,
     frame_stacks: dict[str, Any] | None = None,
-    force: bool = False,
-) -> tuple[Any, MemmapPersistence | None]:
-    """Returns ``(storage, persistence)`` for a ReplayBuffer under construction.
+    gatherer: Gatherer | None = None,
+) -> Storage:
+    """Returns the storage for a buffer's geometry and options.
 
-    ``buffer`` must already have ``_flat``, ``_num_envs``, ``_max_length``,
-    ``_index`` and ``_is_last``. ``persistence`` is None except for memmap.
+    Args:
+        flat: the flattened spec; ``is_last`` the index of its ``is_last`` leaf.
+        num_envs, max_length: the ring geometry.
+        storage: ``"numpy"`` or ``"memmap"`` (files in ``directory``; ``reopen``
+            maps existing files).
+        frame_stacks: ``{leaf path: FrameStack}``.
+        gatherer: the gatherer samples go through (default: the storage's own).
 
     Raises:
         InvalidArgumentError: unknown ``storage``; ``directory`` missing for
             memmap or given for numpy.
-        InsufficientMemoryError: a RAM buffer larger than ``MemAvailable``
-            (unless ``force``).
         SpecError: bad frame stacks, or frame stacks without an ``is_first``
             or ``is_last`` leaf to mark episode starts.
-        CheckpointError: an existing memmap directory of another buffer.
+        CheckpointError: reopened files of another shape or dtype.
     """
-    _check_storage(storage)
-    flat, num_envs, max_length = buffer._flat, buffer._num_envs, buffer._max_length
+    check_storage(storage)
     if (storage == "memmap") != (directory is not None):
         raise InvalidArgumentError(
             "`directory` is required with storage='memmap' and only allowed with it; got "
             f"storage={storage!r}, directory={directory!r}."
         )
     stacks = resolve_frame_stacks(flat, frame_stacks)
-    is_first = _bool_scalar(flat, "is_first")
-    if stacks and is_first is None and buffer._is_last is None:
+    is_first = bool_scalar(flat, "is_first")
+    if stacks and is_first is None and is_last is None:
         raise SpecError(
             "frame_stacks need to know where episodes start: add a top-level bool scalar "
             f"'is_first' or 'is_last' leaf to data_spec (leaves: {flat.paths})."
         )
-    check_memory(
-        estimate_memory(flat.spec, max_length * num_envs, num_envs, frame_stacks=frame_stacks),
-        storage,
-        force,
-    )
-    persist, inner, allocate = None, RingStorage, None
+    gatherer = gatherer if gatherer is not None else Gatherer()
+    inner: Any = RingStorage
+    allocate = None
     if storage == "memmap":
-        config = _config(flat, max_length * num_envs, num_envs, frame_stacks)
-        persist = MemmapPersistence(directory, config)
-        reopen = persist.existing is not None
         path = pathlib.Path(directory)
-        names = leaf_file_names(flat.paths)
-        inner = functools.partial(MemmapStorage, directory=path, reopen=reopen, names=names)
+        inner = functools.partial(MemmapStorage, directory=path, reopen=reopen)
         allocate = memmap_allocator(path, reopen)
     if not stacks:
-        return inner(flat, num_envs, max_length), persist
+        return inner(flat, num_envs, max_length, gatherer)
     kwargs = {} if allocate is None else {"allocate": allocate}
-    store = FrameStackStorage(
-        flat,
-        num_envs,
-        max_length,
-        stacks,
-        buffer._index,
-        is_first,
-        buffer._is_last,
-        inner,
-        **kwargs,
+    return FrameStackStorage(
+        flat, num_envs, max_length, stacks, is_first, is_last, inner, gatherer=gatherer, **kwargs
     )
-    return store, persist

@@ -20,10 +20,11 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from recollect.storage._gather import gather_leaves
+from recollect.storage.gather import Gatherer
 
 __all__ = ["FrameRing", "lane_word", "ring_length"]
 
@@ -56,6 +57,7 @@ class FrameRing:
         num_envs, ring: rows and frames per row.
         pad: the padding frame ``[*frame_shape]``.
         allocate: ``(name, shape, dtype) -> array``.
+        gatherer: gathers of the rows layout go through it.
     """
 
     def __init__(
@@ -69,7 +71,9 @@ class FrameRing:
         pad: np.ndarray,
         allocate: Callable[[str, tuple[int, ...], np.dtype], np.ndarray],
         lanes: bool = True,
+        gatherer: Gatherer | None = None,
     ) -> None:
+        self.gatherer = gatherer if gatherer is not None else Gatherer()
         self.k, self.axis, self.ring, self.num_envs = shape[axis], axis, ring, num_envs
         self.shape, self.frame_shape = shape, pad.shape
         # A stack of k lanes read as one word: its newest frame is the top lane (little-endian).
@@ -94,33 +98,38 @@ class FrameRing:
         """Whether the lanes layout is used."""
         return self.word is not None
 
-    def write_stacked(self, time: int, stacked: np.ndarray) -> None:
-        """Stores the newest frame of each stack of ``stacked`` ``[num_envs, *shape]`` at ``time``.
+    def write_stacked(self, rows: np.ndarray | None, times: Any, stacked: np.ndarray) -> None:
+        """Stores the newest frame of each stack ``stacked`` ``[k, *shape]`` at ``(rows, times)``.
 
-        For stacks that fit a machine word (``[84, 84, 4]`` uint8) the newest
-        frame is extracted with one word shift (about 2.5x faster than a
-        byte-strided copy); otherwise by indexing along the stack axis.
+        ``rows`` None means every row (``stacked`` ``[num_envs, *shape]``, ``times``
+        one scalar or one per row). For stacks that fit a machine word
+        (``[84, 84, 4]`` uint8) the newest frame is extracted with one word
+        shift (about 2.5x faster than a byte-strided copy); otherwise by
+        indexing along the stack axis.
         """
-        if self.stack_word is None or not stacked.flags.c_contiguous:
-            self.write(time, np.take(stacked, self.k - 1, axis=1 + self.axis))
+        fast = rows is None and np.ndim(times) == 0
+        if self.stack_word is None or not stacked.flags.c_contiguous or not fast:
+            self.write(rows, times, np.take(stacked, self.k - 1, axis=1 + self.axis))
             return
         words = stacked.view(self.stack_word).reshape(self._shifted.shape)
         lane_bits = self.stack_word.itemsize * 8 // self.k
         np.right_shift(words, self.stack_word.type((self.k - 1) * lane_bits), out=self._shifted)
-        s = time % self.ring
+        s = int(times) % self.ring
         if self.word is None:
             dest = self.rows_view[:, s]
         else:
             dest = self.rows_view[:, s // self.k, ..., s % self.k]
         np.copyto(dest.view(self._frame_bits), self._shifted, casting="unsafe")  # low lane bits
 
-    def write(self, time: int, newest: np.ndarray) -> None:
-        """Stores ``newest`` ``[num_envs, *frame_shape]`` as the frames of ``time``."""
-        s = time % self.ring
+    def write(self, rows: np.ndarray | None, times: Any, newest: np.ndarray) -> None:
+        """Stores ``newest`` ``[k, *frame_shape]`` as the frames of ``(rows, times)``."""
+        s = np.asarray(times) % self.ring
+        if rows is None:
+            rows = slice(None) if s.ndim == 0 else np.arange(self.num_envs)
         if self.word is None:
-            self.rows_view[:, s] = newest
+            self.rows_view[rows, s] = newest
         else:
-            self.rows_view[:, s // self.k, ..., s % self.k] = newest
+            self.rows_view[rows, s // self.k, ..., s % self.k] = newest
 
     def take(self, rows: np.ndarray, times: np.ndarray, pad: np.ndarray | None) -> np.ndarray:
         """Frames ``[*rows.shape, *frame_shape]`` at ``(rows, times)``; padding where ``pad``."""
@@ -129,7 +138,7 @@ class FrameRing:
             index = rows * self.ring + a
             if pad is not None:
                 index = np.where(pad, len(self.frames) - 1, index)
-            return gather_leaves([self.frames], index)[0]  # recycled output, maybe 2 threads
+            return self.gatherer.gather([self.frames], index)[0]  # recycled, maybe 2 threads
         block, lane = rows * self.blocks_per_row + a // self.k, a % self.k
         if pad is not None:
             block, lane = np.where(pad, self.pad_block, block), np.where(pad, 0, lane)

@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from recollect.errors import InvalidArgumentError, SpecError
+from recollect.errors import CheckpointError, InvalidArgumentError, SpecError
 from recollect.specs import ArraySpec, FlatSpec
 from recollect.storage.frame_layout import FrameRing, lane_word, ring_length
+from recollect.storage.gather import Gatherer
 from recollect.storage.ring import RingStorage
 
 __all__ = ["FrameStack", "FrameStackStorage"]
@@ -166,21 +167,22 @@ def _ring(flat_spec: FlatSpec, max_length: int, stacks: dict[int, FrameStack]) -
 class FrameStackStorage:
     """Ring storage where frame-stacked leaves keep only the newest frame of each step.
 
-    Keeps the interface of :class:`~recollect.storage.ring.RingStorage`
-    (``write_column``, ``gather``, ``read_rows``, ``nbytes``); ``gather`` and
-    ``read_rows`` return rebuilt stacks. Plain leaves live in an inner ring
-    (frame leaves there are zero-size placeholders, so ``arrays[i]`` of a frame
-    leaf is empty; use :meth:`named_arrays` for the raw bytes).
+    Implements :class:`~recollect.storage.base.Storage`; ``write`` and
+    ``gather`` need the steps' row ``times`` (a frame ring is longer than the
+    slot ring, and stacks reach back ``stack_size - 1`` times). ``gather``
+    returns rebuilt stacks. Plain leaves live in an inner ring (frame leaves
+    there are zero-size placeholders).
 
     Args:
         flat_spec: the flattened spec.
         num_envs, max_length: ring geometry of the buffer.
         stacks: ``{leaf index: FrameStack}``.
-        index: the buffer's WindowIndex (``index.t`` is the time being written).
         is_first, is_last: leaf indices of the top-level bool ``is_first`` /
             ``is_last`` leaves (episode starts), or None.
-        inner: constructor of the plain-leaf ring (``RingStorage`` or memmap).
+        inner: constructor ``(flat_spec, num_envs, max_length, gatherer)`` of
+            the plain-leaf ring (``RingStorage`` or a memmap partial).
         allocate: ``(name, shape, dtype) -> array`` for the frame rings.
+        gatherer: shared by the inner ring and the frame rings.
     """
 
     def __init__(
@@ -189,23 +191,23 @@ class FrameStackStorage:
         num_envs: int,
         max_length: int,
         stacks: dict[int, FrameStack],
-        index: Any,
         is_first: int | None,
         is_last: int | None,
-        inner: Callable[[FlatSpec, int, int], Any] = RingStorage,
+        inner: Callable[..., Any] = RingStorage,
         allocate: Allocator = _zeros,
+        gatherer: Gatherer | None = None,
     ) -> None:
         self.flat_spec = flat_spec
         self.num_envs = num_envs
         self.max_length = max_length
-        self._index = index
+        self.gatherer = gatherer if gatherer is not None else Gatherer()
         self._is_first, self._is_last = is_first, is_last
         self.ring = _ring(flat_spec, max_length, stacks)
         placeholder = [
             ArraySpec((0,), d) if i in stacks else ArraySpec(s, d)
             for i, (s, d) in enumerate(zip(flat_spec.shapes, flat_spec.dtypes, strict=True))
         ]
-        self._inner = inner(FlatSpec(placeholder), num_envs, max_length)
+        self._inner = inner(FlatSpec(placeholder), num_envs, max_length, self.gatherer)
         self._leaves: dict[int, _Leaf] = {}
         for i, stack in sorted(stacks.items()):
             path, leaf = flat_spec.paths[i], flat_spec.leaves[i]
@@ -221,23 +223,15 @@ class FrameStackStorage:
                 pad,
                 allocate,
                 lanes=stack.contiguous,
+                gatherer=self.gatherer,
             )
             self._leaves[i] = _Leaf(stack, frames)
         self.history = allocate("history", (num_envs, self.ring), np.dtype(np.uint8))
         self._empty = np.empty((num_envs, 0), np.uint8)  # what the inner ring gets for frames
+        self._all_rows = np.arange(num_envs, dtype=np.int64)
         self._max_back = max(s.stack_size for s in stacks.values()) - 1
 
     # -- raw arrays ---------------------------------------------------------
-    @property
-    def arrays(self) -> list[np.ndarray]:
-        """Inner ring arrays (frame leaves are zero-size placeholders)."""
-        return self._inner.arrays
-
-    @property
-    def flat_views(self) -> list[np.ndarray]:
-        """Inner ring flat views (frame leaves are zero-size placeholders)."""
-        return self._inner.flat_views
-
     def named_arrays(self) -> dict[str, np.ndarray]:
         """Every raw array this storage owns, by a stable file-safe name."""
         named = {f"leaf_{i}": a for i, a in enumerate(self._inner.arrays) if i not in self._leaves}
@@ -251,43 +245,56 @@ class FrameStackStorage:
         frames = sum(leaf.frames.frames.nbytes for leaf in self._leaves.values())
         return self._inner.nbytes + frames + self.history.nbytes
 
+    def flush(self) -> None:
+        """Writes dirty pages of every memory-mapped array to disk (no-op in RAM)."""
+        for array in self.named_arrays().values():
+            if isinstance(array, np.memmap):
+                array.flush()
+
     # -- writing ------------------------------------------------------------
-    def _episode_starts(self, t: int, leaves: Sequence[np.ndarray]) -> np.ndarray:
-        """Bool ``[num_envs]``: rows whose step ``t`` (> 0) starts an episode."""
-        starts = np.zeros(self.num_envs, bool)
+    def _episode_starts(
+        self, rows: np.ndarray, times: np.ndarray, leaves: Sequence[np.ndarray]
+    ) -> np.ndarray:
+        """Bool ``[k]``: rows whose step at ``times`` (> 0) starts an episode."""
+        starts = np.zeros(len(rows), bool)
         if self._is_first is not None:
             starts |= np.asarray(leaves[self._is_first], bool)
         if self._is_last is not None:
-            starts |= self._inner.arrays[self._is_last][:, (t - 1) % self.max_length]
+            previous = self._inner.arrays[self._is_last]
+            starts |= previous[rows, (times - 1) % self.max_length]
         return starts
 
-    def write_column(self, slot: int, leaves: Sequence[np.ndarray]) -> None:
-        """Writes step ``index.t`` of every row; frame leaves keep only their newest frame."""
-        t = self._index.t
-        if t == 0 or self._max_back == 0:
-            history = np.zeros(self.num_envs, np.uint8)
+    def write(
+        self,
+        rows: np.ndarray | None,
+        slots: Any,
+        leaves: Sequence[np.ndarray],
+        *,
+        times: Any = None,
+    ) -> None:
+        """Writes one step per row; frame leaves keep only their newest frame.
+
+        Raises:
+            InvalidArgumentError: ``times`` is missing.
+        """
+        if times is None:
+            raise InvalidArgumentError("frame-stack storage needs the step times of a write.")
+        all_rows = self._all_rows if rows is None else rows
+        t = np.broadcast_to(np.asarray(times, np.int64), all_rows.shape)
+        if self._max_back == 0:
+            history = np.zeros(len(all_rows), np.uint8)
         else:  # min(previous + 1, max_back), 0 where an episode starts
-            history = np.minimum(self.history[:, (t - 1) % self.ring], self._max_back - 1) + 1
-            history[self._episode_starts(t, leaves)] = 0
-        self.history[:, t % self.ring] = history
+            previous = self.history[all_rows, (t - 1) % self.ring]
+            history = np.minimum(previous, self._max_back - 1) + 1
+            history[self._episode_starts(all_rows, t, leaves) | (t == 0)] = 0
+        self.history[all_rows, t % self.ring] = history
         plain = list(leaves)
         for i, leaf in self._leaves.items():
-            leaf.frames.write_stacked(t, leaves[i])
-            plain[i] = self._empty
-        self._inner.write_column(slot, plain)
+            leaf.frames.write_stacked(rows, times, leaves[i])
+            plain[i] = self._empty if rows is None else self._empty[: len(rows)]
+        self._inner.write(rows, slots, plain)
 
     # -- reading ------------------------------------------------------------
-    def locate(self, flat_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Maps ``row * max_length + slot`` indices back to (rows, step times).
-
-        Stored times lie in ``[t - max_length, t)`` (``t = index.t``), where
-        each slot names exactly one time.
-        """
-        m = self.max_length
-        rows, slots = np.divmod(flat_index, m)
-        base = self._index.t - m
-        return rows, base + (slots - base) % m
-
     def stacks(self, i: int, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
         """Rebuilt stacks of leaf ``i`` for steps ``(rows, times)``: ``[*rows.shape, *shape]``."""
         leaf = self._leaves[i]
@@ -326,23 +333,53 @@ class FrameStackStorage:
         return out
 
     def gather(
-        self, flat_index: np.ndarray, leaf_ids: Sequence[int] | None = None
+        self,
+        rows: np.ndarray,
+        slots: np.ndarray,
+        *,
+        times: np.ndarray | None = None,
+        leaf_ids: Sequence[int] | None = None,
     ) -> list[np.ndarray]:
-        """Gathers ``row * max_length + slot`` indices; frame leaves come back as full stacks."""
-        flat_index = np.asarray(flat_index)
-        out = self._inner.gather(flat_index, leaf_ids)
+        """Gathers ``(rows, slots)`` at row ``times``; frame leaves come back as full stacks.
+
+        Raises:
+            InvalidArgumentError: ``times`` is missing while a frame leaf is gathered.
+        """
+        out = self._inner.gather(rows, slots, leaf_ids=leaf_ids)
         ids = range(len(out)) if leaf_ids is None else leaf_ids
         wanted = [(pos, i) for pos, i in enumerate(ids) if i in self._leaves]
-        if wanted:
-            rows, times = self.locate(flat_index)
-            for pos, i in wanted:
-                out[pos] = self.stacks(i, rows, times)
+        if wanted and times is None:
+            raise InvalidArgumentError("frame-stack storage needs the step times of a gather.")
+        for pos, i in wanted:
+            out[pos] = self.stacks(i, rows, np.asarray(times))
         return out
 
-    def read_rows(self, slots: np.ndarray) -> list[np.ndarray]:
-        """Returns ``[num_envs, len(slots), *shape]`` copies of the given slots of every row."""
-        rows = np.arange(self.num_envs)[:, None] * self.max_length
-        return self.gather(rows + np.asarray(slots)[None, :])
+    # -- state ----------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Plain-leaf ``columns``, the frame rings and the history (live arrays, not copies)."""
+        frames = {f"frames_{i}": leaf.frames.frames for i, leaf in self._leaves.items()}
+        return {**self._inner.state_dict(), "frames": frames, "history": self.history}
+
+    def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
+        """Restores :meth:`state_dict` output (frames and history are copied).
+
+        Raises:
+            CheckpointError: an array is missing or has another shape or dtype.
+        """
+        self._inner.load_state_dict(state, allow_map=allow_map)
+        names = sorted(f"frames_{i}" for i in self._leaves)
+        frames = state.get("frames", {})
+        if sorted(frames) != names:
+            raise CheckpointError(f"saved frame rings {sorted(frames)}; this buffer has {names}.")
+        pairs = [(f"frames_{i}", leaf.frames.frames) for i, leaf in self._leaves.items()]
+        for name, dest in [*pairs, ("history", self.history)]:
+            source = np.asarray(frames[name] if name != "history" else state["history"])
+            if source.shape != dest.shape or source.dtype != dest.dtype:
+                raise CheckpointError(
+                    f"saved {name} has shape {source.shape}, dtype {source.dtype}; this buffer "
+                    f"needs shape {dest.shape}, dtype {dest.dtype}."
+                )
+            dest[...] = source
 
 
 def resolve_frame_stacks(flat_spec: FlatSpec, frame_stacks: Any) -> dict[int, FrameStack]:

@@ -7,11 +7,14 @@ sampling. Slot ``(row, t % max_length)`` holds step ``t`` of env row ``row``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from recollect.specs import FlatSpec
-from recollect.storage._gather import gather_leaves
+from recollect.errors import CheckpointError
+from recollect.specs import FlatSpec, leaf_names
+from recollect.storage.base import ColumnSource
+from recollect.storage.gather import Gatherer
 
 __all__ = ["RingStorage"]
 
@@ -23,20 +26,32 @@ class RingStorage:
         flat_spec: the flattened spec.
         num_envs: number of env rows.
         max_length: slots per row.
+        gatherer: the :class:`~recollect.storage.gather.Gatherer` its samples
+            go through (default: its own).
 
     Each leaf also has a row-flattened view ``[num_envs * max_length, *shape]``,
-    so a gather is one row take per leaf with a single integer index
-    (see :mod:`recollect.storage._gather`).
+    so a gather is one row take per leaf with a single integer index.
     """
 
-    def __init__(self, flat_spec: FlatSpec, num_envs: int, max_length: int) -> None:
+    def __init__(
+        self,
+        flat_spec: FlatSpec,
+        num_envs: int,
+        max_length: int,
+        gatherer: Gatherer | None = None,
+    ) -> None:
         self.flat_spec = flat_spec
         self.num_envs = num_envs
         self.max_length = max_length
+        self.gatherer = gatherer if gatherer is not None else Gatherer()
+        self.names = leaf_names(flat_spec.paths)
         self.arrays: list[np.ndarray] = [
-            self._allocate(shape, dtype)
-            for shape, dtype in zip(flat_spec.shapes, flat_spec.dtypes, strict=True)
+            self._allocate(name, shape, dtype)
+            for name, shape, dtype in zip(
+                self.names, flat_spec.shapes, flat_spec.dtypes, strict=True
+            )
         ]
+        self._all_rows = np.arange(num_envs, dtype=np.int64)
         self.refresh_views()
 
     def refresh_views(self) -> None:
@@ -44,13 +59,14 @@ class RingStorage:
 
         ``flat_views``: row-flattened ``[num_envs * max_length, *shape]`` (what
         :meth:`gather` takes rows of); ``_columns``: time-major
-        ``[max_length, num_envs, *shape]`` (what :meth:`write_column` writes through).
+        ``[max_length, num_envs, *shape]`` (what a write of every row at one slot uses).
         """
         n = self.num_envs * self.max_length
         self.flat_views: list[np.ndarray] = [a.reshape((n, *a.shape[2:])) for a in self.arrays]
         self._columns = [a.swapaxes(0, 1) for a in self.arrays]
 
-    def _allocate(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    def _allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        del name
         return np.zeros((self.num_envs, self.max_length, *shape), dtype=dtype)
 
     @property
@@ -58,23 +74,83 @@ class RingStorage:
         """Bytes held by the leaf arrays."""
         return sum(a.nbytes for a in self.arrays)
 
-    def write_column(self, slot: int, leaves: Sequence[np.ndarray]) -> None:
-        """Writes one step for every row at ``slot``; leaves are ``[num_envs, *shape]``."""
-        for column, leaf in zip(self._columns, leaves):  # noqa: B905 - lengths checked by callers
-            column[slot] = leaf  # int index of a time-major view: numpy's cheapest setitem
+    def write(
+        self,
+        rows: np.ndarray | None,
+        slots: Any,
+        leaves: Sequence[np.ndarray],
+        *,
+        times: Any = None,
+    ) -> None:
+        """Writes one step per row (see :class:`~recollect.storage.base.Storage`)."""
+        del times
+        if rows is None and np.ndim(slots) == 0:
+            for column, leaf in zip(self._columns, leaves):  # noqa: B905 - checked by callers
+                column[slots] = leaf  # int index of a time-major view: numpy's cheapest setitem
+            return
+        rows = self._all_rows if rows is None else rows
+        for array, leaf in zip(self.arrays, leaves):  # noqa: B905 - checked by callers
+            array[rows, slots] = leaf
 
     def gather(
-        self, flat_index: np.ndarray, leaf_ids: Sequence[int] | None = None
+        self,
+        rows: np.ndarray,
+        slots: np.ndarray,
+        *,
+        times: np.ndarray | None = None,
+        leaf_ids: Sequence[int] | None = None,
     ) -> list[np.ndarray]:
-        """Gathers ``row * max_length + slot`` indices of any shape, one row take per leaf.
+        """Gathers ``(rows, slots)`` of any shape, one row take per leaf.
 
-        Returns arrays shaped ``[*flat_index.shape, *leaf_shape]``, views into one
-        new block of memory; row leaves are copied with ``np.take`` (one memmove
-        per row), large ones by several threads (see :mod:`recollect.storage._gather`).
+        Returns arrays shaped ``[*rows.shape, *leaf_shape]``, views into one
+        new (or recycled) block of memory, large leaves copied by several
+        threads (see :mod:`recollect.storage.gather`).
         """
+        del times
         views = self.flat_views if leaf_ids is None else [self.flat_views[i] for i in leaf_ids]
-        return gather_leaves(views, flat_index)
+        return self.gatherer.gather(views, rows * self.max_length + slots)
 
     def read_rows(self, slots: np.ndarray) -> list[np.ndarray]:
         """Returns ``[num_envs, len(slots), *shape]`` copies of the given slots of every row."""
         return [array[:, slots] for array in self.arrays]
+
+    # -- state ----------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """``{"columns": {leaf name: ring array}}`` (the live arrays, not copies)."""
+        return {"columns": dict(zip(self.names, self.arrays, strict=True))}
+
+    def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
+        """Copies (or, with ``allow_map``, maps) saved columns into the ring arrays.
+
+        Raises:
+            CheckpointError: a leaf is missing or has another shape or dtype.
+        """
+        load_columns(self.arrays, self.names, state.get("columns", {}), allow_map)
+        self.refresh_views()
+
+
+def load_columns(
+    arrays: list[np.ndarray], names: Sequence[str], columns: dict[str, Any], allow_map: bool
+) -> None:
+    """Fills ``arrays`` (in place, or replacing entries by mapped files) from saved ``columns``."""
+    if sorted(columns) != sorted(names):
+        raise CheckpointError(
+            f"saved storage columns {sorted(columns)} do not match this buffer's leaves "
+            f"{sorted(names)}."
+        )
+    for i, name in enumerate(names):
+        source, dest = columns[name], arrays[i]
+        if isinstance(source, ColumnSource):
+            mapped = source.map(dest.shape, dest.dtype) if allow_map else None
+            if mapped is not None:
+                arrays[i] = mapped
+            else:
+                source.read_into(dest)
+            continue
+        source = np.asarray(source)
+        if source.shape != dest.shape or source.dtype != dest.dtype:
+            raise CheckpointError(
+                f"saved leaf {name} has shape {source.shape}, dtype {source.dtype}; this buffer "
+                f"needs shape {dest.shape}, dtype {dest.dtype}."
+            )
+        dest[...] = source

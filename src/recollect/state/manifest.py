@@ -1,22 +1,24 @@
-"""Checkpoint format v1: the manifest, the spec as JSON, checksums.
+"""The manifest of every state directory (checkpoints and memmap buffers), format 2.
 
-A checkpoint is a directory::
+A state directory holds ``manifest.json`` and ``.npy`` files::
 
-    manifest.json                  format version, spec, counters, sampler, RNG, checksums
-    leaf-000-observation.npy       one .npy per spec leaf: [num_envs, stored_steps, *shape]
-    sampler-<key>.npy              array entries of the sampler's state_dict
-    transition-*.npy               TransitionBuffer extras (kind "TransitionBuffer")
+    manifest.json      format, format_version, kind, config, layout, state tree, files
+    state-*.npy        array entries of the state tree (one per array)
 
-Leaf files hold only the stored steps. Column ``j`` of a leaf file holds ring
-slot ``(slot_offset + j) % max_length``: a buffer that is not full is written
-oldest first (``slot_offset = lo % max_length``); a full one in slot order
-(``slot_offset = 0``), so it can be memory-mapped back as it is.
+``config`` holds what rebuilds the empty object (spec described node by
+node, capacity, sampler name and arguments, ...); ``state`` is the object's
+``state_dict()`` with every array replaced by a reference: ``{"__file__":
+name}`` (a whole array), ``{"__columns__": name}`` (ring columns, see
+``layout``) or ``{"__memmap__": name}`` (a live memory-mapped file of a
+memmap buffer, not checksummed). Ring column files hold only the stored steps:
+column ``j`` holds ring slot ``(slot_offset + j) % max_length``; a full ring is
+written in slot order (``slot_offset = 0``) so it can be mapped back as is.
 
 Every file is listed in ``manifest["files"]`` with its checksum (``crc32:...``) and
 size in bytes, and the manifest carries the sha256 of its own canonical JSON (without
 that field), so an edited manifest, a truncated or altered ``.npy`` and a
-missing file are all detected. Nothing is pickled: the spec's nest structure
-is described node by node (dict, list, tuple, namedtuple, None) and rebuilt.
+missing file are all detected. Nothing is pickled. Format 1 directories (the
+layout before per-row clocks) are read and upgraded by :mod:`recollect.state.v1`.
 """
 
 from __future__ import annotations
@@ -49,10 +51,10 @@ __all__ = [
 ]
 
 FORMAT_NAME = "recollect-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 _SELF_CHECKSUM = "manifest_sha256"
-_REQUIRED = ("format", "format_version", "kind", "buffer", "files")
+_REQUIRED = ("format", "format_version", "kind", "files")
 
 
 # -- spec <-> JSON --------------------------------------------------------

@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from recollect.checkpoint.format import FORMAT_NAME, MANIFEST, parse_manifest
+from recollect.state.manifest import FORMAT_NAME, MANIFEST, parse_manifest
 from recollect.errors import CheckpointError
 
 __all__ = ["atomic_write", "resolve_checkpoint"]

@@ -1,5 +1,10 @@
 """Row gathers for ring storage: ``np.take`` for row leaves, split over threads when large.
 
+A :class:`Gatherer` holds everything gathers keep between calls: recycled
+output blocks, a small pool of copy threads and the measured choice between
+one and several threads. Each storage owns one (or is given a shared one), so
+several buffers, tables or shards in one process share no hidden state.
+
 ``np.take(view, index, axis=0)`` copies each row with one ``memmove`` and is
 several times faster than fancy indexing for ``[N, k]`` leaves (fancy indexing
 walks the row element by element); scalar leaves keep fancy indexing, which
@@ -17,8 +22,9 @@ A worker preempted in the middle of a chunk does make the caller wait, so
 large gathers pick one or several threads by measured throughput
 (:class:`_Chooser`).
 
-``RECOLLECT_GATHER_THREADS`` (default: usable CPUs, at most 4) sets the number
-of threads copying one gather, the calling thread included; 1 disables the pool.
+``RECOLLECT_GATHER_THREADS`` (default: usable CPUs, at most 4) sets the default
+number of threads copying one gather, the calling thread included; 1 disables
+the pool. After ``fork`` a child's gatherers start new threads and locks.
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ import statistics
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 
-__all__ = ["PARALLEL_MIN_BYTES", "gather_leaves"]
+__all__ = ["ALIGN_BYTES", "PARALLEL_MIN_BYTES", "Gatherer"]
 
 #: Leaf gathers moving at least this many bytes may be split over threads.
 PARALLEL_MIN_BYTES = 1 << 22
@@ -86,11 +93,11 @@ class _Job:
 
 
 class _Pool:
-    """Daemon worker threads started on first use; restarted lazily after a fork."""
+    """Daemon worker threads started on first use; :meth:`stop` ends them."""
 
-    def __init__(self) -> None:
-        self.threads = _thread_count()
-        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._started = False
         self._start_lock = threading.Lock()
 
@@ -105,7 +112,16 @@ class _Pool:
 
     def _work(self) -> None:
         while True:
-            self._queue.get().run()
+            job = self._queue.get()
+            if job is None:
+                return
+            job.run()
+
+    def stop(self) -> None:
+        """Ends the worker threads once they finish their current chunk."""
+        if self._started:
+            for _ in range(self.threads - 1):
+                self._queue.put(None)
 
     def take(self, src: np.ndarray, flat: np.ndarray, out: np.ndarray, nbytes: int) -> None:
         """``np.take(src, flat, axis=0, out=out)`` copied by several threads."""
@@ -122,19 +138,6 @@ class _Pool:
         job.src = job.index = job.out = None  # stale queue entries must not pin the output
         if job.error is not None:
             raise job.error
-
-
-_POOL = _Pool()
-
-
-def _after_fork() -> None:
-    global _POOL, _BLOCKS
-    _POOL = _Pool()  # the parent's workers do not exist in the child
-    _BLOCKS = _Blocks()  # its lock may have been held by another thread at fork time
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
 
 
 class _Blocks:
@@ -164,7 +167,7 @@ class _Blocks:
         self.blocks: list[np.ndarray] = []
         self.lock = threading.Lock()
         # Refcounts are exact only with the GIL (free-threaded builds defer them).
-        self.enabled = getattr(sys, "_is_gil_enabled", lambda: True)()
+        self.enabled = getattr(sys, "_is_gil_enabled", lambda: True)()  # noqa: B009
 
     def get(self, nbytes: int) -> np.ndarray:
         """A ``ALIGN_BYTES``-aligned uint8 block of ``nbytes`` (recycled when possible)."""
@@ -212,8 +215,6 @@ def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
     return raw[skip : skip + nbytes]
 
 
-_BLOCKS = _Blocks()
-
 
 def _align(n: int) -> int:
     """``n`` rounded up to a multiple of ``ALIGN_BYTES`` (a power of two)."""
@@ -254,36 +255,76 @@ class _Chooser:
         self.rates[nbytes.bit_length()][split].append(nbytes / max(seconds, 1e-9))
 
 
-_CHOOSER = _Chooser()
+class Gatherer:
+    """Gathers rows of ring arrays into recycled, aligned blocks, large ones on several threads.
 
+    Args:
+        threads: threads copying one large gather, the caller included (default:
+            ``RECOLLECT_GATHER_THREADS`` or the usable CPUs, at most 4); 1 never splits.
 
-def _take_large(view: np.ndarray, flat: np.ndarray, dst: np.ndarray, size: int) -> None:
-    split = _CHOOSER.split(size)
-    t0 = time.perf_counter()
-    if split:
-        _POOL.take(view, flat, dst, size)
-    else:
-        np.take(view, flat, axis=0, out=dst, mode="clip")
-    _CHOOSER.record(size, split, time.perf_counter() - t0)
-
-
-def gather_leaves(views: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:
-    """Rows ``view[index]`` of ``[N, *shape]`` arrays; returns ``[*index.shape, *shape]`` each.
-
-    ``index`` holds int64 row numbers in ``[0, N)`` (any shape). The results
-    equal ``view[index]`` and are views into one new (or recycled, see
-    :class:`_Blocks`) block of memory.
+    One gatherer may be shared by several storages (pass it in); its methods
+    are thread-safe. Its worker threads end when it is garbage collected.
     """
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = _thread_count() if threads is None else max(1, int(threads))
+        self.reset()
+        _LIVE.add(self)
+
+    def reset(self) -> None:
+        """New threads, block cache and chooser (after a fork: the old ones are not usable)."""
+        self.pool = _Pool(self.threads)
+        self.blocks = _Blocks()
+        self.chooser = _Chooser()
+        weakref.finalize(self, self.pool.stop)
+
+    def take_large(self, view: np.ndarray, flat: np.ndarray, dst: np.ndarray, size: int) -> None:
+        split = self.chooser.split(size)
+        t0 = time.perf_counter()
+        if split:
+            self.pool.take(view, flat, dst, size)
+        else:
+            np.take(view, flat, axis=0, out=dst, mode="clip")
+        self.chooser.record(size, split, time.perf_counter() - t0)
+
+    def gather(self, views: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:
+        """Rows ``view[index]`` of ``[N, *shape]`` arrays; returns ``[*index.shape, *shape]`` each.
+
+        ``index`` holds int64 row numbers in ``[0, N)`` (any shape). The results
+        equal ``view[index]`` and are views into one new (or recycled) block of
+        ``ALIGN_BYTES``-aligned memory.
+        """
+        return gather_leaves(self, views, index)
+
+
+#: Every live gatherer, so that a forked child gives each new threads and locks.
+_LIVE: weakref.WeakSet[Gatherer] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for gatherer in list(_LIVE):
+        gatherer.reset()  # the parent's workers do not exist in the child; locks may be held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def gather_leaves(
+    gatherer: Gatherer, views: list[np.ndarray], index: np.ndarray
+) -> list[np.ndarray]:
+    """:meth:`Gatherer.gather` (see there)."""
     flat = np.ascontiguousarray(index, dtype=np.intp).reshape(-1)
     n = len(flat)
     sizes = [n * v.itemsize * math.prod(v.shape[1:]) for v in views]
     offsets = [0, *itertools.accumulate(_align(s) for s in sizes)]
-    block = _BLOCKS.get(offsets[-1])
+    block = gatherer.blocks.get(offsets[-1])
+    split = gatherer.threads > 1
     out = []
     for view, size, offset in zip(views, sizes, offsets, strict=False):
         dst = block[offset : offset + size].view(view.dtype).reshape((n, *view.shape[1:]))
-        if size >= PARALLEL_MIN_BYTES and _POOL.threads > 1:
-            _take_large(view, flat, dst, size)
+        if size >= PARALLEL_MIN_BYTES and split:
+            gatherer.take_large(view, flat, dst, size)
         elif view.ndim == 1:
             dst[...] = view[flat]
         else:  # internal, in-range indices: "clip" skips the bounds pass (and a copy of out)

@@ -1,11 +1,12 @@
 """Framework-free helpers shared by the adapters: concurrent sampling and a prefetch thread.
 
-``sample_concurrent`` lets several reader threads gather at the same time:
-the windows are drawn under the buffer lock, the numpy gather (which releases
-the GIL) runs outside it, and the buffer lock is taken once more to check
-that no concurrent write overwrote a drawn slot during the gather. If one did,
-the batch is drawn again the ordinary (fully locked) way, so a sample is always
-a consistent snapshot; there is no retry loop.
+``sample_concurrent`` lets several reader threads gather at the same time,
+through the table's public draw protocol: the windows are drawn under the
+table lock (``buffer.table.draw``), the numpy gather (which releases the GIL)
+runs outside it (``buffer.gather``), and ``buffer.table.is_stale`` checks that
+no concurrent write overwrote a drawn step during the gather. If one did, the
+batch is drawn again the ordinary (fully locked) way, so a sample is always a
+consistent snapshot; there is no retry loop.
 
 ``draw_concurrent`` splits that into the locked draw and a ``finish`` step,
 so that :class:`Prefetcher` can draw batches in a fixed order and gather them
@@ -20,10 +21,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from recollect.buffers.replay_buffer import ReplayBuffer, _positive_int
+from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import Sample
 from recollect.errors import InvalidArgumentError
-from recollect.storage.ring import RingStorage
 
 __all__ = [
     "Prefetcher",
@@ -60,45 +60,28 @@ def check_threads(num_threads: Any) -> int:
     return num_threads
 
 
-def _plain_ring_buffer(buffer: Any) -> bool:
-    """A ReplayBuffer whose sampling and slot layout this module knows (ring or memmap storage)."""
-    cls = type(buffer)
-    return (
-        isinstance(buffer, ReplayBuffer)
-        and cls.sample is ReplayBuffer.sample
-        and cls._gather is ReplayBuffer._gather
-        and cls._sample_of is ReplayBuffer._sample_of
-        and isinstance(getattr(buffer, "_storage", None), RingStorage)
-    )
-
-
 def draw_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Callable[[], Any]:
     """Draws a batch now and returns ``finish()``, which gathers it (GIL released) and returns it.
 
     ``draw_concurrent(buffer, b, n)()`` equals ``buffer.sample(b, n)``: same
-    result distribution, shapes and errors. The windows are drawn under the
-    buffer lock when this is called, so draws made one after another consume
-    the buffer's rng in that order wherever ``finish`` then runs. Other
-    buffers (subclasses overriding ``sample``, frame-stack storage whose
-    stacks read older slots, objects that merely have ``sample``) are sampled
-    entirely here, with their own locked ``sample``.
+    result distribution, shapes and errors. For a :class:`ReplayBuffer` the
+    windows are drawn under the table lock now (``buffer.table.draw``), so
+    draws made one after another consume the rng in that order wherever
+    ``finish`` then runs; ``finish`` gathers outside the lock and, when
+    ``buffer.table.is_stale(draw)`` says a write overwrote a drawn step
+    meanwhile, samples again with the lock held. Other objects that merely
+    have ``sample`` (e.g. a TransitionBuffer) are sampled entirely here.
     """
-    if not _plain_ring_buffer(buffer):
+    if not isinstance(buffer, ReplayBuffer):
         # e.g. TransitionBuffer.sample(batch_size) has no num_steps.
         s = buffer.sample(batch_size) if num_steps is None else buffer.sample(batch_size, num_steps)
         return lambda: s
-    batch_size = _positive_int("batch_size", batch_size)
-    n, within = buffer._resolve_window(num_steps, None)
-    with buffer._lock:
-        draw = buffer._draw(batch_size, n, within, {})
-        t_before = buffer._index.t
+    table = buffer.table
+    draw = table.draw(batch_size, num_steps)
 
     def finish() -> Sample:
-        sample = buffer._sample_of(draw, n, num_steps)
-        with buffer._lock:
-            t_after = buffer._index.t
-        # A write at time u overwrites the slot of time u - max_length.
-        if t_after != t_before and int(draw.times.min()) < t_after - buffer.max_length:
+        sample = buffer.gather(draw)
+        if table.is_stale(draw):
             return buffer.sample(batch_size, num_steps)
         return sample
 

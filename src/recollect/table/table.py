@@ -1,0 +1,355 @@
+"""Table: the window index and the sampler of one buffer or shard, behind one lock.
+
+A table decides *which* stored windows come back; storage holds the bytes. A
+reader draws under the table lock (:meth:`Table.draw`), gathers from storage
+outside it, and asks :meth:`Table.is_stale` whether a write overwrote a drawn
+step meanwhile (then it draws again). A writer asks for the slots of the next
+steps (:meth:`Table.next_steps`), writes storage and records the write
+(:meth:`Table.insert`), all under :attr:`Table.lock`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from recollect import ids as id_layout
+from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.samplers.base import Sampler
+from recollect.samplers.uniform import Uniform
+from recollect.state.rng import decode_rng, encode_rng
+from recollect.storage.base import ColumnSource
+from recollect.table.draw import Draw
+from recollect.windows import WindowIndex
+
+__all__ = ["Table", "positive_int"]
+
+RngLike = int | np.random.Generator | np.random.SeedSequence | None
+
+
+def positive_int(name: str, value: Any) -> int:
+    """``value`` as an int >= 1.
+
+    Raises:
+        InvalidArgumentError: not an int (bools excluded) or < 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise InvalidArgumentError(f"`{name}` must be an int >= 1; got {name}={value!r}.")
+    return int(value)
+
+
+class Table:
+    """Window index + sampler + RNG of ``num_envs`` rows of ``max_length`` slots.
+
+    Args:
+        num_envs: env rows (each with its own clock).
+        max_length: slots per row.
+        sampler: decides which windows come back (default :class:`Uniform`);
+            one instance serves one table.
+        sequence_length: fixed window length (prioritized samplers score windows
+            of it); ``draw`` then defaults ``num_steps`` to it.
+        episode_aware: windows never contain an ``is_last`` step but as their last.
+        rng: int seed, ``np.random.Generator``, ``SeedSequence`` or None.
+        shard: the table shard encoded in ids (0 for an in-process buffer).
+        leaf_paths: the spec's leaf paths, named in error messages.
+
+    Raises:
+        InvalidArgumentError: a sampler already bound to another table, or a
+            geometry the id layout cannot hold.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        max_length: int,
+        *,
+        sampler: Sampler | None = None,
+        sequence_length: int | None = None,
+        episode_aware: bool = False,
+        rng: RngLike = None,
+        shard: int = 0,
+        leaf_paths: tuple[str, ...] | list[str] = (),
+    ) -> None:
+        id_layout.check_geometry(num_envs, shard)
+        self.leaf_paths = list(leaf_paths)
+        self.num_envs = num_envs
+        self.max_length = max_length
+        self.shard = shard
+        self.episode_aware = episode_aware
+        if sequence_length is not None:
+            sequence_length = positive_int("sequence_length", sequence_length)
+            self.check_num_steps(sequence_length, "sequence_length")
+        self.sequence_length = sequence_length
+        self.rng = np.random.default_rng(rng)
+        #: Hold it to make several table and storage calls one atomic step.
+        self.lock = threading.RLock()
+        self.index = WindowIndex(num_envs, max_length)
+        self.sampler = sampler if sampler is not None else Uniform()
+        self.sampler.bind(self.index, sequence_length)
+        self.times_sampled = np.zeros(num_envs * max_length, np.int32)
+        self._row_base = np.arange(num_envs, dtype=np.int64) * max_length
+        self._times_sampled_rows = self.times_sampled.reshape(num_envs, max_length)
+        self._recheck_clocks()
+
+    def _recheck_clocks(self) -> None:
+        """Caches whether all rows share one clock (the cheap write path) and its value."""
+        self._uniform = self.index.uniform
+        self._clock = int(self.index.t[0])
+
+    # -- geometry -----------------------------------------------------------
+    def check_num_steps(self, num_steps: int, name: str = "num_steps") -> None:
+        """Raises InvalidArgumentError when windows of ``num_steps`` cannot fit a row."""
+        if num_steps > self.max_length:
+            raise InvalidArgumentError(
+                f"`{name}` must be <= max_length (capacity // num_envs); got {name}="
+                f"{num_steps}, max_length={self.max_length}. Increase capacity or "
+                "shorten the window."
+            )
+
+    def resolve_window(
+        self, num_steps: int | None, within_episode: bool | None = None
+    ) -> tuple[int, bool]:
+        """``(steps per window, episode-aware)`` of a request, validated.
+
+        ``num_steps=None`` means the fixed ``sequence_length`` (or 1).
+
+        Raises:
+            InvalidArgumentError: ``num_steps`` < 1 or > ``max_length``, other
+                than the sampler's fixed length, or ``within_episode=True``
+                on a table that is not episode-aware.
+        """
+        if num_steps is None:
+            n = self.sequence_length or 1
+        else:
+            n = positive_int("num_steps", num_steps)
+            self.check_num_steps(n)
+            fixed = self.sampler.sequence_length
+            if fixed is not None and n != fixed:
+                raise InvalidArgumentError(
+                    f"this buffer's sampler scores windows of sequence_length={fixed}; got "
+                    f"num_steps={n}. Sample with num_steps={fixed} or None."
+                )
+        if within_episode is None:
+            within_episode = self.episode_aware
+        elif within_episode and not self.episode_aware:
+            raise InvalidArgumentError(
+                "within_episode=True needs a top-level bool 'is_last' leaf in data_spec; "
+                f"this spec has leaves {self.leaf_paths}."
+            )
+        return n, bool(within_episode)
+
+    # -- writing (the caller holds ``lock``) ---------------------------------
+    def next_steps(self, rows: np.ndarray | None) -> tuple[Any, Any]:
+        """``(times, slots)`` of the next step of ``rows`` (None: every row).
+
+        With every row at one clock, both are Python ints (the cheap common case).
+        """
+        if rows is None and self._uniform:
+            return self._clock, self._clock % self.max_length
+        t = self.index.t if rows is None else self.index.t[rows]
+        return t, t % self.max_length
+
+    def insert(self, rows: np.ndarray | None, slots: Any, is_last: np.ndarray | None) -> None:
+        """Records that the steps at ``next_steps(rows)`` were written (storage first)."""
+        if rows is None:
+            self._times_sampled_rows[:, slots] = 0
+            self._clock += 1
+        else:
+            self.times_sampled[self._row_base[rows] + slots] = 0
+            self._uniform = self._uniform and len(rows) == self.num_envs
+            self._clock += 1
+        self.index.advance(rows, is_last)
+        self.sampler.on_add(rows, is_last)
+
+    def clear(self) -> None:
+        """Forgets every stored step; clocks (and so ids) keep increasing."""
+        with self.lock:
+            self.index.clear()
+            self.sampler.on_clear()
+            self._recheck_clocks()
+
+    # -- reading ------------------------------------------------------------
+    @property
+    def num_stored(self) -> int:
+        """Steps stored over all rows."""
+        return self.index.num_stored
+
+    def can_sample(self, batch_size: int = 1, num_steps: int | None = None) -> bool:
+        """Whether :meth:`draw` of ``batch_size`` windows of ``num_steps`` would succeed now.
+
+        Raises:
+            InvalidArgumentError: as :meth:`resolve_window`.
+        """
+        positive_int("batch_size", batch_size)
+        n, within = self.resolve_window(num_steps)
+        with self.lock:
+            return self.index.count(n, within) > 0
+
+    def draw(
+        self,
+        batch_size: int,
+        num_steps: int | None = None,
+        *,
+        within_episode: bool | None = None,
+        time_axis: bool | None = None,
+        **options: Any,
+    ) -> Draw:
+        """Draws ``batch_size`` valid windows (with replacement) under the table lock.
+
+        Args:
+            batch_size: windows to draw, >= 1.
+            num_steps: window length (None: the fixed ``sequence_length``, or 1).
+            within_episode: override of episode-aware mode.
+            time_axis: whether gathered leaves keep a time axis (default: when
+                ``num_steps`` was given or windows are longer than one step).
+            **options: passed to the sampler (e.g. ``importance_sampling_exponent``).
+
+        Returns:
+            :class:`~recollect.table.Draw`.
+
+        Raises:
+            InvalidArgumentError: bad arguments (see :meth:`resolve_window`).
+            NotEnoughDataError: no valid window of that length is stored.
+        """
+        batch_size = positive_int("batch_size", batch_size)
+        n, within = self.resolve_window(num_steps, within_episode)
+        if time_axis is None:
+            time_axis = num_steps is not None or n > 1
+        with self.lock:
+            if self.index.count(n, within) == 0:
+                raise self.not_enough_data(n, within)
+            w = self.sampler.sample(batch_size, n, within, self.rng, **options)
+            keys = self._row_base[w.rows] + w.times % self.max_length
+            np.add.at(self.times_sampled, keys, 1)
+            times_sampled = self.times_sampled[keys]
+            generation = self.index.generation
+        priorities = w.priorities if w.priorities is not None else np.ones(batch_size)
+        return Draw(
+            rows=w.rows,
+            times=w.times,
+            ids=id_layout.encode(w.rows, w.times, self.shard),
+            probabilities=w.probabilities,
+            table_size=int(w.table_size),
+            priorities=priorities,
+            times_sampled=times_sampled,
+            weights=w.weights,
+            num_steps=n,
+            time_axis=bool(time_axis),
+            generation=generation,
+        )
+
+    def make_draw(
+        self,
+        rows: np.ndarray,
+        times: np.ndarray,
+        probabilities: np.ndarray,
+        num_steps: int,
+        time_axis: bool = True,
+    ) -> Draw:
+        """A :class:`Draw` of windows chosen by the caller (e.g. enumerated from ``index``).
+
+        It records no sample (``times_sampled`` stays as is) and counts as
+        written before any write, so :meth:`is_stale` checks its steps.
+        """
+        rows, times = np.asarray(rows, np.int64), np.asarray(times, np.int64)
+        return Draw(
+            rows=rows,
+            times=times,
+            ids=id_layout.encode(rows, times, self.shard),
+            probabilities=np.asarray(probabilities, np.float64),
+            table_size=self.index.count(num_steps, self.episode_aware),
+            priorities=np.ones(len(rows)),
+            times_sampled=self.times_sampled[self._row_base[rows] + times % self.max_length],
+            weights=None,
+            num_steps=num_steps,
+            time_axis=time_axis,
+            generation=-1,
+        )
+
+    def is_stale(self, draw: Draw) -> bool:
+        """Whether a write or ``clear`` since ``draw`` removed one of its steps.
+
+        Cheap when nothing was written since (one integer compare).
+        """
+        with self.lock:
+            if self.index.generation == draw.generation:
+                return False
+            return self.index.stale(draw.rows, draw.times)
+
+    def not_enough_data(self, n: int, within_episode: bool) -> NotEnoughDataError:
+        """The error for a table without a valid window of ``n`` steps."""
+        stored = self.index.stored
+        if int(stored.max()) == 0:
+            return NotEnoughDataError(
+                "cannot sample from an empty buffer; add steps first (or wait for the collector)."
+            )
+        most = int(stored.max())
+        if within_episode:
+            longest = self.index.longest_run()
+            return NotEnoughDataError(
+                f"no valid window of num_steps={n}: rows hold up to {most} steps each and the "
+                f"longest stored episode part has {longest} steps. Add more steps or sample "
+                "shorter windows."
+            )
+        return NotEnoughDataError(
+            f"no valid window of num_steps={n}: rows hold up to {most} steps each. Add at "
+            f"least {n - most} more step(s) per row or sample shorter windows."
+        )
+
+    # -- priorities -----------------------------------------------------------
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        """Sets the priorities of the windows starting at ``ids`` (prioritized samplers).
+
+        Returns:
+            The number of ids skipped because their steps were overwritten (or
+            belong to another shard).
+
+        Raises:
+            InvalidArgumentError: the sampler has no priorities, or bad values.
+        """
+        update = getattr(self.sampler, "update_priorities", None)
+        if update is None:
+            raise InvalidArgumentError(
+                f"{type(self.sampler).__name__} sampling has no priorities; construct the "
+                "buffer with sampler=recollect.Prioritized(...) to use update_priorities."
+            )
+        with self.lock:
+            return update(ids, priorities, shard=self.shard)
+
+    # -- state ----------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Index, sampler state, times sampled (``columns``: one count per slot, a ring
+        array ``[num_envs, max_length]``) and RNG state (arrays and JSON values)."""
+        with self.lock:
+            return {
+                "index": self.index.state_dict(),
+                "sampler": self.sampler.state_dict(),
+                "columns": {"times_sampled": self._times_sampled_rows.copy()},
+                "rng": encode_rng(self.rng),
+            }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict` output (from a table of the same geometry).
+
+        Raises:
+            ValueError: the state does not fit this table.
+        """
+        with self.lock:
+            self.index.load_state_dict(state["index"])
+            self.sampler.load_state_dict(state["sampler"])
+            source = state.get("columns", {}).get("times_sampled")
+            if isinstance(source, ColumnSource):
+                source.read_into(self._times_sampled_rows)
+            elif source is not None:
+                counts = np.asarray(source, np.int32)
+                if counts.shape != self._times_sampled_rows.shape:
+                    raise ValueError(
+                        f"times_sampled has shape {counts.shape}; this table needs "
+                        f"{self._times_sampled_rows.shape}."
+                    )
+                self._times_sampled_rows[...] = counts
+            if state.get("rng") is not None:
+                self.rng = decode_rng(state["rng"], "table state")
+            self._recheck_clocks()
