@@ -66,29 +66,39 @@ def window_ids(is_last: Any, first_time: int, num_steps: int, within_episode: bo
 
 
 class ReferenceWindows:
-    """Step counters and episode ends of ``num_envs`` rows, kept as plain lists.
+    """Per-row step clocks and episode ends of ``num_envs`` rows, kept as plain lists.
 
-    Mirrors :class:`recollect.windows.WindowIndex`: rows advance together, each
-    row keeps its last ``max_length`` steps, ``clear`` forgets them but times
+    Mirrors :class:`recollect.windows.WindowIndex`: each row has its own clock
+    and keeps its last ``max_length`` steps; ``clear`` forgets them but times
     keep increasing.
     """
 
     def __init__(self, num_envs: int, max_length: int) -> None:
         self.num_envs = num_envs
         self.max_length = max_length
-        self.t = 0
+        self.times = [0] * num_envs
         self.flags: list[deque[bool]] = [deque(maxlen=max_length) for _ in range(num_envs)]
 
     @property
-    def lo(self) -> int:
-        """Time of the oldest stored step."""
-        return self.t - len(self.flags[0])
+    def t(self) -> int:
+        """Time of the next write of row 0 (all rows, while they advance together)."""
+        return self.times[0]
 
-    def advance(self, is_last: list[bool] | None) -> None:
-        """Records one step for every row."""
-        for row in range(self.num_envs):
-            self.flags[row].append(bool(is_last[row]) if is_last is not None else False)
-        self.t += 1
+    @property
+    def lo(self) -> int:
+        """Time of the oldest stored step of row 0."""
+        return self.row_lo(0)
+
+    def row_lo(self, row: int) -> int:
+        """Time of the oldest stored step of ``row``."""
+        return self.times[row] - len(self.flags[row])
+
+    def advance(self, is_last: list[bool] | None, rows: list[int] | None = None) -> None:
+        """Records one step for every row of ``rows`` (all rows by default)."""
+        rows = list(range(self.num_envs)) if rows is None else list(rows)
+        for k, row in enumerate(rows):
+            self.flags[row].append(bool(is_last[k]) if is_last is not None else False)
+            self.times[row] += 1
 
     def clear(self) -> None:
         """Forgets the stored steps; times keep increasing."""
@@ -99,7 +109,8 @@ class ReferenceWindows:
         """All valid ``(row, start time)``, ordered by start time, then row."""
         out = []
         for row in range(self.num_envs):
-            starts = valid_window_starts(list(self.flags[row]), self.lo, num_steps, within_episode)
+            flags = list(self.flags[row])
+            starts = valid_window_starts(flags, self.row_lo(row), num_steps, within_episode)
             out.extend((row, s) for s in starts)
         out.sort(key=lambda rt: (rt[1], rt[0]))
         return out
@@ -111,7 +122,7 @@ class ReferenceBuffer:
     Steps are stored as lists of leaves (numpy arrays) in the spec's flatten
     order; ``is_last_index`` is the position of the top-level ``is_last`` leaf
     (None: no episode ends). Item id of step ``t`` of row ``r`` is
-    ``recollect.ids.encode(r, t)``.
+    ``recollect.ids.encode(r, t)``; every row has its own clock.
     """
 
     def __init__(self, num_envs: int, max_length: int, is_last_index: int | None) -> None:
@@ -125,17 +136,18 @@ class ReferenceBuffer:
 
     @property
     def t(self) -> int:
-        """Time of the next write."""
+        """Time of the next write of row 0."""
         return self.index.t
 
-    def add_batch(self, leaves: list[np.ndarray]) -> None:
-        """Appends row ``r`` of every leaf (leading dim ``num_envs``) to row ``r``."""
-        for row in range(self.num_envs):
-            self.rows[row].append([np.array(leaf[row]) for leaf in leaves])
+    def add_batch(self, leaves: list[np.ndarray], rows: list[int] | None = None) -> None:
+        """Appends entry ``k`` of every leaf to row ``rows[k]`` (row ``k`` by default)."""
+        rows = list(range(self.num_envs)) if rows is None else list(rows)
+        for k, row in enumerate(rows):
+            self.rows[row].append([np.array(leaf[k]) for leaf in leaves])
         flags = None
         if self.is_last_index is not None:
             flags = [bool(x) for x in leaves[self.is_last_index]]
-        self.index.advance(flags)
+        self.index.advance(flags, rows)
 
     def clear(self) -> None:
         """Forgets every step; ids keep increasing."""
@@ -147,20 +159,23 @@ class ReferenceBuffer:
         """Steps stored over all rows."""
         return sum(len(row) for row in self.rows)
 
+    def counts(self) -> list[int]:
+        """Steps stored per row."""
+        return [len(row) for row in self.rows]
+
     def item_id(self, row: int, time: int) -> int:
         """Id of step ``time`` of ``row``."""
         return int(id_layout.encode(row, time))
 
+    def row_ids(self, row: int) -> list[int]:
+        """Ids of the stored steps of ``row``, oldest first."""
+        lo = self.index.row_lo(row)
+        return [self.item_id(row, lo + k) for k in range(len(self.rows[row]))]
+
     def item_ids(self) -> np.ndarray:
-        """int64 ``[num_envs, steps_per_row]`` ids, oldest first."""
-        lo = self.index.lo
-        return np.array(
-            [
-                [self.item_id(r, lo + k) for k in range(len(self.rows[r]))]
-                for r in range(self.num_envs)
-            ],
-            dtype=np.int64,
-        ).reshape(self.num_envs, -1)
+        """int64 ``[num_envs, steps_per_row]`` ids, oldest first (rows of equal length)."""
+        ids = [self.row_ids(r) for r in range(self.num_envs)]
+        return np.array(ids, dtype=np.int64).reshape(self.num_envs, -1)
 
     def windows(self, num_steps: int, within_episode: bool) -> list[tuple[int, int]]:
         """All valid ``(row, start time)`` windows, time-then-row order."""
@@ -168,7 +183,7 @@ class ReferenceBuffer:
 
     def window(self, row: int, time: int, num_steps: int) -> list[list[np.ndarray]]:
         """The ``num_steps`` steps of ``row`` starting at ``time`` (each a list of leaves)."""
-        k = time - self.index.lo
+        k = time - self.index.row_lo(row)
         assert 0 <= k and k + num_steps <= len(self.rows[row]), "window not stored"
         return [self.rows[row][k + j] for j in range(num_steps)]
 
@@ -177,6 +192,12 @@ class ReferenceBuffer:
         steps = self.window(row, time, num_steps or 1)
         stacked = [np.stack([s[i] for s in steps]) for i in range(len(steps[0]))]
         return stacked if num_steps is not None else [x[0] for x in stacked]
+
+    def row_leaves(self, row: int, num_leaves: int) -> list[np.ndarray] | None:
+        """Leaves ``[steps, *shape]`` of ``row``, oldest first; None when it stores nothing."""
+        if not self.rows[row]:
+            return None
+        return [np.stack([step[i] for step in self.rows[row]]) for i in range(num_leaves)]
 
     def gather_all(self, num_leaves: int) -> list[np.ndarray] | None:
         """Leaves ``[num_envs, steps_per_row, *shape]``; None when nothing is stored."""

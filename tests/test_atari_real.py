@@ -78,7 +78,5 @@ def test_pong_frame_stacks_are_exact():
     s = buf.sample(256, 2)
     for b, item in enumerate(s.ids):
         for j in range(2):
-            np.testing.assert_array_equal(
-                s.data["observation"][b, j], recorded[int(item) + j]
-            )
+            np.testing.assert_array_equal(s.data["observation"][b, j], recorded[int(item) + j])
     assert buf.nbytes < NUM_ENVS * MAX_LENGTH * (84 * 84 + 100)

@@ -53,62 +53,161 @@ STATE_SETTINGS = settings(
 )
 
 
+SAMPLERS = ("uniform", "fifo", "lifo", "prioritized")
+
+
 class ReplayBufferMachine(RuleBasedStateMachine):
-    """Random add/add_batch/sample/clear sequences on a small buffer and its reference."""
+    """Random add/add_batch(rows=...)/sample/clear/update sequences against the reference.
+
+    Rows are written at different paces (``add_batch(..., rows=...)``) over
+    wraparound, episode ends and clears; the sampler is uniform, FIFO, LIFO or
+    prioritized, and episodic buffers may hold a frame-stacked leaf whose
+    stacks the frame store rebuilds.
+    """
 
     @initialize(
         num_envs=st.integers(1, 4),
         max_length=st.integers(1, 6),
         episodic=st.booleans(),
+        sampler=st.sampled_from(SAMPLERS),
+        stack=st.sampled_from([0, 0, 2, 3]),
+        seq=st.integers(1, 2),
         seed=st.integers(0, 2**16),
     )
-    def setup(self, num_envs: int, max_length: int, episodic: bool, seed: int) -> None:
-        spec = EPISODIC_SPEC if episodic else PLAIN_SPEC
+    def setup(
+        self,
+        num_envs: int,
+        max_length: int,
+        episodic: bool,
+        sampler: str,
+        stack: int,
+        seq: int,
+        seed: int,
+    ) -> None:
+        spec = dict(EPISODIC_SPEC) if episodic else PLAIN_SPEC
+        self.stack = stack if episodic else 0
+        stacks = None
+        if self.stack:
+            spec["frames"] = rc.ArraySpec((self.stack, 3), np.uint8)
+            stacks = {"frames": rc.FrameStack(self.stack, axis=0, padding="reset")}
         self.episodic = episodic
+        self.kind = sampler
+        self.seq = min(seq, max_length) if sampler == "prioritized" else None
+        samplers = {"uniform": rc.Uniform, "fifo": rc.Fifo, "lifo": rc.Lifo}
+        chosen = rc.Prioritized(0.7) if sampler == "prioritized" else samplers[sampler]()
         self.flat = FlatSpec(spec)
-        self.buf = rc.ReplayBuffer(spec, num_envs * max_length, num_envs, rng=seed)
+        self.buf = rc.ReplayBuffer(
+            spec,
+            num_envs * max_length,
+            num_envs,
+            rng=seed,
+            sampler=chosen,
+            sequence_length=self.seq,
+            frame_stacks=stacks,
+        )
         is_last_index = self.flat.index("is_last") if episodic else None
         self.ref = ReferenceBuffer(num_envs, max_length, is_last_index)
         self.counter = 0
+        # frame history per row, as an env with FrameStackObservation("reset") keeps it
+        self.history: list[list[int]] = [[] for _ in range(num_envs)]
+        self.ended = [True] * num_envs
+        self.priorities: dict[tuple[int, int], float] = {}
+        self.max_priority = 1.0
 
-    def _add(self, is_last: list[bool], single: bool) -> None:
+    def _steps(self, is_last: list[bool], rows: list[int]) -> object:
         steps = make_steps(self.episodic, self.counter, is_last)
         self.counter += len(is_last)
+        if self.stack:
+            stacks = []
+            for k, row in enumerate(rows):
+                frame = (self.counter * 7 + k) % 250 + 1
+                self.history[row] = [frame] if self.ended[row] else [*self.history[row], frame]
+                self.ended[row] = bool(is_last[k])
+                last = self.history[row][-self.stack :]
+                padded = [last[0]] * (self.stack - len(last)) + last
+                stacks.append(np.repeat(np.array(padded, np.uint8)[:, None], 3, axis=1))
+            steps["frames"] = np.stack(stacks)
+        return steps
+
+    def _add(self, is_last: list[bool], rows: list[int] | None, single: bool) -> None:
+        written = list(range(self.ref.num_envs)) if rows is None else rows
+        steps = self._steps(is_last, written)
         if single:
             self.buf.add(_first(steps))
-        else:
+        elif rows is None:
             self.buf.add_batch(steps)
-        self.ref.add_batch(self.flat.treedef.flatten_up_to(steps))
+        else:
+            self.buf.add_batch(steps, rows=rows)
+        self.ref.add_batch(self.flat.treedef.flatten_up_to(steps), written)
+        self._track_priorities()
+
+    def _track_priorities(self) -> None:
+        """New valid windows get the running max priority; gone ones are forgotten."""
+        if self.kind != "prioritized":
+            return
+        valid = set(self.ref.windows(self.seq, self.episodic))
+        self.priorities = {w: p for w, p in self.priorities.items() if w in valid}
+        for w in valid - set(self.priorities):
+            self.priorities[w] = self.max_priority
 
     @rule(data=st.data(), single=st.booleans())
     def add_batch(self, data: st.DataObject, single: bool) -> None:
         n = self.ref.num_envs
         is_last = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
-        self._add(is_last, single and n == 1)
+        self._add(is_last, None, single and n == 1)
 
     @rule(data=st.data(), count=st.integers(1, 10))
     def add_many(self, data: st.DataObject, count: int) -> None:
         n = self.ref.num_envs
         flags = st.lists(st.sampled_from([False, False, False, True]), min_size=n, max_size=n)
         for _ in range(count):
-            self._add(data.draw(flags), single=False)
+            self._add(data.draw(flags), None, single=False)
+
+    @rule(data=st.data(), count=st.integers(1, 6))
+    def add_rows(self, data: st.DataObject, count: int) -> None:
+        """Some rows only, in any order: each row advances at its own pace."""
+        n = self.ref.num_envs
+        for _ in range(count):
+            rows = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))
+            flags = st.sampled_from([False, False, True])
+            is_last = data.draw(st.lists(flags, min_size=len(rows), max_size=len(rows)))
+            self._add(is_last, rows, single=False)
 
     @rule(data=st.data())
     def rejected_add_batch(self, data: st.DataObject) -> None:
         """A bad batch raises and leaves everything unchanged (checked by the invariants)."""
         n = self.ref.num_envs
         steps = make_steps(self.episodic, self.counter, [False] * n)
+        if self.stack:
+            steps["frames"] = np.zeros((n, self.stack, 3), np.uint8)
         leaves, treedef = self.flat.leaves, self.flat.treedef
         values = treedef.flatten_up_to(steps)
         bad = data.draw(st.integers(0, len(leaves) - 1))
         values[bad] = np.zeros((n + 1, *leaves[bad].shape), leaves[bad].dtype)
         with pytest.raises(ShapeError, match=self.flat.paths[bad]):
             self.buf.add_batch(treedef.unflatten(values))
+        with pytest.raises(InvalidArgumentError, match="rows"):
+            self.buf.add_batch(steps, rows=[0, 0] if n > 1 else [n])
 
     @rule()
     def clear(self) -> None:
         self.buf.clear()
         self.ref.clear()
+        self.priorities = {}
+
+    @precondition(lambda self: self.kind == "prioritized")
+    @rule(data=st.data())
+    def update_priorities(self, data: st.DataObject) -> None:
+        valid = self.ref.windows(self.seq, self.episodic)
+        if not valid:
+            return
+        picks = data.draw(st.lists(st.sampled_from(valid), min_size=1, max_size=4))
+        values = data.draw(st.lists(st.floats(0, 10), min_size=len(picks), max_size=len(picks)))
+        ids = [self.ref.item_id(row, time) for row, time in picks]
+        assert self.buf.update_priorities([*ids, -1], [*values, 1.0]) == 1
+        for pick, value in zip(picks, values, strict=True):
+            self.priorities[pick] = value
+        self.max_priority = max(self.max_priority, *values)
 
     @rule(
         batch_size=st.integers(1, 8),
@@ -116,7 +215,9 @@ class ReplayBufferMachine(RuleBasedStateMachine):
         within=st.sampled_from([None, True, False]),
     )
     def sample(self, batch_size: int, num_steps: int | None, within: bool | None) -> None:
-        n = num_steps or 1
+        if self.kind == "prioritized":
+            num_steps, within = (None if num_steps is None else self.seq), None
+        n = num_steps or self.seq or 1
         if n > self.ref.max_length:
             with pytest.raises(InvalidArgumentError, match="num_steps"):
                 self.buf.sample(batch_size, num_steps, within_episode=within)
@@ -127,52 +228,87 @@ class ReplayBufferMachine(RuleBasedStateMachine):
             return
         within_episode = self.episodic if within is None else within
         valid = self.ref.windows(n, within_episode)
-        rows, times = self.buf._index.segments(n, within_episode).enumerate()
+        rows, times = self.buf.table.index.segments(n, within_episode).enumerate()
         assert list(zip(rows.tolist(), times.tolist(), strict=True)) == valid
         if not valid:
             with pytest.raises(NotEnoughDataError, match=r"num_steps|empty"):
                 self.buf.sample(batch_size, num_steps, within_episode=within)
             return
+        if self.kind == "prioritized" and not self._positive(valid):
+            with pytest.raises(NotEnoughDataError, match="priority 0"):
+                self.buf.sample(batch_size, num_steps)
+            return
         s = self.buf.sample(batch_size, num_steps, within_episode=within)
         self._check_sample(s, valid, num_steps, batch_size)
+
+    def _positive(self, valid: list) -> bool:
+        eps = self.buf.sampler.epsilon
+        return sum((self.priorities[w] + eps) ** 0.7 for w in valid) > 0
 
     def _check_sample(self, s: rc.Sample, valid: list, num_steps: int | None, batch: int) -> None:
         assert s.ids.dtype == np.int64 and s.ids.shape == (batch,)
         assert s.probabilities.dtype == np.float64
-        np.testing.assert_array_equal(s.probabilities, np.full(batch, 1.0 / len(valid)))
+        drawn = by_id(s.ids, self.ref.num_envs)
+        if self.kind == "uniform":
+            np.testing.assert_array_equal(s.probabilities, np.full(batch, 1.0 / len(valid)))
+        elif self.kind in ("fifo", "lifo"):
+            order = valid if self.kind == "fifo" else valid[::-1]
+            assert drawn == [order[k % len(order)] for k in range(batch)]
+        else:
+            eps = self.buf.sampler.epsilon
+            values = {w: (self.priorities[w] + eps) ** 0.7 for w in valid}
+            total = sum(values.values())
+            want = [values[w] / total for w in drawn]
+            np.testing.assert_allclose(s.probabilities, want, rtol=1e-9)
+            np.testing.assert_allclose(s.priorities, [self.priorities[w] for w in drawn])
+            w = (len(valid) * np.array(want)) ** -self.buf.sampler.importance_sampling_exponent
+            np.testing.assert_allclose(s.weights, w / w.max(), rtol=1e-9)
+        assert s.table_size == len(valid)
         leaves = self.flat.treedef.flatten_up_to(s.data)
-        lead = (batch,) if num_steps is None else (batch, num_steps)
+        time_axis = num_steps is not None or (self.seq or 1) > 1
+        lead = (batch, num_steps or self.seq) if time_axis else (batch,)
         for leaf, spec in zip(leaves, self.flat.leaves, strict=True):
             assert leaf.shape == lead + spec.shape and leaf.dtype == spec.dtype
         valid_set = set(valid)
-        for b, (row, time) in enumerate(by_id(s.ids, self.ref.num_envs)):
+        for b, (row, time) in enumerate(drawn):
             assert (row, time) in valid_set
-            expected = self.ref.window_leaves(row, time, num_steps)
-            for leaf, want in zip(leaves, expected, strict=True):
-                np.testing.assert_array_equal(leaf[b], want)
+            expected = self.ref.window_leaves(row, time, lead[1] if time_axis else None)
+            for leaf, want_leaf in zip(leaves, expected, strict=True):
+                np.testing.assert_array_equal(leaf[b], want_leaf)
 
     @invariant()
     def stored_steps_match(self) -> None:
         if not hasattr(self, "buf"):
             return
         assert self.buf.num_frames() == len(self.buf) == self.ref.num_frames()
-        np.testing.assert_array_equal(self.buf.item_ids(), self.ref.item_ids())
-        got = self.flat.treedef.flatten_up_to(self.buf.gather_all())
-        want = self.ref.gather_all(len(got))
-        for leaf, spec in zip(got, self.flat.leaves, strict=True):
-            assert leaf.shape[:2] == (self.ref.num_envs, self.ref.num_frames() // self.ref.num_envs)
-            assert leaf.dtype == spec.dtype
-        if want is not None:
-            for g, w in zip(got, want, strict=True):
-                np.testing.assert_array_equal(g, w)
+        assert self.buf.steps_per_row().tolist() == self.ref.counts()
+        for row in range(self.ref.num_envs):
+            got = self.flat.treedef.flatten_up_to(self.buf.gather_row(row))
+            want = self.ref.row_leaves(row, len(got))
+            for leaf, spec in zip(got, self.flat.leaves, strict=True):
+                assert leaf.shape[0] == self.ref.counts()[row] and leaf.dtype == spec.dtype
+            if want is not None:
+                for g, w in zip(got, want, strict=True):
+                    np.testing.assert_array_equal(g, w)
+        if len(set(self.ref.counts())) == 1:
+            np.testing.assert_array_equal(self.buf.item_ids(), self.ref.item_ids())
+        else:
+            with pytest.raises(InvalidArgumentError, match="different numbers of steps"):
+                self.buf.item_ids()
+        if self.kind == "prioritized":
+            assert self.buf.sampler.num_valid == len(self.ref.windows(self.seq, self.episodic))
 
     @precondition(lambda self: hasattr(self, "buf"))
     @invariant()
     def ids_never_reused(self) -> None:
-        ids = self.buf.item_ids()
-        if ids.size:
-            assert ids.min() >= self.buf._index.t_clear * self.ref.num_envs
-            assert ids.max() < self.ref.t * self.ref.num_envs
+        index = self.buf.table.index
+        assert index.t.tolist() == self.ref.index.times
+        for row in range(self.ref.num_envs):
+            ids = self.ref.row_ids(row)
+            if ids:
+                _, rows, times = rc.ids.decode(ids)
+                assert (rows == row).all() and (times >= index.t_clear[row]).all()
+                assert (times < self.ref.index.times[row]).all()
 
 
 def _first(steps: object) -> object:
@@ -190,6 +326,10 @@ ops = st.lists(
     st.one_of(
         st.just("clear"),
         st.lists(st.sampled_from([False, False, True]), min_size=4, max_size=4),
+        st.tuples(
+            st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True),
+            st.lists(st.sampled_from([False, False, True]), min_size=4, max_size=4),
+        ),
     ),
     max_size=40,
 )
@@ -203,9 +343,14 @@ def _drive(
         if op == "clear":
             index.clear()
             ref.clear()
+        elif isinstance(op, tuple):
+            rows = [r for r in op[0] if r < num_envs] or [0]
+            flags = op[1][: len(rows)]
+            index.advance(np.array(rows), np.array(flags, bool))
+            ref.advance(flags, rows)
         else:
             flags = op[:num_envs]
-            index.advance(np.array(flags, bool))
+            index.advance(None, np.array(flags, bool))
             ref.advance(flags)
     return index, ref
 
@@ -219,7 +364,8 @@ def _windows(index: WindowIndex, n: int, within: bool) -> list[tuple[int, int]]:
 @given(num_envs=st.integers(1, 4), max_length=st.integers(1, 7), operations=ops)
 def test_window_index_segments_equal_brute_force(num_envs, max_length, operations):
     index, ref = _drive(num_envs, max_length, operations)
-    assert (index.lo, index.hi) == (ref.lo, ref.t)
+    assert index.hi.tolist() == ref.times
+    assert index.lo.tolist() == [ref.row_lo(r) for r in range(num_envs)]
     for n in range(1, max_length + 2):
         for within in (True, False):
             seg = index.segments(n, within)
@@ -230,18 +376,16 @@ def test_window_index_segments_equal_brute_force(num_envs, max_length, operation
 
 @settings(max_examples=150, deadline=None)
 @given(num_envs=st.integers(1, 4), max_length=st.integers(1, 7), operations=ops)
-def test_window_index_rebuild_equals_incremental_log(num_envs, max_length, operations):
-    index, ref = _drive(num_envs, max_length, operations)
+def test_window_index_state_round_trip_equals_incremental_log(num_envs, max_length, operations):
+    index, _ = _drive(num_envs, max_length, operations)
     rebuilt = WindowIndex(num_envs, max_length)
-    rebuilt.t, rebuilt.t_clear = index.t, index.t_clear
-    stored = np.array([list(f) for f in ref.flags], dtype=bool).reshape(num_envs, -1)
-    rebuilt.rebuild(stored)
+    rebuilt.load_state_dict(index.state_dict())
     for n in range(1, max_length + 1):
         for within in (True, False):
             assert _windows(rebuilt, n, within) == _windows(index, n, within)
     # Both keep working identically after more writes.
     for flags in ([True] * num_envs, [False] * num_envs, [False] * num_envs):
-        index.advance(np.array(flags))
-        rebuilt.advance(np.array(flags))
+        index.advance(None, np.array(flags))
+        rebuilt.advance(None, np.array(flags))
         for n in range(1, max_length + 1):
             assert _windows(rebuilt, n, True) == _windows(index, n, True)

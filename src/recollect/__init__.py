@@ -15,8 +15,7 @@ from recollect.observers import Observer
 from recollect.samplers import Fifo, Lifo, LinearSchedule, Prioritized, Sampler, Uniform
 from recollect.specs import ArraySpec, spec_from_example, spec_from_space
 from recollect.storage.frame_store import FrameStack
-
-__version__ = "0.1.0"
+from recollect.version import __version__
 
 _LAZY_SUBMODULES = ("torch", "jax", "tf_data", "tf_agents")
 
@@ -47,8 +46,8 @@ __all__ = [
     "Uniform",
     "__version__",
     "errors",
-    "ids",
     "estimate_memory",
+    "ids",
     "load_buffer",
     "n_step_returns",
     "n_step_transitions",

@@ -33,8 +33,14 @@ import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops, iterator_ops
 from tensorflow.python.eager import context
 
-from recollect.prefetch import Prefetcher, buffer_closed, draw_concurrent
 from recollect.buffers.sample import BufferInfo
+from recollect.prefetch import (
+    Prefetcher,
+    buffer_closed,
+    draw_concurrent,
+    flat_spec_of,
+    outer_shape,
+)
 from recollect.specs import FlatSpec
 
 __all__ = ["EAGER_PREFETCH", "SampleIterator", "SampledDataset", "as_tensor"]
@@ -97,10 +103,8 @@ class SampleIterator(iterator_ops.OwnedIterator):
         element_fn: Callable[..., Any] | None = None,
     ) -> None:
         super().__init__(dataset)
-        from recollect.tf_data import _flat_spec, _outer
-
-        flat = _flat_spec(buffer)
-        outer = _outer(sample_batch_size, num_steps)
+        flat = flat_spec_of(buffer)
+        outer = outer_shape(sample_batch_size, num_steps)
         info = [] if sample_batch_size is None else [sample_batch_size]
         shapes = [[*outer, *shape] for shape in flat.shapes] + [info, info]
         finish = functools.partial(_eager_element, flat=flat, shapes=shapes, fn=element_fn)

@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from recollect.buffers.sample import BufferInfo, Sample
 from recollect.prefetch import (
     Prefetcher,
     buffer_closed,
@@ -33,7 +34,6 @@ from recollect.prefetch import (
     check_threads,
     draw_concurrent,
 )
-from recollect.buffers.sample import BufferInfo, Sample
 
 __all__ = ["ReplayIterator", "as_iterator"]
 

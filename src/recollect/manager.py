@@ -17,12 +17,12 @@ from typing import Any
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.sample import Sample
 from recollect.checkpoint import load_buffer, save_buffer
-from recollect.state.atomic import resolve_checkpoint
-from recollect.state.manifest import MANIFEST
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
 from recollect.observers import Observer
 from recollect.samplers.base import Sampler
 from recollect.specs import FlatSpec
+from recollect.state.atomic import resolve_checkpoint
+from recollect.state.manifest import MANIFEST
 
 __all__ = ["ReplayBufferManager", "SampleIterator"]
 

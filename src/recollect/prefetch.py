@@ -24,6 +24,7 @@ from typing import Any
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import Sample
 from recollect.errors import InvalidArgumentError
+from recollect.specs import FlatSpec
 
 __all__ = [
     "Prefetcher",
@@ -31,6 +32,8 @@ __all__ = [
     "check_prefetch",
     "check_threads",
     "draw_concurrent",
+    "flat_spec_of",
+    "outer_shape",
     "sample_concurrent",
 ]
 
@@ -40,6 +43,17 @@ _POLL_S = 0.05
 def buffer_closed(buffer: Any) -> bool:
     """Whether ``buffer`` says it is closed (``buffer.closed``; False when it has no such flag)."""
     return bool(getattr(buffer, "closed", False))
+
+
+def flat_spec_of(buffer: Any) -> FlatSpec:
+    """The buffer's flattened spec (``flat_spec``, or built from ``data_spec``)."""
+    flat = getattr(buffer, "flat_spec", None)
+    return flat if isinstance(flat, FlatSpec) else FlatSpec(buffer.data_spec)
+
+
+def outer_shape(sample_batch_size: int | None, num_steps: int | None) -> list[int]:
+    """Leading dims of an adapter's elements: ``[batch]``, ``[num_steps]``, both or none."""
+    return [d for d in (sample_batch_size, num_steps) if d is not None]
 
 
 def check_prefetch(prefetch: Any) -> int:

@@ -264,7 +264,7 @@ class TFUniformReplayBuffer(_Base):
             NotEnoughDataError: no valid window stored yet (inside
                 ``tf.function``: a ``tf.errors`` error with this message).
         """
-        tf_data._check_args(self._buffer, sample_batch_size, num_steps)
+        tf_data.check_args(self._buffer, sample_batch_size, num_steps)
         fn = tf_data.make_sample_fn(self._buffer, sample_batch_size, num_steps, False)
         items, info, _ = fn(tf.constant(0, tf.int64))
         if num_steps is not None and not time_stacked:

@@ -16,7 +16,7 @@ gathering), see :func:`recollect.prefetch.sample_concurrent`.
 
 Iterating the sampling dataset eagerly (``for items, info in dataset``)
 takes a faster path that samples in Python and yields the same elements,
-see :mod:`recollect._tf_eager`; inside a ``tf.function``, in Keras and after
+see the ``_tf_eager`` module; inside a ``tf.function``, in Keras and after
 any transformation but ``prefetch`` the pipeline above runs.
 
 The sampling dataset is endless; it ends cleanly when the buffer is closed
@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from recollect.prefetch import buffer_closed, sample_concurrent
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.prefetch import buffer_closed, flat_spec_of, outer_shape, sample_concurrent
 from recollect.specs import FlatSpec
 
 try:  # the eager fast path builds on TensorFlow internals; without them the pipeline serves
@@ -47,12 +47,8 @@ except ImportError:  # pragma: no cover - a TensorFlow that moved them
 __all__ = ["as_dataset", "input_fn", "make_sample_fn", "map_element"]
 
 
-def _flat_spec(buffer: Any) -> FlatSpec:
-    flat = getattr(buffer, "flat_spec", None)
-    return flat if isinstance(flat, FlatSpec) else FlatSpec(buffer.data_spec)
-
-
-def _check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
+def check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
+    """Validates ``as_dataset`` arguments (raises InvalidArgumentError)."""
     for name, value in (("sample_batch_size", sample_batch_size), ("num_steps", num_steps)):
         if value is None:
             continue
@@ -68,10 +64,6 @@ def _time_steps(buffer: Any, num_steps: int | None) -> int | None:
         fixed = buffer.sequence_length
         return fixed if fixed is not None and fixed > 1 else None
     return num_steps
-
-
-def _outer(sample_batch_size: int | None, num_steps: int | None) -> list[int]:
-    return [d for d in (sample_batch_size, num_steps) if d is not None]
 
 
 #: Bytes of sampled data one ``tf.numpy_function`` call may produce in a chunk.
@@ -102,8 +94,8 @@ def make_sample_fn(
     once (every output gets a leading ``[k]`` axis, ``ok`` is ``[k]``): split
     them with ``Dataset.unbatch``.
     """
-    flat = _flat_spec(buffer)
-    outer = _outer(sample_batch_size, num_steps)
+    flat = flat_spec_of(buffer)
+    outer = outer_shape(sample_batch_size, num_steps)
     batch = 1 if sample_batch_size is None else int(sample_batch_size)
     lead = [] if chunk is None else [chunk]
     info_shape = [*lead] if sample_batch_size is None else [*lead, batch]
@@ -166,11 +158,11 @@ def as_dataset(
             error) no valid window is stored, or, in a deterministic pass, the
             windows were overwritten or cleared before they were read.
     """
-    _check_args(buffer, sample_batch_size, num_steps)
+    check_args(buffer, sample_batch_size, num_steps)
     num_steps = _time_steps(buffer, num_steps)  # sampled alike; gives the static shape
     if single_deterministic_pass:
         return _deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
-    chunk = _chunk_size(_flat_spec(buffer), sample_batch_size, num_steps)
+    chunk = _chunk_size(flat_spec_of(buffer), sample_batch_size, num_steps)
     sample = make_sample_fn(
         buffer, sample_batch_size, num_steps, stop_when_closed=True, chunk=chunk
     )
@@ -270,7 +262,7 @@ def input_fn(
     """
     if batch_size is None:
         raise InvalidArgumentError("`batch_size` must be an int >= 1; got None.")
-    _check_args(buffer, batch_size, num_steps)
+    check_args(buffer, batch_size, num_steps)
 
     def fn(input_context: Any = None) -> tf.data.Dataset:
         per_replica = batch_size

@@ -22,6 +22,7 @@ import numpy as np
 import optree
 import torch
 
+from recollect.buffers.sample import BufferInfo, Sample
 from recollect.prefetch import (
     Prefetcher,
     buffer_closed,
@@ -29,7 +30,6 @@ from recollect.prefetch import (
     check_threads,
     draw_concurrent,
 )
-from recollect.buffers.sample import BufferInfo, Sample
 
 __all__ = ["ReplayDataset", "as_tensors"]
 

@@ -153,7 +153,7 @@ class WindowIndex:
 
     # -- episode ends -----------------------------------------------------
     def live_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Logged episode ends still stored: ``(rows, times, previous end times)``, by row then time.
+        """Logged episode ends still stored: ``(rows, times, previous end times)``, by row.
 
         The previous end of a row's oldest live end may be older than ``lo``
         (or -1): segments start at ``max(lo, previous end + 1)`` anyway.

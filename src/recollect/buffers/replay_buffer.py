@@ -11,6 +11,7 @@ from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sample import Sample
 from recollect.buffers.tf_agents_api import TFAgentsReads
 from recollect.errors import CheckpointError, InvalidArgumentError, RecollectError, SpecError
+from recollect.ids import encode
 from recollect.memory import check_memory, estimate_memory
 from recollect.samplers.base import Sampler, registered_sampler
 from recollect.specs import FlatSpec
@@ -473,8 +474,6 @@ class ReplayBuffer(TFAgentsReads):
         Raises:
             InvalidArgumentError: rows hold different numbers of steps.
         """
-        from recollect import ids
-
         with self._table.lock:
             index = self._table.index
             lo, hi = index.lo, index.hi
@@ -485,7 +484,7 @@ class ReplayBuffer(TFAgentsReads):
                     "per row with recollect.ids.encode(row, times)."
                 )
             times = lo[:, None] + np.arange(count)
-            return ids.encode(np.arange(self._num_envs)[:, None], times, self._table.shard)
+            return encode(np.arange(self._num_envs)[:, None], times, self._table.shard)
 
     # -- state ------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -597,7 +596,7 @@ class ReplayBuffer(TFAgentsReads):
 
     @classmethod
     def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Self:
-        """Rebuilds a buffer from a state directory read with :func:`recollect.state.files.read_state`.
+        """Rebuilds a buffer from a state directory (:func:`recollect.state.files.read_state`).
 
         Raises:
             CheckpointError: another kind, a malformed configuration or state.

@@ -24,9 +24,9 @@ from recollect.errors import CheckpointError, InvalidArgumentError, NotEnoughDat
 from recollect.nstep import check_discount
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
-from recollect.storage.frame_store import FrameStack
 from recollect.state.files import Saved, read_state, write_checkpoint
 from recollect.state.rng import decode_rng, encode_rng
+from recollect.storage.frame_store import FrameStack
 from recollect.validation import convert_step
 
 __all__ = ["TransitionBuffer", "TransitionSample"]
@@ -484,7 +484,6 @@ class TransitionBuffer:
             for o, p in zip(out, self._pending, strict=True):
                 o[newest] = p[rows[newest]]
         return out
-
 
     # -- state ------------------------------------------------------------
     def config(self) -> dict[str, Any]:

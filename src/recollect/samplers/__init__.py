@@ -1,6 +1,6 @@
 """Samplers (Reverb: selectors) decide which windows come back."""
 
-from recollect.samplers.base import Sampler, WindowDraw
+from recollect.samplers.base import Sampler, WindowDraw, importance_weights, registered_sampler
 from recollect.samplers.fifo import Fifo, Lifo
 from recollect.samplers.prioritized import Prioritized
 from recollect.samplers.schedules import LinearSchedule
@@ -16,4 +16,6 @@ __all__ = [
     "SumTree",
     "Uniform",
     "WindowDraw",
+    "importance_weights",
+    "registered_sampler",
 ]

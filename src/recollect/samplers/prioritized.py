@@ -187,9 +187,7 @@ class Prioritized(Sampler):
         rows = keys // self._length
         times = self._start[keys]
         weights = importance_weights(probabilities, self.num_valid, beta)
-        return WindowDraw(
-            rows, times, probabilities, weights, self.num_valid, self._priority[keys]
-        )
+        return WindowDraw(rows, times, probabilities, weights, self.num_valid, self._priority[keys])
 
     def _check_request(self, within_episode: bool, kwargs: dict) -> None:
         if kwargs:

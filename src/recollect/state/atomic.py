@@ -25,8 +25,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from recollect.state.manifest import FORMAT_NAME, MANIFEST, parse_manifest
 from recollect.errors import CheckpointError
+from recollect.state.manifest import FORMAT_NAME, MANIFEST, parse_manifest
 
 __all__ = ["atomic_write", "resolve_checkpoint"]
 

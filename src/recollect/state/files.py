@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-import recollect
 from recollect.errors import CheckpointError
 from recollect.state.atomic import atomic_write, resolve_checkpoint
 from recollect.state.manifest import (
@@ -39,6 +38,7 @@ from recollect.state.npyio import (
     write_columns,
 )
 from recollect.state.rng import state_file_path
+from recollect.version import __version__
 
 __all__ = ["Saved", "read_state", "write_checkpoint", "write_in_place"]
 
@@ -107,7 +107,7 @@ class _Writer:
                 "format": FORMAT_NAME,
                 "format_version": FORMAT_VERSION,
                 "kind": kind,
-                "recollect_version": recollect.__version__,
+                "recollect_version": __version__,
                 "created_ns": time.time_ns(),
                 **body,
                 "files": self.files,
@@ -214,7 +214,9 @@ class _Reader:
     def columns(self, name: str, layout: Any) -> ColumnFile:
         if not isinstance(layout, dict):
             raise CheckpointError(f"{self.where}: ring columns without a layout.")
-        return ColumnFile(*self.entry(name), int(layout["slot_offset"]), int(layout["stored_steps"]))
+        return ColumnFile(
+            *self.entry(name), int(layout["slot_offset"]), int(layout["stored_steps"])
+        )
 
     def memmap(self, name: Any) -> np.ndarray:
         path = state_file_path(self.root, name)

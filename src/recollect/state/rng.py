@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from recollect.state.manifest import from_json, to_json
 from recollect.errors import CheckpointError
+from recollect.state.manifest import from_json, to_json
 
 __all__ = ["decode_rng", "encode_rng", "state_file_path"]
 

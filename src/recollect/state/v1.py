@@ -40,7 +40,10 @@ def _replay(manifest: dict[str, Any], reader: Any) -> tuple[dict[str, Any], dict
         raise CheckpointError(f"{where}: field buffer must be an object.")
     num_envs = _int(b, "num_envs", where, 1)
     t, t_clear = _int(b, "t", where), _int(b, "t_clear", where)
-    layout = {"slot_offset": _int(b, "slot_offset", where), "stored_steps": _int(b, "stored_steps", where)}
+    layout = {
+        "slot_offset": _int(b, "slot_offset", where),
+        "stored_steps": _int(b, "stored_steps", where),
+    }
     leaves = manifest.get("leaves")
     if not isinstance(leaves, list) or not all(isinstance(x, dict) for x in leaves):
         raise CheckpointError(f"{where}: field leaves must be a list of objects.")
@@ -57,7 +60,9 @@ def _replay(manifest: dict[str, Any], reader: Any) -> tuple[dict[str, Any], dict
         "frame_stacks": {},
         "paths": [leaf.get("path") for leaf in leaves],
     }
-    columns = {n: reader.columns(leaf.get("file"), layout) for n, leaf in zip(names, leaves)}
+    columns = {
+        n: reader.columns(leaf.get("file"), layout) for n, leaf in zip(names, leaves, strict=True)
+    }
     state = {
         "storage": {"columns": columns},
         "table": {

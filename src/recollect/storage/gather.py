@@ -167,7 +167,7 @@ class _Blocks:
         self.blocks: list[np.ndarray] = []
         self.lock = threading.Lock()
         # Refcounts are exact only with the GIL (free-threaded builds defer them).
-        self.enabled = getattr(sys, "_is_gil_enabled", lambda: True)()  # noqa: B009
+        self.enabled = getattr(sys, "_is_gil_enabled", lambda: True)()
 
     def get(self, nbytes: int) -> np.ndarray:
         """A ``ALIGN_BYTES``-aligned uint8 block of ``nbytes`` (recycled when possible)."""
@@ -213,7 +213,6 @@ def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
     """The ``nbytes`` of ``raw`` from its first ``ALIGN_BYTES``-aligned address (a view)."""
     skip = -raw.ctypes.data % ALIGN_BYTES
     return raw[skip : skip + nbytes]
-
 
 
 def _align(n: int) -> int:

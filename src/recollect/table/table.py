@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from recollect import ids as id_layout
+import recollect.ids as id_layout
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.base import Sampler
 from recollect.samplers.uniform import Uniform
@@ -222,8 +222,7 @@ class Table:
                 raise self.not_enough_data(n, within)
             w = self.sampler.sample(batch_size, n, within, self.rng, **options)
             keys = self._row_base[w.rows] + w.times % self.max_length
-            np.add.at(self.times_sampled, keys, 1)
-            times_sampled = self.times_sampled[keys]
+            times_sampled = self._count_samples(keys)
             generation = self.index.generation
         priorities = w.priorities if w.priorities is not None else np.ones(batch_size)
         return Draw(
@@ -267,6 +266,20 @@ class Table:
             time_axis=time_axis,
             generation=-1,
         )
+
+    def _count_samples(self, keys: np.ndarray) -> np.ndarray:
+        """Adds one to each drawn window's count; returns each draw's count in draw order
+        (a window drawn twice in one batch reads ``c + 1`` then ``c + 2``, as one at a time)."""
+        before = self.times_sampled[keys]
+        np.add.at(self.times_sampled, keys, 1)
+        order = np.argsort(keys, kind="stable")
+        ranked = keys[order]
+        position = np.arange(len(keys))
+        first = np.r_[True, ranked[1:] != ranked[:-1]]
+        occurrence = position - np.maximum.accumulate(np.where(first, position, 0))
+        counts = np.empty(len(keys), np.int32)
+        counts[order] = before[order] + occurrence + 1
+        return counts
 
     def is_stale(self, draw: Draw) -> bool:
         """Whether a write or ``clear`` since ``draw`` removed one of its steps.
