@@ -77,7 +77,7 @@ def measure(next_batch: Callable[[], object], batches: int, repeats: int) -> flo
 
 
 def limit_rows(buf: ReplayBuffer) -> dict[str, Callable[[], object]]:
-    views = buf._storage.flat_views
+    views = buf.storage.flat_views
     rng = np.random.default_rng(1)
     capacity = buf.capacity
 
@@ -134,10 +134,14 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
     if "tf" not in skip:
         import tensorflow as tf
 
-        plain = iter(buf.as_dataset(BATCH, NUM_STEPS))
-        seq = iter(buf.as_dataset(BATCH, NUM_STEPS).prefetch(4))
-        par = iter(buf.as_dataset(BATCH, NUM_STEPS, num_parallel_calls=2).prefetch(4))
-        auto = iter(buf.as_dataset(BATCH, NUM_STEPS, num_parallel_calls=tf.data.AUTOTUNE))
+        from recollect import tf_data as rc_tf_data
+
+        plain = iter(rc_tf_data.as_dataset(buf, BATCH, NUM_STEPS))
+        seq = iter(rc_tf_data.as_dataset(buf, BATCH, NUM_STEPS).prefetch(4))
+        par = iter(rc_tf_data.as_dataset(buf, BATCH, NUM_STEPS, num_parallel_calls=2).prefetch(4))
+        auto = iter(
+            rc_tf_data.as_dataset(buf, BATCH, NUM_STEPS, num_parallel_calls=tf.data.AUTOTUNE)
+        )
         rows["tf.data as_dataset (defaults)"] = lambda: next(plain)
         rows["tf.data as_dataset (.prefetch(4))"] = lambda: next(seq)
         rows["tf.data as_dataset (num_parallel_calls=2)"] = lambda: next(par)
@@ -148,7 +152,9 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
 
 def _in_graph(buf: ReplayBuffer, tf: object) -> Callable[[], object]:
     """Batches pulled by a ``tf.function`` training loop (16 per call; rate is per batch)."""
-    dataset = buf.as_dataset(BATCH, NUM_STEPS, num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
+    dataset = rc_tf_data.as_dataset(
+        buf, BATCH, NUM_STEPS, num_parallel_calls=tf.data.AUTOTUNE
+    ).prefetch(4)
     iterator = iter(dataset)
     per_call = 16
 

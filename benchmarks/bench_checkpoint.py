@@ -47,13 +47,15 @@ def w2_buffer(steps: int, capacity: int) -> rc.ReplayBuffer:
     buf = rc.ReplayBuffer(w2_spec(), capacity, NUM_ENVS, rng=0)
     rng = np.random.default_rng(0)
     per_row = steps // NUM_ENVS
-    for array in buf._storage.arrays:
+    for array in buf.storage.arrays:
         view = array[:, :per_row]
         if array.dtype == np.bool_:
             view[...] = rng.random(view.shape) < 0.01
         else:
             view[...] = rng.standard_normal(view.shape, dtype=np.float32)
-    buf._index.t = per_row
+    state = buf.table.state_dict()
+    state["index"]["t"][:] = per_row
+    buf.table.load_state_dict(state)
     return buf
 
 
@@ -157,7 +159,7 @@ def main() -> None:
 
 def run(steps: int, repeats: int, work: Path) -> int:
     buf = w2_buffer(steps, steps)
-    arrays = buf._storage.arrays
+    arrays = buf.storage.arrays
     nbytes = sum(a.nbytes for a in arrays)
     ck, raw = work / "ck", work / "raw"
     dest = [np.empty_like(a) for a in arrays]

@@ -46,11 +46,6 @@ import _peers
 import recollect as rc
 from _common import Row, cycle, measure, parse_args, print_table, rss_bytes
 
-try:
-    from recollect.storage import _gather
-except ImportError:  # an older recollect (before/after comparisons)
-    _gather = None
-
 W1_CAPACITY, W1_ENVS, W1_OBS = 100_000, 8, (84, 84, 4)
 W2_CAPACITY, W2_ENVS = 1_000_000, 8
 POOL = 2048  # distinct random steps cycled through (multiple of the env count)
@@ -225,7 +220,7 @@ def run_w1(args: Any) -> None:
             ),
             Row(
                 "  same, ReplayBuffer on 1 gather thread",
-                lambda b=batch, r=replay: _one_thread(lambda: r.sample(b, 2)),
+                lambda b=batch, r=replay: _one_thread(r, lambda: r.sample(b, 2)),
                 batch,
             ),
         ]
@@ -257,16 +252,14 @@ def run_w1(args: Any) -> None:
         print(f"{key:<30} {per:>18,.0f} {per / obs_bytes:>10.2f} {secs:>8.1f}")
 
 
-def _one_thread(fn: Any) -> Any:
-    """Runs ``fn`` with recollect's split gathers off (diagnostic row)."""
-    if _gather is None:
-        return fn()
-    threads = _gather._POOL.threads
-    _gather._POOL.threads = 1
+def _one_thread(buffer: Any, fn: Any) -> Any:
+    """Runs ``fn`` with ``buffer``'s split gathers off (diagnostic row)."""
+    gatherer = buffer.storage.gatherer
+    threads, gatherer.threads = gatherer.threads, 1
     try:
         return fn()
     finally:
-        _gather._POOL.threads = threads
+        gatherer.threads = threads
 
 
 def limits(rows: list[Row]) -> list[str]:
@@ -316,7 +309,7 @@ def run_w2(args: Any) -> None:
         buf.add_batch(step)
     for a in ring1.arrays.values():  # make both single-add stores resident
         a[:] = 0
-    for a in buf1._storage.arrays:
+    for a in buf1.storage.arrays:
         a[:] = 0
     print(f"\n# W2 filled numpy ring + recollect in {time.perf_counter() - t0:.1f}s")
     peers = {} if args.no_peers else w2_peers(batches, singles)

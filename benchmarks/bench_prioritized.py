@@ -81,7 +81,7 @@ def rows(buf: rc.ReplayBuffer, calls: int, repeats: int) -> list[tuple[str, floa
 
     def sampler_step() -> None:
         d = sampler.sample(BATCH, 1, False, buf.rng, importance_sampling_exponent=0.4)
-        sampler.update_priorities(d.times * buf.num_envs + d.rows, prios[0])
+        sampler.update_priorities(rc.ids.encode(d.rows, d.times), prios[0])
 
     tree = sampler._tree
 
@@ -89,7 +89,7 @@ def rows(buf: rc.ReplayBuffer, calls: int, repeats: int) -> list[tuple[str, floa
         keys = tree.find(rng.random(BATCH) * tree.total)
         tree.set(keys, prios[1])
 
-    store = [a.reshape(capacity, *a.shape[2:]).copy() for a in buf._storage.arrays]
+    store = [a.reshape(capacity, *a.shape[2:]).copy() for a in buf.storage.arrays]
 
     def gather() -> None:
         idx = rng.integers(0, capacity, BATCH)

@@ -217,7 +217,7 @@ def test_unknown_sampler_names_raise_saying_to_import_it(tmp_path):
     buf.add({"x": 1})
     buf.save(tmp_path / "ck")
     del rc.samplers.base._REGISTRY["NotImportedAnywhere"]
-    with pytest.raises(CheckpointError, match="NotImportedAnywhere.*Import the module"):
+    with pytest.raises(CheckpointError, match=r"NotImportedAnywhere.*Import the module"):
         rc.ReplayBuffer.load(tmp_path / "ck")
 
 
