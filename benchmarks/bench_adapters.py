@@ -152,9 +152,10 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
 
 def _in_graph(buf: ReplayBuffer, tf: object) -> Callable[[], object]:
     """Batches pulled by a ``tf.function`` training loop (16 per call; rate is per batch)."""
-    dataset = rc_tf_data.as_dataset(
-        buf, BATCH, NUM_STEPS, num_parallel_calls=tf.data.AUTOTUNE
-    ).prefetch(4)
+    from recollect import tf_data as rc_tf_data
+
+    auto = tf.data.AUTOTUNE
+    dataset = rc_tf_data.as_dataset(buf, BATCH, NUM_STEPS, num_parallel_calls=auto).prefetch(4)
     iterator = iter(dataset)
     per_call = 16
 
