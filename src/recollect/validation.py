@@ -17,7 +17,24 @@ import optree
 from recollect.errors import CastError, DTypeError, ShapeError, SpecError
 from recollect.specs import FlatSpec, leaf_paths
 
-__all__ = ["check_structure", "convert_leaf", "convert_step"]
+__all__ = ["as_numpy", "check_structure", "convert_leaf", "convert_step"]
+
+
+def as_numpy(value: Any, path: str, what: str) -> np.ndarray:
+    """``np.asarray(value)``; a tensor whose dtype numpy lacks raises :class:`DTypeError`.
+
+    Ragged nested sequences become an object array (reported by the caller).
+    """
+    try:
+        return np.asarray(value)
+    except ValueError:  # ragged nested sequences
+        return np.empty((), dtype=object)
+    except TypeError as err:  # e.g. torch.bfloat16: "Got unsupported ScalarType BFloat16"
+        raise DTypeError(
+            f"{what} leaf '{path}': got a {type(value).__name__} of dtype "
+            f"{getattr(value, 'dtype', '?')}, which has no numpy equivalent. Convert it first, "
+            "e.g. tensor.float() (torch) or a cast to the spec's dtype."
+        ) from err
 
 
 def check_structure(flat: FlatSpec, data: Any, what: str) -> list[Any]:
@@ -60,13 +77,11 @@ def convert_leaf(
 
     Raises:
         ShapeError: the shape differs (leading dims included).
-        DTypeError: the dtype cannot be cast with ``same_kind``.
+        DTypeError: the dtype cannot be cast with ``same_kind``, or has no numpy
+            equivalent (``torch.bfloat16``).
         CastError: the cast would lose values.
     """
-    try:
-        arr = value if type(value) is np.ndarray else np.asarray(value)
-    except ValueError:  # ragged nested sequences
-        arr = np.empty((), dtype=object)
+    arr = value if type(value) is np.ndarray else as_numpy(value, path, what)
     if arr.dtype.hasobject:
         raise SpecError(
             f"{what} leaf '{path}': expected an array of shape {shape} and dtype {dtype}, "
