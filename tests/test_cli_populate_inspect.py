@@ -24,16 +24,16 @@ def populate(tmp_path, *extra: str):
 def test_populate_then_inspect_then_load(tmp_path, monkeypatch):
     result = populate(tmp_path, "--policy", "random", "--num-envs", "2")
     assert result.exit_code == 0, result.output
-    assert "128 steps added, 128 stored" in result.output
+    assert "130 steps added (the last 2 close the open episodes), 130 stored" in result.output
     path = tmp_path / "ck" / "starter"
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["inspect", str(path)])
     assert result.exit_code == 0, result.output
-    for expected in ("steps        128", "episodes", "return", "observation  (4,)", "float32"):
+    for expected in ("steps        130", "episodes", "return", "observation  (4,)", "float32"):
         assert expected in result.output
     assert (tmp_path / "inspect.png").stat().st_size > 1000
     buffer = rc.ReplayBuffer.load(path)
-    assert buffer.num_frames() == 128 and buffer.num_envs == 2
+    assert buffer.num_frames() == 130 and buffer.num_envs == 2
     data = buffer.gather_all()
     final = data["is_last"]
     assert np.all(data["action"][final] == 0) and np.all(data["reward"][final] == 0)

@@ -140,7 +140,7 @@ def test_spec_from_example_mixed_dtypes():
     assert spec["observation"]["camera"] == rc.ArraySpec((4, 4, 3), np.uint8)
     assert spec["observation"]["state"] == rc.ArraySpec((5,), np.float16)
     assert spec["action"] == rc.ArraySpec((), np.int32)
-    assert spec["reward"] == rc.ArraySpec((), np.float64)
+    assert spec["reward"] == rc.ArraySpec((), np.float32)  # Python float -> float32 (#14)
     assert spec["count"] == rc.ArraySpec((), np.int64)
     assert spec["done"] == rc.ArraySpec((), np.bool_)
     assert spec["pair"][1][0] == rc.ArraySpec((), np.int64)

@@ -5,6 +5,9 @@ no batch is ready) and places each batch on the device (asynchronous
 dispatch), so the next batch is already there when the training step asks
 for it.
 
+Dtypes: JAX narrows 64-bit leaves (int64 -> int32, float64 -> float32) unless
+``jax_enable_x64`` is on; see :func:`as_iterator`.
+
 Placement: ``jax.device_put`` spends about 15 us of Python per array (pytree,
 sharding and dtype resolution), as much as the gather of a small batch. For
 a single target device :class:`_Placer` resolves all of that once and calls
@@ -194,10 +197,14 @@ def as_iterator(
     ``data`` is a nest like the spec, leaves ``[batch_size, num_steps, *leaf_shape]``
     (``[batch_size, *leaf_shape]`` for ``num_steps=None``) placed with
     ``jax.device_put`` on ``device`` (default: JAX's default device). Leaf
-    dtypes follow the spec, except that 64-bit leaves become 32-bit unless
-    ``jax_enable_x64`` is on (JAX's own rule). ``BufferInfo.ids`` (int64) and
-    ``probabilities`` (float64) stay numpy arrays ``[batch_size]`` so ids are
-    never truncated. A :class:`~recollect.TransitionBuffer` yields its
+    dtypes follow the spec, except that JAX narrows 64-bit leaves unless x64
+    is enabled: int64 -> int32, uint64 -> uint32, float64 -> float32 (JAX's
+    own rule; int64 values outside the int32 range wrap around silently). To
+    keep 64-bit leaves, enable x64 before JAX creates any array:
+    ``jax.config.update("jax_enable_x64", True)`` or ``JAX_ENABLE_X64=1``;
+    or store int32 actions and float32 values in the spec. ``BufferInfo.ids``
+    (int64) and ``probabilities`` (float64) stay numpy arrays ``[batch_size]``
+    so ids are never truncated. A :class:`~recollect.TransitionBuffer` yields its
     ``TransitionSample`` with ``jax.Array`` data fields instead.
 
     Iteration ends when :meth:`ReplayIterator.close` is called or the buffer is

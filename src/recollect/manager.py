@@ -54,30 +54,48 @@ class SampleIterator(Iterator[Sample]):
 class ReplayBufferManager:
     """Owns one replay buffer, its observer and its checkpoint directory.
 
+    The usual training script resumes where it stopped:
+    :meth:`create_or_load_replay_buffer` loads the checkpoint in
+    ``checkpoint_dir`` when there is one and creates an empty buffer
+    otherwise. :meth:`create_replay_buffer` refuses a directory that already
+    holds a checkpoint (its next :meth:`checkpoint` would replace it) unless
+    ``overwrite=True``.
+
     Args:
         data_spec: nest of :class:`~recollect.ArraySpec` describing one step;
-            needed by :meth:`create_replay_buffer` (optional for loading, where
-            it is checked against the checkpoint).
-        capacity: total steps stored (needed by :meth:`create_replay_buffer`).
+            needed to create a buffer (optional for loading, where it is
+            checked against the checkpoint).
+        capacity: total steps stored over all env rows (needed to create a
+            buffer; checked when loading).
         checkpoint_dir: the checkpoint directory :meth:`checkpoint` writes and
             :meth:`load_replay_buffer` reads.
-        num_envs: env rows (parallel environments).
+        num_envs: env rows (parallel environments); observer steps have this
+            leading dim. Default: 1 when creating, the checkpoint's when loading
+            (a value given is checked against the checkpoint).
         sequence_length: default window length of samples (e.g. 2 for
-            transitions); required by prioritized samplers.
+            transitions); required by prioritized samplers. Checked against the
+            checkpoint when loading.
         sampler: a :class:`~recollect.Sampler` (copied for every new buffer)
-            or a zero-argument factory of one; default uniform.
-        rng: seed or generator for sampling.
+            or a zero-argument factory of one; default uniform. A loaded buffer
+            keeps the checkpoint's sampler and its state; a sampler given here
+            must be of the same class.
+        rng: seed or generator for sampling (a loaded buffer continues the
+            checkpoint's RNG state).
 
     Raises:
-        InvalidArgumentError: from the methods, when an argument they need is missing.
+        InvalidArgumentError: from the methods, when an argument they need is
+            missing or differs from the checkpoint's.
+        CheckpointError: :meth:`create_replay_buffer` on a directory holding a
+            checkpoint (without ``overwrite=True``); :meth:`load_replay_buffer`
+            without a checkpoint or with a damaged one.
         StateError: a method other than ``close`` after :meth:`close`, or a
             buffer method before one was created or loaded.
 
     Example:
-        >>> with ReplayBufferManager(data_spec=spec, capacity=50_000,
+        >>> with ReplayBufferManager(data_spec=spec, capacity=50_000, num_envs=4,
         ...                          checkpoint_dir="ckpt/replay", sequence_length=2) as m:
-        ...     buffer, observer = m.create_replay_buffer()
-        ...     observer(batched_steps)
+        ...     buffer, observer = m.create_or_load_replay_buffer()
+        ...     observer(batched_steps)  # leaves [num_envs, ...]
         ...     batch = next(m.get_dataset(batch_size=64, num_steps=2))
         ...     m.checkpoint()
     """
@@ -88,7 +106,7 @@ class ReplayBufferManager:
         capacity: int | None = None,
         checkpoint_dir: str | os.PathLike | None = None,
         *,
-        num_envs: int = 1,
+        num_envs: int | None = None,
         sequence_length: int | None = None,
         sampler: Sampler | Callable[[], Sampler] | None = None,
         rng: RngLike = None,
@@ -153,14 +171,27 @@ class ReplayBufferManager:
         return self._sampler()
 
     # -- buffers ----------------------------------------------------------
-    def create_replay_buffer(self) -> tuple[ReplayBuffer, Observer]:
+    def has_checkpoint(self) -> bool:
+        """Whether ``checkpoint_dir`` holds a checkpoint (False without a ``checkpoint_dir``)."""
+        if self._checkpoint_dir is None:
+            return False
+        return (resolve_checkpoint(self._checkpoint_dir) / MANIFEST).is_file()
+
+    def create_replay_buffer(self, *, overwrite: bool = False) -> tuple[ReplayBuffer, Observer]:
         """Creates a new, empty buffer (replacing the current one) and its observer.
+
+        Args:
+            overwrite: allow ``checkpoint_dir`` to hold a checkpoint already;
+                the next :meth:`checkpoint` replaces it with the new buffer.
 
         Returns:
             ``(replay_buffer, observer)``.
 
         Raises:
             InvalidArgumentError: ``data_spec`` or ``capacity`` was not given.
+            CheckpointError: ``checkpoint_dir`` holds a checkpoint and
+                ``overwrite`` is False (use :meth:`create_or_load_replay_buffer`
+                or :meth:`load_replay_buffer` to continue it).
         """
         self._check_open()
         if self._data_spec is None or self._capacity is None:
@@ -168,10 +199,17 @@ class ReplayBufferManager:
                 "create_replay_buffer needs data_spec and capacity; pass them to "
                 "ReplayBufferManager(data_spec=..., capacity=...)."
             )
+        if not overwrite and self.has_checkpoint():
+            raise CheckpointError(
+                f"{self._checkpoint_dir} already holds a checkpoint; a new buffer "
+                "would replace it at the next manager.checkpoint(). Call "
+                "manager.create_or_load_replay_buffer() or manager.load_replay_buffer() to "
+                "continue it, or create_replay_buffer(overwrite=True) to start over."
+            )
         buffer = ReplayBuffer(
             self._data_spec,
             self._capacity,
-            self._num_envs,
+            1 if self._num_envs is None else self._num_envs,
             rng=self._rng,
             sampler=self._new_sampler(),
             sequence_length=self._sequence_length,
@@ -181,18 +219,23 @@ class ReplayBufferManager:
     def load_replay_buffer(self, *, mmap: bool = False) -> tuple[ReplayBuffer, Observer]:
         """Restores the buffer from ``checkpoint_dir`` (data, counters, sampler and RNG state).
 
+        Every argument given to the manager (``data_spec``, ``capacity``,
+        ``num_envs``, ``sequence_length``, the sampler's class) must match the
+        checkpoint; those not given are taken from it.
+
         Returns:
             ``(replay_buffer, observer)``.
 
         Raises:
             InvalidArgumentError: no ``checkpoint_dir``, or the checkpoint's
-                spec or capacity differs from the one given to the manager.
+                spec, capacity, num_envs, sequence_length or sampler class
+                differs from the one given to the manager (the message names it).
             CheckpointError: no checkpoint there (call :meth:`create_replay_buffer`),
                 or a damaged one (the message names the file).
         """
         self._check_open()
         directory = self._require_dir("load_replay_buffer")
-        if not (resolve_checkpoint(directory) / MANIFEST).is_file():
+        if not self.has_checkpoint():
             raise CheckpointError(
                 f"no checkpoint in {directory} (it is empty or missing); call "
                 "manager.create_replay_buffer() to start a new buffer."
@@ -200,6 +243,25 @@ class ReplayBufferManager:
         buffer = load_buffer(directory, mmap=mmap, kind="ReplayBuffer")
         self._check_matches(buffer)
         return self._adopt(buffer)
+
+    def create_or_load_replay_buffer(self, *, mmap: bool = False) -> tuple[ReplayBuffer, Observer]:
+        """Loads the checkpoint in ``checkpoint_dir`` when there is one, else creates a buffer.
+
+        The resume pattern of training scripts: run it again after a restart
+        and it continues from the last :meth:`checkpoint`. A loaded buffer is
+        checked as in :meth:`load_replay_buffer`.
+
+        Returns:
+            ``(replay_buffer, observer)``.
+
+        Raises:
+            InvalidArgumentError: see :meth:`create_replay_buffer` and
+                :meth:`load_replay_buffer`.
+            CheckpointError: a damaged checkpoint.
+        """
+        if self.has_checkpoint():
+            return self.load_replay_buffer(mmap=mmap)
+        return self.create_replay_buffer()
 
     def _require_dir(self, what: str) -> Path:
         if self._checkpoint_dir is None:
@@ -220,11 +282,25 @@ class ReplayBufferManager:
                     f"{list(zip(want.paths, want.shapes, map(str, want.dtypes), strict=True))}. "
                     "Use the checkpoint's spec, or create a new buffer."
                 )
-        if self._capacity is not None and self._capacity != buffer.capacity:
+        given = {
+            "capacity": (self._capacity, buffer.capacity),
+            "num_envs": (self._num_envs, buffer.num_envs),
+            "sequence_length": (self._sequence_length, buffer.sequence_length),
+        }
+        for name, (want, got) in given.items():
+            if want is not None and want != got:
+                raise InvalidArgumentError(
+                    f"the checkpoint in {self._checkpoint_dir} has {name}={got}; the manager "
+                    f"was given {name}={want}. Drop the argument (or pass {name}={got}) to "
+                    "continue the checkpoint, or create a new buffer elsewhere."
+                )
+        sampler = self._new_sampler()
+        if sampler is not None and type(sampler) is not type(buffer.sampler):
             raise InvalidArgumentError(
-                f"the checkpoint in {self._checkpoint_dir} has capacity={buffer.capacity}; the "
-                f"manager was given capacity={self._capacity}. Drop the argument or create a "
-                "new buffer."
+                f"the checkpoint in {self._checkpoint_dir} has a {type(buffer.sampler).__name__} "
+                f"sampler; the manager was given a {type(sampler).__name__}. A loaded buffer "
+                "keeps its sampler and its state: drop the sampler argument or create a new "
+                "buffer elsewhere."
             )
 
     # -- using the buffer -------------------------------------------------

@@ -17,21 +17,26 @@ import optree
 
 from recollect.errors import ShapeError, StateError
 from recollect.specs import leaf_paths
-from recollect.validation import check_structure, convert_step
+from recollect.validation import as_numpy, check_structure, convert_step
 
 __all__ = ["Observer"]
 
 
-def to_numpy(value: Any) -> Any:
-    """Converts a torch/TF tensor or anything with ``__array__`` to numpy (no copy if possible)."""
+def to_numpy(value: Any, path: str = "<root>", what: str = "observer step") -> Any:
+    """Converts a torch/TF tensor or anything with ``__array__`` to numpy (no copy if possible).
+
+    Raises:
+        DTypeError: a tensor dtype numpy lacks (``torch.bfloat16``); the message
+            names ``path`` and says to convert it.
+    """
     if isinstance(value, np.ndarray):
         return value
     module = type(value).__module__
     if module.startswith("torch") and hasattr(value, "detach"):
-        return value.detach().cpu().numpy()
-    if module.startswith("tensorflow") and hasattr(value, "numpy"):
-        return value.numpy()
-    return np.asarray(value)
+        value = value.detach().cpu()
+    elif module.startswith("tensorflow") and hasattr(value, "numpy"):
+        value = value.numpy()
+    return as_numpy(value, path, what)
 
 
 class Observer:
@@ -50,7 +55,8 @@ class Observer:
         SpecError: the nest does not have the spec's leaf paths.
         ShapeError: leaves disagree on their leading dims, or one step is
             given to a buffer with several env rows.
-        DTypeError, CastError: a value cannot be stored safely (nothing is written).
+        DTypeError, CastError: a value cannot be stored safely (nothing is written),
+            e.g. a ``torch.bfloat16`` tensor (convert it with ``.float()``).
         StateError: the observer was closed (its manager was closed).
 
     Example:
@@ -98,7 +104,8 @@ class Observer:
     def __call__(self, steps: Any) -> None:
         if self._closed:
             raise StateError("this observer's manager was closed; create or load a new buffer.")
-        arrays = [to_numpy(v) for v in self._flatten(steps)]
+        leaves = self._flatten(steps)
+        arrays = [to_numpy(v, p) for v, p in zip(leaves, self._flat.paths, strict=True)]
         extra = self._extra_dims(arrays)
         buffer, num_envs = self._buffer, self._buffer.num_envs
         if extra == 0:

@@ -91,6 +91,15 @@ class ArraySpec:
         """
         if isinstance(spec, ArraySpec):
             return spec
+        dtype_name = _dtype_name(spec)
+        if dtype_name is not None:
+            numpy_name = np.dtype(dtype_name.removeprefix("torch.")).name
+            raise SpecError(
+                f"got the dtype {dtype_name} instead of a spec; a spec leaf needs a shape "
+                f"and a dtype. Use recollect.ArraySpec(shape, dtype), e.g. "
+                f"ArraySpec((), np.{numpy_name}) for a scalar or "
+                f"ArraySpec((4,), np.{numpy_name}) for a vector of 4."
+            )
         if not (hasattr(spec, "shape") and hasattr(spec, "dtype")):
             raise SpecError(
                 f"a spec leaf needs .shape and .dtype; got {type(spec).__name__}: {spec!r}. "
@@ -118,8 +127,25 @@ class ArraySpec:
         return cls(tuple(shape), dtype, name if isinstance(name, str) else None)
 
 
+def _dtype_name(x: Any) -> str | None:
+    """The name of ``x`` when it is a dtype alone (numpy, scalar type, string, torch), or None."""
+    if isinstance(x, type | np.dtype | str):
+        try:
+            return np.dtype(x).name
+        except TypeError:
+            return None
+    if type(x).__module__.startswith("torch") and type(x).__name__ == "dtype":
+        try:
+            np.dtype(str(x).removeprefix("torch."))
+        except TypeError:
+            return None
+        return str(x)
+    return None
+
+
 def _is_spec_leaf(x: Any) -> bool:
-    return hasattr(x, "shape") and hasattr(x, "dtype")
+    # np.float32 (a class) has .shape and .dtype descriptors: a dtype, not a spec
+    return not isinstance(x, type) and hasattr(x, "shape") and hasattr(x, "dtype")
 
 
 def _entry_name(entry: Any) -> str:
@@ -197,19 +223,41 @@ class FlatSpec:
         return sum(leaf.nbytes for leaf in self.leaves)
 
 
+#: dtypes that Python scalars in an example step take (numpy would make floats float64).
+PYTHON_SCALAR_DTYPES = {
+    bool: np.dtype(np.bool_),
+    int: np.dtype(np.int64),
+    float: np.dtype(np.float32),
+}
+
+
 def spec_from_example(step: Any) -> Any:
     """Infers a spec from one example step (a nest of arrays or scalars).
 
-    Python floats become float64 and ints int64, as ``np.asarray`` makes them.
+    Arrays and numpy scalars keep their dtype. Python scalars follow one rule,
+    the dtypes RL code stores them in: ``float`` -> float32 (rewards,
+    discounts), ``int`` -> int64 (discrete actions), ``bool`` -> bool (flags).
+    numpy would make a Python float float64; pass ``np.float64(x)`` or an
+    array to keep float64. Later values are cast to these dtypes under the
+    usual rule (``same_kind`` and lossless, else an error).
+
+    Example:
+        >>> spec_from_example({"reward": 1.0, "action": 2, "done": False})
+        ... # {'reward': ArraySpec((), float32), 'action': ArraySpec((), int64),
+        ... #  'done': ArraySpec((), bool)}
 
     Raises:
-        SpecError: the example has no leaves.
+        SpecError: the example has no leaves, or a leaf is not numeric.
     """
     leaves, treedef = optree.tree_flatten(step, none_is_leaf=False)
     if not leaves:
         raise SpecError("the example step has no leaves.")
     specs = []
     for leaf in leaves:
+        dtype = PYTHON_SCALAR_DTYPES.get(type(leaf))
+        if dtype is not None:
+            specs.append(ArraySpec((), dtype))
+            continue
         arr = np.asarray(leaf)
         specs.append(ArraySpec(arr.shape, arr.dtype))
     return optree.tree_unflatten(treedef, specs)

@@ -20,19 +20,29 @@ see the ``_tf_eager`` module; inside a ``tf.function``, in Keras and after
 any transformation but ``prefetch`` the pipeline above runs.
 
 The sampling dataset is endless; it ends cleanly when the buffer is closed
-(``buffer.closed``). Sampling a buffer without a valid window raises (the
-error surfaces from the iterator as a ``tf.errors`` error carrying recollect's
-message); it never yields zeros.
+(``buffer.closed``). Sampling a buffer without a valid window raises; it never
+yields zeros.
+
+Errors: argument errors are raised by :func:`as_dataset` itself with their
+recollect type. Errors raised while sampling cross TensorFlow's runtime,
+which keeps only a status code and a message: they surface from the iterator
+as ``tf.errors.UnknownError`` (``tf.errors.InvalidArgumentError`` for
+``ValueError``/``TypeError`` subclasses) whose message contains
+``"<RecollectClass>: <message>"``. :func:`unwrap_error` returns the recollect
+error: the original one in eager iteration (the TF error's ``__cause__``),
+rebuilt from the message inside a ``tf.function`` or Keras.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from recollect import errors
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
@@ -44,7 +54,33 @@ try:  # the eager fast path builds on TensorFlow internals; without them the pip
 except ImportError:  # pragma: no cover - a TensorFlow that moved them
     _tf_eager = None  # type: ignore[assignment]
 
-__all__ = ["as_dataset", "input_fn", "make_sample_fn", "map_element"]
+__all__ = ["as_dataset", "input_fn", "make_sample_fn", "map_element", "unwrap_error"]
+
+_ERROR_IN_MESSAGE = re.compile(r"\b([A-Z]\w*Error): ([^\n]*)")
+
+
+def unwrap_error(err: BaseException) -> BaseException:
+    """The recollect error a ``tf.errors`` error wraps, else ``err`` itself.
+
+    Eager iteration keeps the original as ``err.__cause__``; inside a
+    ``tf.function`` only the message survives, and the error is rebuilt from
+    its ``"<RecollectClass>: <message>"`` (first line of the message).
+
+    Example:
+        >>> try:
+        ...     items, info = next(iterator)
+        ... except tf.errors.OpError as err:
+        ...     raise unwrap_error(err) from err   # e.g. NotEnoughDataError
+    """
+    cause = err.__cause__
+    if isinstance(cause, errors.RecollectError):
+        return cause
+    if isinstance(err, tf.errors.OpError):
+        for name, message in _ERROR_IN_MESSAGE.findall(err.message):
+            cls = getattr(errors, name, None)
+            if isinstance(cls, type) and issubclass(cls, errors.RecollectError):
+                return cls(message)
+    return err
 
 
 def check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
@@ -154,9 +190,10 @@ def as_dataset(
         InvalidArgumentError: a non-positive size, ``num_steps`` > the buffer's
             ``max_length``, or a deterministic pass over a buffer that is not a
             :class:`~recollect.ReplayBuffer`.
-        NotEnoughDataError: (while iterating, wrapped in a ``tf.errors``
-            error) no valid window is stored, or, in a deterministic pass, the
-            windows were overwritten or cleared before they were read.
+        NotEnoughDataError: (while iterating, wrapped in a
+            ``tf.errors.UnknownError``; :func:`unwrap_error` returns it) no
+            valid window is stored, or, in a deterministic pass, the windows
+            were overwritten or cleared before they were read.
     """
     check_args(buffer, sample_batch_size, num_steps)
     num_steps = _time_steps(buffer, num_steps)  # sampled alike; gives the static shape

@@ -30,6 +30,7 @@ from recollect.prefetch import (
     check_threads,
     draw_concurrent,
 )
+from recollect.errors import InvalidArgumentError
 
 __all__ = ["ReplayDataset", "as_tensors"]
 
@@ -89,7 +90,10 @@ class ReplayDataset(torch.utils.data.IterableDataset):
 
     Use ``DataLoader(dataset, batch_size=None)`` (batches are already formed)
     and ``num_workers=0``: the buffer lives in this process; the prefetch
-    thread already overlaps sampling with training.
+    thread already overlaps sampling with training. In a worker process
+    (``num_workers > 0``) iteration raises ``InvalidArgumentError``: each
+    worker would sample its own frozen copy of the buffer, yielding the same
+    batches as the other workers and never any new data.
 
     Args:
         buffer: a :class:`~recollect.ReplayBuffer` (or anything with ``sample``).
@@ -107,7 +111,8 @@ class ReplayDataset(torch.utils.data.IterableDataset):
 
     Raises:
         InvalidArgumentError: ``prefetch`` < 1 (bad ``batch_size``/``num_steps``
-            are raised by the first ``next()``).
+            are raised by the first ``next()``); iterating it in a DataLoader
+            worker process (``num_workers > 0``).
 
     Example:
         >>> loader = DataLoader(ReplayDataset(buf, batch_size=32, num_steps=2), batch_size=None)
@@ -151,6 +156,15 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         return self._closed.is_set() or buffer_closed(self.buffer)
 
     def __iter__(self) -> Iterator[tuple[Any, BufferInfo]]:
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None:
+            raise InvalidArgumentError(
+                "ReplayDataset cannot be iterated in a DataLoader worker process (got "
+                f"num_workers={worker.num_workers}): every worker samples its own copy of the "
+                "buffer, so they yield the same batches and never see new data. Use "
+                "DataLoader(dataset, batch_size=None, num_workers=0); the dataset already "
+                "prefetches on threads (raise num_threads for more)."
+            )
         if self._closed.is_set():
             return iter(())
         prefetcher = Prefetcher(self._draw, self.prefetch, self._should_stop, self.num_threads)

@@ -17,7 +17,24 @@ import optree
 from recollect.errors import CastError, DTypeError, ShapeError, SpecError
 from recollect.specs import FlatSpec, leaf_paths
 
-__all__ = ["check_structure", "convert_leaf", "convert_step"]
+__all__ = ["as_numpy", "check_structure", "convert_leaf", "convert_step"]
+
+
+def as_numpy(value: Any, path: str, what: str) -> np.ndarray:
+    """``np.asarray(value)``; a tensor whose dtype numpy lacks raises :class:`DTypeError`.
+
+    Ragged nested sequences become an object array (reported by the caller).
+    """
+    try:
+        return np.asarray(value)
+    except ValueError:  # ragged nested sequences
+        return np.empty((), dtype=object)
+    except TypeError as err:  # e.g. torch.bfloat16: "Got unsupported ScalarType BFloat16"
+        raise DTypeError(
+            f"{what} leaf '{path}': got a {type(value).__name__} of dtype "
+            f"{getattr(value, 'dtype', '?')}, which has no numpy equivalent. Convert it first, "
+            "e.g. tensor.float() (torch) or a cast to the spec's dtype."
+        ) from err
 
 
 def check_structure(flat: FlatSpec, data: Any, what: str) -> list[Any]:
@@ -51,19 +68,20 @@ def check_structure(flat: FlatSpec, data: Any, what: str) -> list[Any]:
 
 
 def convert_leaf(
-    value: Any, shape: tuple[int, ...], dtype: np.dtype, path: str, what: str
+    value: Any, shape: tuple[int, ...], dtype: np.dtype, path: str, what: str, lead: int = 0
 ) -> np.ndarray:
     """Returns ``value`` as an array of exactly ``shape`` and ``dtype``.
 
+    ``lead`` is how many of ``shape``'s dims are env dims in front of the
+    spec's shape (1 for ``add_batch``: ``[num_envs]``); it only shapes the message.
+
     Raises:
         ShapeError: the shape differs (leading dims included).
-        DTypeError: the dtype cannot be cast with ``same_kind``.
+        DTypeError: the dtype cannot be cast with ``same_kind``, or has no numpy
+            equivalent (``torch.bfloat16``).
         CastError: the cast would lose values.
     """
-    try:
-        arr = value if type(value) is np.ndarray else np.asarray(value)
-    except ValueError:  # ragged nested sequences
-        arr = np.empty((), dtype=object)
+    arr = value if type(value) is np.ndarray else as_numpy(value, path, what)
     if arr.dtype.hasobject:
         raise SpecError(
             f"{what} leaf '{path}': expected an array of shape {shape} and dtype {dtype}, "
@@ -73,7 +91,7 @@ def convert_leaf(
     if arr.shape != shape:
         raise ShapeError(
             f"{what} leaf '{path}': expected shape {shape}, got {arr.shape}. "
-            "Leading dims are the env/batch dims; the rest must equal the spec's shape."
+            + _shape_hint(arr.shape, shape, lead)
         )
     if arr.dtype == dtype:
         return arr
@@ -84,6 +102,24 @@ def convert_leaf(
         )
     _check_lossless(arr, dtype, path, what)
     return arr.astype(dtype)
+
+
+def _shape_hint(got: tuple[int, ...], shape: tuple[int, ...], lead: int) -> str:
+    spec_shape = shape[lead:]
+    if lead == 0:
+        return f"One step must have exactly the spec's shape {spec_shape}."
+    if lead == 1:
+        hint = (
+            f"The first dim is the buffer's num_envs={shape[0]} (one step per env row), "
+            f"the rest the spec's shape {spec_shape}."
+        )
+        if len(got) == len(shape) and got[1:] == spec_shape:
+            hint += (
+                f" Give every leaf a leading dim of {shape[0]}, or create the buffer with "
+                f"num_envs={got[0]}."
+            )
+        return hint
+    return f"The first {lead} dims are {shape[:lead]}, the rest the spec's shape {spec_shape}."
 
 
 def _check_lossless(arr: np.ndarray, dtype: np.dtype, path: str, what: str) -> None:
@@ -176,5 +212,5 @@ def _convert_leaves(
         if type(value) is np.ndarray and value.dtype == dtype and value.shape == leading + shape:
             out.append(value)
         else:
-            out.append(convert_leaf(value, leading + shape, dtype, path, what))
+            out.append(convert_leaf(value, leading + shape, dtype, path, what, len(leading)))
     return out

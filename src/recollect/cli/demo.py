@@ -171,7 +171,13 @@ def _report(out: Path, summary: dict[str, Any]) -> None:
     show_default=True,
     help="Replay buffer capacity in steps (a multiple of --num-envs).",
 )
-@click.option("--seed", type=int, default=_DEFAULTS["seed"], show_default=True)
+@click.option(
+    "--seed",
+    type=int,
+    default=_DEFAULTS["seed"],
+    show_default=True,
+    help="Seeds envs, exploration, network and replay sampling (runs are deterministic).",
+)
 @click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cpu, cuda.")
 @click.option(
     "--out",

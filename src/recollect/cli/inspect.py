@@ -5,10 +5,19 @@ present, RLDS layout). An episode counts as complete when its end is stored
 and its start too (an ``is_first`` step, or, without ``is_first``, an earlier
 ``is_last`` in the same row). With ``is_first`` (RLDS) the final step holds
 only the final observation, so an episode's length is its steps minus one.
+
+PATH is a checkpoint directory (``buf.save``, ``manager.checkpoint``,
+``recollect populate``) or the directory of a memmap buffer
+(``ReplayBuffer(..., storage="memmap", directory=PATH)``), which is reopened
+with the spec, capacity, num_envs and frame stacks in its ``manifest.json``
+through a scratch directory of links, so inspecting never rewrites it.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +75,12 @@ def episode_stats(flat: Any, data: list[np.ndarray]) -> dict[str, Any]:
 def _describe(values: np.ndarray) -> str:
     if not len(values):
         return "n/a"
-    return (
-        f"mean {values.mean():.2f}  std {values.std():.2f}  "
-        f"min {values.min():.2f}  max {values.max():.2f}"
+    lo, hi = (
+        (f"{values.min()}", f"{values.max()}")
+        if values.dtype.kind in "iu"
+        else (f"{values.min():.2f}", f"{values.max():.2f}")
     )
+    return f"mean {values.mean():.2f}  std {values.std():.2f}  min {lo}  max {hi}"
 
 
 def _spec_table(flat: Any) -> str:
@@ -111,11 +122,50 @@ def _plot(stats: dict[str, Any], actions: np.ndarray | None, output: Path) -> No
     plt.close(fig)
 
 
+def _memmap_manifest(path: Path) -> dict[str, Any] | None:
+    """The manifest of a memmap buffer directory, or None when ``path`` is something else."""
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return (
+        manifest
+        if isinstance(manifest, dict) and manifest.get("storage") == "memmap"
+        else None
+    )
+
+
+def _open_memmap(path: Path, manifest: dict[str, Any], scratch: Path) -> Any:
+    """Reopens the memmap buffer at ``path`` through links in ``scratch``.
+
+    Reopening flushes and rewrites the manifest (with this reader's sampler);
+    the copy in ``scratch`` takes those writes, the data files are only read.
+    """
+    from recollect.buffers.replay_buffer import ReplayBuffer
+
+    for file in path.iterdir():
+        if file.name != "manifest.json":
+            (scratch / file.name).symlink_to(file.resolve())
+    shutil.copyfile(path / "manifest.json", scratch / "manifest.json")
+    return ReplayBuffer.from_config(manifest["config"], storage="memmap", directory=scratch)
+
+
 def inspect_checkpoint(path: str, output: Path | None) -> str:
-    """Loads the checkpoint at ``path`` and returns the report; writes the plot to ``output``."""
+    """Loads the checkpoint (or memmap directory) at ``path`` and returns the report.
+
+    Writes the plot to ``output`` unless it is None.
+    """
     from recollect.checkpoint import load_buffer
 
-    loaded = load_buffer(path, mmap=True)
+    manifest = _memmap_manifest(Path(path))
+    if manifest is None:
+        return _report(path, load_buffer(path, mmap=True), None, output)
+    with tempfile.TemporaryDirectory(prefix="recollect-inspect-") as scratch:
+        buffer = _open_memmap(Path(path), manifest, Path(scratch))
+        return _report(path, buffer, manifest, output)
+
+
+def _report(path: str, loaded: Any, memmap: dict[str, Any] | None, output: Path | None) -> str:
     buffer = getattr(loaded, "replay_buffer", loaded) if loaded.num_frames() else loaded
     if not hasattr(buffer, "gather_all"):  # an empty TransitionBuffer
         return f"{path}: empty {type(loaded).__name__} (capacity {loaded.capacity})"
@@ -130,15 +180,18 @@ def inspect_checkpoint(path: str, output: Path | None) -> str:
         actions = actions.reshape(-1, *actions.shape[2:])
     if output is not None:
         _plot(stats, actions, output)
+    kind = type(loaded).__name__ if memmap is None else f"memmap {type(loaded).__name__}"
+    sampler = type(buffer.sampler).__name__
+    rows = f"{buffer.num_envs} env row{'s' if buffer.num_envs != 1 else ''}"
     lines = [
         f"checkpoint   {path}",
-        f"kind         {type(loaded).__name__}",
-        f"capacity     {buffer.capacity} ({buffer.num_envs} env rows)",
+        f"kind         {kind}",
+        f"capacity     {buffer.capacity} ({rows})",
         f"steps        {buffer.num_frames()}",
         f"episodes     {len(stats['lengths'])} complete, {stats['partial']} partial",
         f"return       {_describe(stats['returns'])}",
-        f"length       {_describe(stats['lengths'].astype(np.float64))}",
-        f"sampler      {type(buffer.sampler).__name__}",
+        f"length       {_describe(stats['lengths'])}",
+        f"sampler      {sampler}",
         "",
         _spec_table(flat),
     ]
@@ -159,7 +212,7 @@ def inspect_checkpoint(path: str, output: Path | None) -> str:
 )
 @click.option("--no-plot", is_flag=True, help="skip the plot.")
 def inspect_command(path: str, output: str, no_plot: bool) -> None:
-    """Print what the checkpoint at PATH holds and plot its episodes."""
+    """Print what the checkpoint or memmap buffer directory at PATH holds; plot its episodes."""
     try:
         report = inspect_checkpoint(path, None if no_plot else Path(output))
     except RecollectError as err:

@@ -5,11 +5,17 @@ is_first, is_last, is_terminal``. An episode of ``L`` actions is stored as
 ``L + 1`` steps; the last one holds the final observation (``is_last``) with
 a zero action and reward. Several envs (``--num-envs``) advance in lockstep,
 one ``add_batch`` per step.
+
+When the command finishes it closes every open episode with its final step
+(``is_last``, not ``is_terminal``: a truncation), so a later ``--append`` never
+joins an old episode to a new one.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +47,9 @@ def rlds_spec(observation_space: Any, action_space: Any) -> dict[str, Any]:
 def load_policy(name: str, envs: list[Any]) -> Callable[[np.ndarray], Any]:
     """``"random"`` (each env's action space, seeded) or ``"module:callable"``.
 
+    The module is looked up on ``sys.path`` and, first, in the current directory
+    (an installed ``recollect`` script does not put it on ``sys.path``).
+
     Raises:
         click.ClickException: the module or callable cannot be found.
     """
@@ -49,12 +58,18 @@ def load_policy(name: str, envs: list[Any]) -> Callable[[np.ndarray], Any]:
     module_name, sep, attr = name.partition(":")
     if not sep or not module_name or not attr:
         raise click.ClickException(f"--policy must be 'random' or 'module:callable'; got {name!r}.")
+    cwd_added = os.getcwd() not in sys.path
+    if cwd_added:
+        sys.path.insert(0, os.getcwd())
     try:
         obj: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as err:
         raise click.ClickException(f"cannot load policy {name!r}: {err}") from err
+    finally:
+        if cwd_added:
+            sys.path.remove(os.getcwd())
     if not callable(obj):
         raise click.ClickException(f"policy {name!r} is not callable.")
     return obj
@@ -118,6 +133,24 @@ class Collector:
         batch["reward"], batch["discount"] = rewards, discounts
         return batch
 
+    def close_episodes(self) -> dict[str, np.ndarray]:
+        """The final step of every env's open episode (the collection ends; a truncation).
+
+        Its observation is the pending one, with a zero action and reward and
+        ``is_last``; ``is_terminal`` only where the env had terminated.
+        """
+        n = len(self.envs)
+        template = np.asarray(self.envs[0].action_space.sample())
+        return {
+            "observation": self.obs.copy(),
+            "action": np.zeros((n, *template.shape), template.dtype),
+            "reward": np.zeros(n, np.float32),
+            "discount": np.where(self.final & self.terminal, 0.0, 1.0).astype(np.float32),
+            "is_first": self.is_first.copy(),
+            "is_last": np.ones(n, bool),
+            "is_terminal": self.final & self.terminal,
+        }
+
 
 def _make_envs(env_id: str, num_envs: int) -> list[Any]:
     try:
@@ -133,61 +166,140 @@ def _make_envs(env_id: str, num_envs: int) -> list[Any]:
         raise click.ClickException(f"unknown environment {env_id!r}: {first_line}") from err
 
 
+def _check_steps(steps_per_run: int, num_envs: int) -> None:
+    if steps_per_run % num_envs:
+        lo = steps_per_run - steps_per_run % num_envs
+        hint = f"use {lo} or {lo + num_envs}" if lo else f"use {num_envs}"
+        raise click.BadParameter(
+            f"--steps-per-run {steps_per_run} is not a multiple of --num-envs {num_envs} "
+            f"(each iteration adds one step per env); {hint}.",
+            param_hint="--steps-per-run",
+        )
+
+
+def _open_buffer(manager: Any, path: Path, overwrite: bool, append: bool) -> Any:
+    """``(buffer, observer)``: the checkpoint at ``path`` continued, replaced or refused."""
+    if append:
+        return manager.create_or_load_replay_buffer()
+    if manager.has_checkpoint() and not overwrite:
+        raise click.ClickException(
+            f"{path} already holds a checkpoint; pass --append to continue it, --overwrite "
+            "to replace it, or choose another --buffer-name."
+        )
+    return manager.create_replay_buffer(overwrite=overwrite)
+
+
 @main.command()
 @click.option("--env", "env_id", required=True, help="gymnasium env id, e.g. CartPole-v1.")
 @click.option(
     "--policy",
     default="random",
     show_default=True,
-    help="'random' or 'module:callable' (observation batch -> actions).",
+    help="'random' or 'module:callable' (observation batch -> actions); the module is "
+    "also looked up in the current directory.",
 )
-@click.option("--buffer-name", default="replay-buffer", show_default=True)
-@click.option("--capacity", type=click.IntRange(min=1), default=50_000, show_default=True)
+@click.option(
+    "--buffer-name",
+    default="replay-buffer",
+    show_default=True,
+    help="the checkpoint is written to CHECKPOINT_DIR/BUFFER_NAME.",
+)
+@click.option(
+    "--capacity",
+    type=click.IntRange(min=1),
+    default=None,
+    help="replay buffer capacity in steps over all envs, a multiple of --num-envs  "
+    "[default: 50000; with --append: the checkpoint's]",
+)
 @click.option(
     "--steps-per-run",
     type=click.IntRange(min=1),
     default=672,
     show_default=True,
-    help="steps added per run (over all envs); a checkpoint follows every run.",
+    help="steps added per run over all envs (a multiple of --num-envs); a checkpoint "
+    "follows every run.",
 )
-@click.option("--num-runs", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--checkpoint-dir", type=click.Path(file_okay=False), required=True)
-@click.option("--num-envs", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--num-runs", type=click.IntRange(min=1), default=10, show_default=True, help="runs.")
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="directory that holds the buffer's checkpoint directory.",
+)
+@click.option(
+    "--num-envs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="envs stepped in lockstep = buffer env rows  [default: 1; with --append: the "
+    "checkpoint's]",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="seeds env i with SEED + i and the buffer's sampling rng; with --append use "
+    "another seed than before, or the envs replay the same episodes.",
+)
+@click.option(
+    "--overwrite", is_flag=True, help="replace an existing checkpoint at DIR/BUFFER_NAME."
+)
+@click.option(
+    "--append",
+    is_flag=True,
+    help="continue an existing checkpoint at DIR/BUFFER_NAME (created when missing).",
+)
+@click.option(
+    "--progress/--no-progress", default=True, show_default=True, help="show a progress bar."
+)
 def populate(
     env_id: str,
     policy: str,
     buffer_name: str,
-    capacity: int,
+    capacity: int | None,
     steps_per_run: int,
     num_runs: int,
     checkpoint_dir: str,
-    num_envs: int,
+    num_envs: int | None,
     seed: int,
+    overwrite: bool,
+    append: bool,
     progress: bool,
 ) -> None:
-    """Pre-populate a replay buffer with a baseline policy; checkpoint it to DIR/BUFFER_NAME."""
+    """Pre-populate a replay buffer with a baseline policy; checkpoint it to DIR/BUFFER_NAME.
+
+    An existing checkpoint there is refused unless --overwrite (start over) or
+    --append (add to it) is given.
+    """
     from tqdm import tqdm
 
     from recollect.manager import ReplayBufferManager
 
-    envs = _make_envs(env_id, num_envs)
-    collector = Collector(envs, load_policy(policy, envs), seed)
+    if overwrite and append:
+        raise click.UsageError("pass --overwrite or --append, not both.")
+    if num_envs is not None:
+        _check_steps(steps_per_run, num_envs)
+    envs = _make_envs(env_id, 1)  # the spec; the other envs once num_envs is known
     path = Path(checkpoint_dir) / buffer_name
     spec = rlds_spec(envs[0].observation_space, envs[0].action_space)
+    if not (append and ReplayBufferManager(checkpoint_dir=path).has_checkpoint()):
+        capacity, num_envs = capacity or 50_000, num_envs or 1
     start = time.perf_counter()
     try:
         with ReplayBufferManager(spec, capacity, path, num_envs=num_envs, rng=seed) as manager:
-            _, observer = manager.create_replay_buffer()
-            iterations = -(-steps_per_run // num_envs)
-            with tqdm(
-                total=iterations * num_envs * num_runs, unit="step", disable=not progress
-            ) as bar:
-                for _ in range(num_runs):
+            buffer, observer = _open_buffer(manager, path, overwrite, append)
+            capacity, num_envs = buffer.capacity, buffer.num_envs
+            _check_steps(steps_per_run, num_envs)
+            envs += _make_envs(env_id, num_envs - 1)
+            collector = Collector(envs, load_policy(policy, envs), seed)
+            iterations = steps_per_run // num_envs
+            with tqdm(total=steps_per_run * num_runs, unit="step", disable=not progress) as bar:
+                for run in range(num_runs):
                     for _ in range(iterations):
                         observer(collector.step())
                         bar.update(num_envs)
+                    if run == num_runs - 1:
+                        observer(collector.close_episodes())
                     manager.checkpoint()
             stored = manager.num_frames()
     except RecollectError as err:
@@ -198,7 +310,7 @@ def populate(
     returns = np.asarray(collector.returns)
     mean = f"{returns.mean():.2f}" if len(returns) else "n/a"
     click.echo(
-        f"populated {path}: {observer.num_steps} steps added, {stored} stored "
-        f"(capacity {capacity}), {len(returns)} episodes finished, mean return {mean}, "
-        f"{time.perf_counter() - start:.2f} s"
+        f"populated {path}: {observer.num_steps} steps added (the last {num_envs} close the "
+        f"open episodes), {stored} stored (capacity {capacity}), {len(returns)} episodes "
+        f"finished, mean return {mean}, {time.perf_counter() - start:.2f} s"
     )

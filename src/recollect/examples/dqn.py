@@ -14,9 +14,10 @@ Steps follow the RLDS layout, one per env per vector step::
     discount     d_t        float32 []    0 when a_t ended the episode in a terminal state
     is_first, is_last, is_terminal  bool []
 
-gymnasium 1.x vector envs autoreset in ``NEXT_STEP`` mode: the step after
-``terminated or truncated`` ignores the action and returns the reset
-observation with reward 0. That step is exactly the RLDS final step: its
+Steps come from :class:`recollect.drivers.VectorEnvDriver` (imported here as
+``Driver``): gymnasium 1.x vector envs autoreset in ``NEXT_STEP`` mode, where
+the step after ``terminated or truncated`` ignores the action and returns the
+reset observation with reward 0. That step is exactly the RLDS final step: its
 observation is the episode's last observation, it has ``is_last=True`` and
 ``is_terminal=terminated``. A truncated episode ends with ``is_last`` but not
 ``is_terminal`` (and ``d = 1``), so its last transition still bootstraps.
@@ -39,7 +40,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -49,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import recollect
+from recollect.drivers import VectorEnvDriver as Driver
 from recollect.errors import InvalidArgumentError
 
 __all__ = [
@@ -157,44 +159,6 @@ def rlds_spec(env: gym.vector.VectorEnv) -> dict[str, recollect.ArraySpec]:
         "is_last": flag,
         "is_terminal": flag,
     }
-
-
-class Driver:
-    """Steps a vector env and hands each batch of RLDS steps to ``observers``.
-
-    The TF-Agents driver shape: ``step(actions)`` acts once in every env and
-    calls ``observer(steps)`` with a nest whose leaves have leading dim
-    ``num_envs``; ``ReplayBuffer.add_batch`` is such an observer.
-    """
-
-    def __init__(self, env: gym.vector.VectorEnv, observers: Sequence[Callable], seed: int):
-        self.env, self.observers = env, list(observers)
-        self.obs, _ = env.reset(seed=seed)
-        n = env.num_envs
-        self._first = np.ones(n, bool)  # the next step opens an episode
-        self._ended = np.zeros(n, bool)  # the current observation is an episode's last
-        self._terminal = np.zeros(n, bool)
-
-    def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
-        """Acts with ``actions`` [num_envs] and returns the RLDS steps written."""
-        next_obs, reward, terminated, truncated, _ = self.env.step(actions)
-        steps = {
-            "observation": np.asarray(self.obs, np.float32),
-            "action": np.asarray(actions, np.int64),
-            "reward": np.asarray(reward, np.float32),
-            "discount": (~terminated).astype(np.float32),
-            "is_first": self._first,
-            "is_last": self._ended,
-            "is_terminal": self._terminal,
-        }
-        for observer in self.observers:
-            observer(steps)
-        # On a final step the env reset (NEXT_STEP): terminated/truncated are False there.
-        self._first = self._ended.copy()
-        self._ended = terminated | truncated
-        self._terminal = terminated.copy()
-        self.obs = next_obs
-        return steps
 
 
 class EpisodeStats:

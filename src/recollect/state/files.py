@@ -168,7 +168,8 @@ def write_in_place(
     """
     writer = _Writer(directory, None, live=True)
     tree = writer.encode(state, "state")
-    data = writer.manifest(kind, {"config": config, "layout": None, "state": tree})
+    body = {"config": config, "layout": None, "state": tree, "storage": "memmap"}
+    data = writer.manifest(kind, body)
     tmp = directory / f"{MANIFEST}.tmp-{secrets.token_hex(4)}"
     _write_manifest(tmp, data)
     os.replace(tmp, directory / MANIFEST)
