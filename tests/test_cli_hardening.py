@@ -130,4 +130,4 @@ def test_inspect_reads_a_memmap_directory_without_changing_it(tmp_path):
                      "episodes     4 complete, 2 partial"):  # fmt: skip
         assert expected in result.output, result.output
     assert (directory / "manifest.json").read_bytes() == manifest
-    assert json.loads(manifest)["sampler"] == "Prioritized"
+    assert json.loads(manifest)["config"]["sampler"]["type"] == "Prioritized"
