@@ -155,6 +155,9 @@ def _make_envs(env_id: str, num_envs: int) -> list[Any]:
 @click.option("--num-envs", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option(
+    "--from-dataset", help="Minari dataset id to load first; collection continues after it."
+)
 def populate(
     env_id: str,
     policy: str,
@@ -166,6 +169,7 @@ def populate(
     num_envs: int,
     seed: int,
     progress: bool,
+    from_dataset: str | None,
 ) -> None:
     """Pre-populate a replay buffer with a baseline policy; checkpoint it to DIR/BUFFER_NAME."""
     from tqdm import tqdm
@@ -179,7 +183,13 @@ def populate(
     start = time.perf_counter()
     try:
         with ReplayBufferManager(spec, capacity, path, num_envs=num_envs, rng=seed) as manager:
-            _, observer = manager.create_replay_buffer()
+            if from_dataset:
+                from recollect.cli.datasets import seed_from_dataset
+
+                seed_from_dataset(from_dataset, spec, capacity, num_envs, seed, path)
+                _, observer = manager.load_replay_buffer()
+            else:
+                _, observer = manager.create_replay_buffer()
             iterations = -(-steps_per_run // num_envs)
             with tqdm(
                 total=iterations * num_envs * num_runs, unit="step", disable=not progress
