@@ -84,9 +84,14 @@ def _append(buf: ReplayBuffer, flat: FlatSpec, leaves: list[np.ndarray]) -> None
     The public API writes one step per call (``add_batch``); a bulk
     ``extend`` of the core would replace this loop.
     """
-    unflatten, add_batch = flat.unflatten, buf.add_batch
+    add_batch = buf.add_batch
+    if isinstance(flat.spec, dict) and all("/" not in path for path in flat.paths):
+        keys = flat.paths  # a flat dict spec: a dict is cheaper to build than an optree unflatten
+        for step in zip(*leaves, strict=True):
+            add_batch(dict(zip(keys, step, strict=True)))
+        return
     for step in zip(*leaves, strict=True):
-        add_batch(unflatten(step))
+        add_batch(flat.unflatten(step))
 
 
 def write_rows(
