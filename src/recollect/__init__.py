@@ -17,7 +17,7 @@ from recollect.specs import ArraySpec, spec_from_example, spec_from_space
 from recollect.storage.frame_store import FrameStack
 from recollect.version import __version__
 
-_LAZY_SUBMODULES = ("torch", "jax", "tf_data", "tf_agents")
+_LAZY_SUBMODULES = ("torch", "jax", "tf_data", "tf_agents", "datasets", "sb3", "drivers")
 
 
 def __getattr__(name: str):  # PEP 562: framework adapters load on first use

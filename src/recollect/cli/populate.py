@@ -252,6 +252,9 @@ def _open_buffer(manager: Any, path: Path, overwrite: bool, append: bool) -> Any
 @click.option(
     "--progress/--no-progress", default=True, show_default=True, help="show a progress bar."
 )
+@click.option(
+    "--from-dataset", help="Minari dataset id to load first; collection continues after it."
+)
 def populate(
     env_id: str,
     policy: str,
@@ -265,6 +268,7 @@ def populate(
     overwrite: bool,
     append: bool,
     progress: bool,
+    from_dataset: str | None,
 ) -> None:
     """Pre-populate a replay buffer with a baseline policy; checkpoint it to DIR/BUFFER_NAME.
 
@@ -287,7 +291,18 @@ def populate(
     start = time.perf_counter()
     try:
         with ReplayBufferManager(spec, capacity, path, num_envs=num_envs, rng=seed) as manager:
-            buffer, observer = _open_buffer(manager, path, overwrite, append)
+            if from_dataset:
+                from recollect.cli.datasets import seed_from_dataset
+
+                if append or (manager.has_checkpoint() and not overwrite):
+                    raise click.UsageError(
+                        f"--from-dataset starts a new buffer; {path} exists (pass --overwrite "
+                        "to replace it) or --append was given."
+                    )
+                seed_from_dataset(from_dataset, spec, capacity, num_envs, seed, path)
+                buffer, observer = manager.load_replay_buffer()
+            else:
+                buffer, observer = _open_buffer(manager, path, overwrite, append)
             capacity, num_envs = buffer.capacity, buffer.num_envs
             _check_steps(steps_per_run, num_envs)
             envs += _make_envs(env_id, num_envs - 1)

@@ -1,0 +1,122 @@
+"""``recollect export`` / ``recollect import``: buffers to and from offline RL datasets.
+
+``recollect export DIR/BUFFER --to minari --dataset-id cartpole/random-v0``
+writes the checkpoint's complete episodes as a Minari dataset (``--to rlds
+--output DIR`` as an RLDS/TFDS dataset). ``recollect import --from minari ID
+--checkpoint-dir D --buffer-name N`` loads a dataset into a new buffer and
+checkpoints it to ``D/N`` (as ``recollect populate`` does);
+``recollect populate --from-dataset ID`` starts from one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from recollect.cli import main
+from recollect.errors import RecollectError
+
+__all__ = ["export_buffer", "import_dataset", "seed_from_dataset"]
+
+_FORMATS = click.Choice(["minari", "rlds"])
+
+
+def _load_dataset(fmt: str, source: str, **kwargs: Any) -> Any:
+    """A new buffer with the episodes of Minari dataset ``source`` or RLDS directory ``source``."""
+    from recollect import datasets
+
+    try:
+        if fmt == "minari":
+            return datasets.from_minari(source, **kwargs)
+        import tensorflow_datasets as tfds
+
+        episodes = tfds.builder_from_directory(source).as_dataset(split="train")
+        return datasets.from_rlds(episodes, **kwargs)
+    except RecollectError as err:
+        raise click.ClickException(str(err)) from err
+    except (ValueError, FileNotFoundError, ImportError) as err:  # unknown id or directory
+        raise click.ClickException(f"cannot load {fmt} dataset {source!r}: {err}") from err
+
+
+def seed_from_dataset(
+    dataset_id: str, spec: Any, capacity: int, num_envs: int, seed: int, path: Path
+) -> int:
+    """Checkpoints a buffer holding Minari dataset ``dataset_id`` to ``path``; returns its steps.
+
+    Used by ``recollect populate --from-dataset``: ``spec`` is the env's RLDS
+    spec, so collection continues in the same buffer.
+    """
+    buf = _load_dataset(
+        "minari", dataset_id, capacity=capacity, num_envs=num_envs, data_spec=spec, rng=seed
+    )
+    buf.save(path)
+    return buf.num_frames()
+
+
+@main.command("export")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option("--to", "fmt", type=_FORMATS, required=True, help="dataset format.")
+@click.option("--dataset-id", help="Minari dataset id, e.g. cartpole/random-v0 (--to minari).")
+@click.option("--env", "env_id", help="gymnasium env id the data came from (--to minari).")
+@click.option("--output", type=click.Path(file_okay=False), help="new directory (--to rlds).")
+def export_buffer(
+    path: str, fmt: str, dataset_id: str | None, env_id: str | None, output: str | None
+) -> None:
+    """Write the complete episodes of checkpoint PATH as a Minari or RLDS dataset."""
+    from recollect import datasets, load_buffer
+
+    if fmt == "minari" and not dataset_id:
+        raise click.UsageError("--to minari needs --dataset-id.")
+    if fmt == "rlds" and not output:
+        raise click.UsageError("--to rlds needs --output.")
+    try:
+        buf = load_buffer(path)
+        if fmt == "minari":
+            out = datasets.to_minari(buf, dataset_id, env=env_id)
+            where = f"Minari dataset {dataset_id!r}"
+        else:
+            out = datasets.to_rlds(buf, output)
+            where = f"RLDS dataset {out.path}"
+    except RecollectError as err:
+        raise click.ClickException(str(err)) from err
+    except ValueError as err:  # Minari: dataset id taken or malformed
+        raise click.ClickException(f"cannot write {fmt} dataset: {err}") from err
+    click.echo(
+        f"exported {out.episodes} episodes ({out.steps} steps) to {where}; "
+        f"{out.skipped} incomplete episode parts skipped"
+    )
+
+
+@main.command("import")
+@click.option("--from", "fmt", type=_FORMATS, required=True, help="dataset format.")
+@click.argument("source")
+@click.option("--checkpoint-dir", type=click.Path(file_okay=False), required=True)
+@click.option("--buffer-name", default="replay-buffer", show_default=True)
+@click.option("--capacity", type=click.IntRange(min=1), help="default: the dataset's steps.")
+@click.option("--num-envs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def import_dataset(
+    fmt: str,
+    source: str,
+    checkpoint_dir: str,
+    buffer_name: str,
+    capacity: int | None,
+    num_envs: int,
+    seed: int,
+) -> None:
+    """Load SOURCE (a Minari dataset id, or an RLDS/TFDS directory) into a new buffer.
+
+    The buffer is checkpointed to CHECKPOINT_DIR/BUFFER_NAME.
+    """
+    buf = _load_dataset(fmt, source, capacity=capacity, num_envs=num_envs, rng=seed)
+    path = Path(checkpoint_dir) / buffer_name
+    try:
+        buf.save(path)
+    except RecollectError as err:
+        raise click.ClickException(str(err)) from err
+    click.echo(
+        f"imported {source} into {path}: {buf.num_frames()} steps "
+        f"(capacity {buf.capacity}, {buf.num_envs} rows)"
+    )
