@@ -90,9 +90,11 @@ class ReplayBuffer(Sb3ReplayBuffer):
             from numpy's global RNG, which SB3's ``set_random_seed`` seeds.
 
     Raises:
-        InvalidArgumentError: a bad argument or combination, a frame stack that
-            does not fit the observation space, or ``storage="memmap"``
-            (``TransitionBuffer`` has no storage option yet).
+        InvalidArgumentError: a bad argument or combination, an int
+            ``frame_stack`` with no first/last axis of that size, or
+            ``storage="memmap"`` (``TransitionBuffer`` has no storage option yet).
+        SpecError: a :class:`recollect.FrameStack` whose axis or size does not
+            fit the observation space.
     """
 
     prioritized: ClassVar[bool] = False

@@ -1,0 +1,146 @@
+"""SB3 DQN on CartPole-v1 (rl-zoo hyperparameters): SB3's buffer vs recollect.sb3 buffers.
+
+Trains, per seed, SB3's ``DQN`` with its own ``ReplayBuffer``, the same DQN with
+``replay_buffer_class=recollect.sb3.ReplayBuffer``, and ``recollect.sb3.DQN``
+(prioritized replay). Every ``--eval-every`` env steps the greedy policy is
+evaluated on ``--eval-episodes`` episodes; the final policy on 20. Writes one
+PNG with the learning curves (mean over seeds, min-max band) and a JSON with
+every number, and prints the final evaluations per seed.
+
+    python benchmarks/sb3_cartpole.py --seeds 0 1 2 --out runs/sb3_cartpole
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch as th
+
+# rl-baselines3-zoo hyperparams/dqn.yml, CartPole-v1
+ZOO = {
+    "learning_rate": 2.3e-3,
+    "batch_size": 64,
+    "buffer_size": 100_000,
+    "learning_starts": 1_000,
+    "gamma": 0.99,
+    "target_update_interval": 10,
+    "train_freq": 256,
+    "gradient_steps": 128,
+    "exploration_fraction": 0.16,
+    "exploration_final_eps": 0.04,
+}
+ZOO_STEPS = 50_000
+VARIANTS = ("sb3", "recollect", "recollect-per")
+
+
+def evaluate(model: Any, episodes: int, seed: int) -> float:
+    """Mean return of the greedy policy over ``episodes`` CartPole-v1 episodes."""
+    env = gym.make("CartPole-v1")
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=10_000 + 100 * seed + i)
+        done, total = False, 0.0
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def make_model(variant: str, seed: int) -> Any:
+    """The DQN of ``variant`` (see ``VARIANTS``) with the rl-zoo hyperparameters."""
+    from stable_baselines3 import DQN
+
+    import recollect.sb3
+
+    kwargs = dict(ZOO, policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu")
+    if variant == "sb3":
+        return DQN("MlpPolicy", "CartPole-v1", **kwargs)
+    if variant == "recollect":
+        cls = recollect.sb3.ReplayBuffer
+        return DQN("MlpPolicy", "CartPole-v1", replay_buffer_class=cls, **kwargs)
+    if variant == "recollect-per":
+        beta = recollect.LinearSchedule(0.4, 1.0, num_steps=ZOO_STEPS)
+        return recollect.sb3.DQN(
+            "MlpPolicy", "CartPole-v1", replay_buffer_kwargs={"beta": beta}, **kwargs
+        )
+    raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
+
+
+def run(variant: str, seed: int, steps: int, eval_every: int, eval_episodes: int) -> dict:
+    """Trains one model; returns its curve ``[(env steps, eval mean)]``, final eval and time."""
+    th.set_num_threads(1)
+    model = make_model(variant, seed)
+    curve, t0 = [], time.perf_counter()
+    done = 0
+    while done < steps:
+        chunk = min(eval_every, steps - done)
+        model.learn(chunk, reset_num_timesteps=False)
+        done += chunk
+        curve.append((done, evaluate(model, eval_episodes, seed)))
+    seconds = time.perf_counter() - t0
+    final = evaluate(model, 20, seed + 1)
+    return {"variant": variant, "seed": seed, "curve": curve, "final": final, "seconds": seconds}
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for variant in VARIANTS:
+        runs = [r for r in results if r["variant"] == variant]
+        if not runs:
+            continue
+        x = np.array([t for t, _ in runs[0]["curve"]])
+        y = np.array([[v for _, v in r["curve"]] for r in runs])
+        ax.plot(x, y.mean(axis=0), label=f"{variant} ({len(runs)} seeds)")
+        ax.fill_between(x, y.min(axis=0), y.max(axis=0), alpha=0.2)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("greedy evaluation return")
+    ax.set_title("SB3 DQN, CartPole-v1, rl-zoo hyperparameters")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--steps", type=int, default=ZOO_STEPS)
+    parser.add_argument("--eval-every", type=int, default=5_000)
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=Path("runs/sb3_cartpole"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for seed in args.seeds:
+        for variant in args.variants:
+            r = run(variant, seed, args.steps, args.eval_every, args.eval_episodes)
+            results.append(r)
+            final, secs = r["final"], r["seconds"]
+            print(f"{variant:14s} seed {seed}: final eval {final:6.1f}  ({secs:.0f} s)", flush=True)
+            (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    plot(results, args.out / "learning_curves.png")
+    print("\n| variant | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean |")
+    print("| --- |" + " --- |" * (len(args.seeds) + 1))
+    for variant in args.variants:
+        finals = [r["final"] for r in results if r["variant"] == variant]
+        cells = " | ".join(f"{f:.1f}" for f in finals)
+        print(f"| {variant} | {cells} | {np.mean(finals):.1f} |")
+    print(f"\nwrote {args.out / 'learning_curves.png'} and {args.out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
