@@ -114,6 +114,30 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def summary(r: dict) -> dict[str, float]:
+    """Final eval, best eval, mean of the curve's second half, first step with eval >= 475."""
+    values = [v for _, v in r["curve"]]
+    solved = [t for t, v in r["curve"] if v >= 475]
+    return {
+        "final": r["final"],
+        "best": max(values),
+        "late_mean": float(np.mean(values[len(values) // 2 :])),
+        "solved_at": solved[0] if solved else float("nan"),
+    }
+
+
+def report(results: list[dict], seeds: list[int], variants: list[str]) -> None:
+    """Prints a markdown table per metric: one row per variant, one column per seed."""
+    for metric in ("final", "best", "late_mean", "solved_at"):
+        print(f"\n{metric}:\n| variant | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |")
+        print("| --- |" + " --- |" * (len(seeds) + 1))
+        for variant in variants:
+            runs = [r for r in results if r["variant"] == variant and r["seed"] in seeds]
+            values = [summary(r)[metric] for r in runs]
+            cells = " | ".join(f"{v:.1f}" if metric != "solved_at" else f"{v:.0f}" for v in values)
+            print(f"| {variant} | {cells} | {np.mean(values):.1f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -122,10 +146,13 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=5_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("runs/sb3_cartpole"))
+    parser.add_argument("--report-only", action="store_true", help="re-plot OUT/results.json")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
-    for seed in args.seeds:
+    if args.report_only:
+        results = json.loads((args.out / "results.json").read_text())
+    for seed in [] if args.report_only else args.seeds:
         for variant in args.variants:
             r = run(variant, seed, args.steps, args.eval_every, args.eval_episodes)
             results.append(r)
@@ -133,12 +160,7 @@ def main() -> None:
             print(f"{variant:14s} seed {seed}: final eval {final:6.1f}  ({secs:.0f} s)", flush=True)
             (args.out / "results.json").write_text(json.dumps(results, indent=1))
     plot(results, args.out / "learning_curves.png")
-    print("\n| variant | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean |")
-    print("| --- |" + " --- |" * (len(args.seeds) + 1))
-    for variant in args.variants:
-        finals = [r["final"] for r in results if r["variant"] == variant]
-        cells = " | ".join(f"{f:.1f}" for f in finals)
-        print(f"| {variant} | {cells} | {np.mean(finals):.1f} |")
+    report(results, args.seeds, args.variants)
     print(f"\nwrote {args.out / 'learning_curves.png'} and {args.out / 'results.json'}")
 
 

@@ -338,3 +338,41 @@ def test_pickle_of_an_empty_buffer():
     buf = recollect.sb3.PrioritizedReplayBuffer(4, space, gym.spaces.Discrete(2), "cpu")
     again = pickle.loads(pickle.dumps(buf))
     assert again.size() == 0 and again.alpha == buf.alpha
+
+
+def test_discrete_observations_equal_sb3(monkeypatch):
+    venv = DummyVecEnv([lambda: TimeLimit(gym.make("FrozenLake-v1").unwrapped, 5)] * 2)
+    args = (20, venv.observation_space, venv.action_space)
+    theirs = sb3_buffers.ReplayBuffer(*args, device="cpu", n_envs=2)
+    ours = recollect.sb3.ReplayBuffer(*args, device="cpu", n_envs=2, rng=8)
+    feed([theirs, ours], vec_env_stream(venv, 25))
+    compare(ours, theirs, monkeypatch)
+
+
+def test_optimize_memory_usage_models_learn_again_after_a_reset():
+    from stable_baselines3 import DQN
+
+    model = DQN(
+        "MlpPolicy",
+        "CartPole-v1",
+        learning_starts=20,
+        buffer_size=200,
+        optimize_memory_usage=True,  # SB3 cuts the last trajectory via buffer.dones[pos]
+        replay_buffer_class=recollect.sb3.ReplayBuffer,
+        policy_kwargs={"net_arch": [8]},
+        device="cpu",
+    )
+    model.learn(60)
+    model.learn(60)  # reset_num_timesteps=True: SB3 writes replay_buffer.dones[pos] = True
+    assert model.replay_buffer.size() == 120
+
+
+def test_readme_sb3_block_runs(tmp_path, monkeypatch):
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    body = readme.read_text(encoding="utf-8").split("## Stable-Baselines3", 1)[1]
+    block = re.findall(r"```python\n(.*?)```", body, flags=re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert isinstance(namespace["model"].replay_buffer, recollect.sb3.ReplayBuffer)
+    assert (tmp_path / "runs" / "rb.pkl").exists()
