@@ -76,19 +76,36 @@ def make_model(variant: str, seed: int) -> Any:
 
 
 def run(variant: str, seed: int, steps: int, eval_every: int, eval_episodes: int) -> dict:
-    """Trains one model; returns its curve ``[(env steps, eval mean)]``, final eval and time."""
+    """Trains one model in one ``learn`` call (so the exploration schedule is rl-zoo's).
+
+    Returns its curve ``[(env steps, eval mean)]`` (evaluated every
+    ``eval_every`` steps from a callback), the final evaluation and the time.
+    """
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Evaluate(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.curve: list[tuple[int, float]] = []
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps % eval_every == 0:
+                self.curve.append((self.num_timesteps, evaluate(self.model, eval_episodes, seed)))
+            return True
+
     th.set_num_threads(1)
     model = make_model(variant, seed)
-    curve, t0 = [], time.perf_counter()
-    done = 0
-    while done < steps:
-        chunk = min(eval_every, steps - done)
-        model.learn(chunk, reset_num_timesteps=False)
-        done += chunk
-        curve.append((done, evaluate(model, eval_episodes, seed)))
+    callback, t0 = Evaluate(), time.perf_counter()
+    model.learn(steps, callback=callback)
     seconds = time.perf_counter() - t0
     final = evaluate(model, 20, seed + 1)
-    return {"variant": variant, "seed": seed, "curve": curve, "final": final, "seconds": seconds}
+    return {
+        "variant": variant,
+        "seed": seed,
+        "curve": callback.curve,
+        "final": final,
+        "seconds": seconds,
+    }
 
 
 def plot(results: list[dict], path: Path) -> None:
