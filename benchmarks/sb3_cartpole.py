@@ -132,12 +132,13 @@ def plot(results: list[dict], path: Path) -> None:
 
 
 def summary(r: dict) -> dict[str, float]:
-    """Final eval, best eval, mean of the curve's second half, first step with eval >= 475."""
+    """Final eval, best eval, mean of the whole curve and of its second half, first step >= 475."""
     values = [v for _, v in r["curve"]]
     solved = [t for t, v in r["curve"] if v >= 475]
     return {
         "final": r["final"],
         "best": max(values),
+        "curve_mean": float(np.mean(values)),
         "late_mean": float(np.mean(values[len(values) // 2 :])),
         "solved_at": solved[0] if solved else float("nan"),
     }
@@ -145,7 +146,7 @@ def summary(r: dict) -> dict[str, float]:
 
 def report(results: list[dict], seeds: list[int], variants: list[str]) -> None:
     """Prints a markdown table per metric: one row per variant, one column per seed."""
-    for metric in ("final", "best", "late_mean", "solved_at"):
+    for metric in ("final", "best", "curve_mean", "late_mean", "solved_at"):
         print(f"\n{metric}:\n| variant | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |")
         print("| --- |" + " --- |" * (len(seeds) + 1))
         for variant in variants:

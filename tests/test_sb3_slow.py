@@ -27,13 +27,14 @@ def summaries(variant: str) -> list[dict[str, float]]:
 
 def test_dqn_with_recollect_buffer_evaluates_as_with_sb3_buffer_on_cartpole():
     ours, theirs = summaries("recollect"), summaries("sb3")
-    # DQN on CartPole oscillates (SB3's own buffer too), so compare what is stable:
-    # every seed solves it (a greedy evaluation >= 475) with both buffers, and the
-    # evaluations of the second half of training agree on average within 75.
+    # DQN on CartPole oscillates (the final evaluation of SB3's own buffer ranged from
+    # 19 to 500 over 3 seeds), so compare what is stable: every seed solves it (a greedy
+    # evaluation >= 475) with both buffers, and the mean of all 30 evaluations (10 per
+    # seed) agrees within 60 (measured: SB3 248, recollect 239).
     assert all(s["best"] >= 475 for s in theirs), theirs
     assert all(s["best"] >= 475 for s in ours), ours
-    late = [np.mean([s["late_mean"] for s in x]) for x in (ours, theirs)]
-    assert late[0] >= late[1] - 75, (ours, theirs)
+    means = [np.mean([s["curve_mean"] for s in x]) for x in (ours, theirs)]
+    assert means[0] >= means[1] - 60, (ours, theirs)
 
 
 def test_prioritized_dqn_solves_cartpole():

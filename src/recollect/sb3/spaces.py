@@ -8,6 +8,7 @@ recollect buffer stores and returns exactly what SB3's would.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,7 @@ def as_observations(obs: Any, space: spaces.Space, n_envs: int) -> Any:
         return {key: as_observations(obs[key], sub, n_envs) for key, sub in space.spaces.items()}
     shape = (n_envs, *get_obs_shape(space))
     array = np.asarray(obs, dtype=space.dtype)
-    if array.size != int(np.prod(shape)):
+    if array.size != math.prod(shape):
         raise InvalidArgumentError(
             f"observations must have shape {shape} (n_envs, *observation_space.shape); got "
             f"shape {array.shape}."
