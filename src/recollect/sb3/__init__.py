@@ -27,8 +27,9 @@ except ImportError as err:  # pragma: no cover - depends on the environment
         "recollect.sb3 needs stable-baselines3: pip install -c constraints.txt 'recollect[sb3]'"
     ) from err
 
-from recollect.sb3.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from recollect.sb3.buffers import ReplayBuffer
 from recollect.sb3.dqn import DQN
+from recollect.sb3.prioritized import PrioritizedReplayBuffer
 from recollect.sb3.samples import PrioritizedReplayBufferSamples
 
 __all__ = [

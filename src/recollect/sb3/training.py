@@ -6,7 +6,7 @@ from typing import Any
 
 import torch as th
 
-from recollect.sb3.buffers import PrioritizedReplayBuffer
+from recollect.sb3.prioritized import PrioritizedReplayBuffer
 
 __all__ = ["report_priorities", "use_prioritized_buffer", "weighted_mean"]
 
