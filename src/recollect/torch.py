@@ -23,6 +23,7 @@ import optree
 import torch
 
 from recollect.buffers.sample import BufferInfo, Sample
+from recollect.errors import InvalidArgumentError
 from recollect.prefetch import (
     Prefetcher,
     buffer_closed,
@@ -30,7 +31,6 @@ from recollect.prefetch import (
     check_threads,
     draw_concurrent,
 )
-from recollect.errors import InvalidArgumentError
 
 __all__ = ["ReplayDataset", "as_tensors"]
 

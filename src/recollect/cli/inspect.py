@@ -128,11 +128,7 @@ def _memmap_manifest(path: Path) -> dict[str, Any] | None:
         manifest = json.loads((path / "manifest.json").read_text())
     except (OSError, ValueError):
         return None
-    return (
-        manifest
-        if isinstance(manifest, dict) and manifest.get("storage") == "memmap"
-        else None
-    )
+    return manifest if isinstance(manifest, dict) and manifest.get("storage") == "memmap" else None
 
 
 def _open_memmap(path: Path, manifest: dict[str, Any], scratch: Path) -> Any:

@@ -1,0 +1,416 @@
+"""recollect replay buffers behind Stable-Baselines3's ``ReplayBuffer`` interface.
+
+SB3 builds its buffer as ``cls(buffer_size, observation_space, action_space,
+device=, n_envs=, optimize_memory_usage=, **replay_buffer_kwargs)``, calls
+``add(obs, next_obs, action, reward, done, infos)`` once per vector-env step
+and ``sample(batch_size, env)`` once per gradient step. These classes keep that
+contract (including ``pos``, ``full``, ``size()``, ``reset()`` and pickling by
+``save_replay_buffer``) and store the transitions in a
+:class:`recollect.TransitionBuffer`: each observation is stored once (SB3 keeps
+two copies, or one with ``optimize_memory_usage`` but then cannot handle
+timeouts), ``frame_stack=`` stores each Atari frame once, and sampling can be
+n-step and prioritized.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import BaseBuffer
+from stable_baselines3.common.buffers import ReplayBuffer as Sb3ReplayBuffer
+
+from recollect.buffers import TransitionBuffer
+from recollect.errors import CheckpointError, InvalidArgumentError
+from recollect.nstep import check_discount
+from recollect.samplers import Prioritized
+from recollect.sb3 import persistence
+from recollect.sb3.samples import Draw, to_samples
+from recollect.sb3.spaces import as_actions, as_observations, first_env, resolve_frame_stack
+from recollect.sb3.stack_starts import StackStarts
+from recollect.specs import ArraySpec
+from recollect.storage.frame_store import FrameStack
+
+__all__ = ["ReplayBuffer"]
+
+
+class TrajectoryCuts:
+    """Stands in for SB3's ``dones`` array where SB3 writes to it from outside.
+
+    SB3's ``_setup_learn`` marks the newest transition done
+    (``replay_buffer.dones[pos] = True``) before a fresh ``learn()`` of a model
+    with ``optimize_memory_usage``, so that its single observation array does
+    not join the old trajectory to the new one. recollect needs no mark: the
+    observation after the env reset does not continue the stored
+    ``next_obs``, so the trajectory is cut there anyway. Writes are accepted
+    and change nothing; reads raise.
+    """
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        del key, value
+
+    def __getitem__(self, key: Any) -> Any:
+        raise InvalidArgumentError(
+            "recollect.sb3 buffers keep no `dones` array; sample() returns the dones."
+        )
+
+
+class ReplayBuffer(Sb3ReplayBuffer):
+    """SB3 ``ReplayBuffer`` storing transitions in a :class:`recollect.TransitionBuffer`.
+
+    Use it with any SB3 off-policy algorithm::
+
+        model = DQN("MlpPolicy", env, replay_buffer_class=recollect.sb3.ReplayBuffer,
+                    replay_buffer_kwargs=dict(n_step=3, gamma=0.99))
+
+    Args:
+        buffer_size: transitions in total (``buffer_size // n_envs`` per env, as SB3).
+        observation_space: a Box, Discrete, MultiDiscrete, MultiBinary or Dict space.
+        action_space: the action space (actions are stored ``[action_dim]`` in
+            the space's dtype, float64 as float32, as SB3 does).
+        device: torch device of the sampled tensors.
+        n_envs: parallel envs; every ``add`` argument has leading dim ``n_envs``.
+        optimize_memory_usage: accepted for SB3's constructor call; recollect
+            always stores each observation once, and, unlike SB3, also with
+            ``handle_timeout_termination``.
+        handle_timeout_termination: read ``infos[i]["TimeLimit.truncated"]``
+            and bootstrap through timeouts (SB3's default).
+        frame_stack: None, an int ``k`` for SB3's ``VecFrameStack(k)`` of
+            single-channel frames (``[84, 84, k]`` or, after ``VecTransposeImage``,
+            ``[k, 84, 84]``; zero padding), or a :class:`recollect.FrameStack`.
+            Each frame is then stored once and stacks are rebuilt bit-exactly.
+        n_step: n-step returns (``sample`` then fills ``discounts`` with
+            ``gamma^k``); ``n_steps`` is accepted as SB3's spelling.
+        gamma: discount of n-step returns in ``[0, 1]``.
+        storage: ``"numpy"`` (RAM); ``"memmap"`` is not available yet (see Raises).
+        directory: memmap directory; only with ``storage="memmap"``.
+        rng: seed or ``np.random.Generator`` for sampling; None draws a seed
+            from numpy's global RNG, which SB3's ``set_random_seed`` seeds.
+
+    Raises:
+        InvalidArgumentError: a bad argument or combination, an int
+            ``frame_stack`` with no first/last axis of that size, or
+            ``storage="memmap"`` (``TransitionBuffer`` has no storage option yet).
+        SpecError: a :class:`recollect.FrameStack` whose axis or size does not
+            fit the observation space.
+    """
+
+    prioritized: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+        n_envs: int = 1,
+        optimize_memory_usage: bool = False,
+        handle_timeout_termination: bool = True,
+        *,
+        frame_stack: int | FrameStack | None = None,
+        n_step: int | None = None,
+        gamma: float = 0.99,
+        storage: str = "numpy",
+        directory: str | os.PathLike | None = None,
+        rng: int | np.random.Generator | None = None,
+        n_steps: int | None = None,
+    ) -> None:
+        for name, value in (("buffer_size", buffer_size), ("n_envs", n_envs)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise InvalidArgumentError(f"`{name}` must be an int >= 1; got {name}={value!r}.")
+        BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs)
+        self.buffer_size = max(buffer_size // n_envs, 1)
+        self.optimize_memory_usage = bool(optimize_memory_usage)
+        self.handle_timeout_termination = bool(handle_timeout_termination)
+        self.n_step = _n_step(n_step, n_steps)
+        self.gamma = check_discount(gamma)
+        _check_storage(storage, directory)
+        self.storage, self.directory = storage, directory
+        self.frame_stack = resolve_frame_stack(frame_stack, observation_space)
+        self.stack_starts = None
+        if self.frame_stack is not None:
+            shape, dtype = observation_space.shape, np.dtype(observation_space.dtype)
+            self.frame_stack.frame_spec("observation", ArraySpec(shape, dtype))  # raises if bad
+            self.stack_starts = StackStarts(self.frame_stack, shape, dtype, n_envs)
+        if rng is None:  # SB3's set_random_seed seeds numpy's global RNG: follow it
+            rng = int(np.random.randint(0, 2**63 - 1, dtype=np.int64))  # noqa: NPY002
+        self.transitions = TransitionBuffer(
+            self.buffer_size * n_envs,
+            n_envs,
+            rng,
+            prioritized=self.make_sampler(),
+            frame_stack=self.frame_stack,
+        )
+        self.dones = TrajectoryCuts()
+        self.num_added = 0
+
+    def make_sampler(self) -> Prioritized | None:
+        """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
+        return None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this buffer holds: recollect's storage and the frame-stack bookkeeping."""
+        extra = 0 if self.stack_starts is None else self.stack_starts.nbytes
+        return self.transitions.nbytes + extra
+
+    # -- writing ----------------------------------------------------------
+    def add(
+        self,
+        obs: Any,
+        next_obs: Any,
+        action: np.ndarray,
+        reward: np.ndarray,
+        done: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        """Stores one transition per env (SB3's ``add``).
+
+        ``next_obs`` is what SB3's off-policy loop passes: the step's next
+        observation, with ``infos[i]["terminal_observation"]`` already put in
+        for envs that autoreset. ``done`` and ``infos[i]["TimeLimit.truncated"]``
+        give the termination (``done`` and not a timeout) stored for sampling.
+
+        Raises:
+            InvalidArgumentError: shapes that do not fit ``[n_envs, ...]``, a
+                wrong number of infos, or (``frame_stack``) an episode start
+                that is not padded; recollect's ShapeError/DTypeError/CastError
+                for values that do not match the first add. Nothing is written.
+        """
+        n, space = self.n_envs, self.observation_space
+        obs, next_obs = as_observations(obs, space, n), as_observations(next_obs, space, n)
+        action = as_actions(action, self.action_space, n)
+        reward = np.asarray(reward, np.float32).reshape(n)
+        done = np.asarray(done).reshape(n).astype(bool)
+        if len(infos) != n:
+            raise InvalidArgumentError(f"`infos` must hold n_envs={n} dicts; got {len(infos)}.")
+        timeout = np.zeros(n, bool)
+        if self.handle_timeout_termination:
+            timeout = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
+        if self.stack_starts is not None:
+            self.stack_starts.check(obs)
+        args = (obs, action, reward, next_obs)
+        if n == 1:  # TransitionBuffer takes unbatched values when num_envs == 1
+            args = tuple(first_env(a) for a in args)
+        self.transitions.add(*args[:3], args[3], done & ~timeout, timeout)
+        if self.stack_starts is not None:
+            self.stack_starts.commit(next_obs)
+        self.num_added += n
+        self.pos += 1
+        if self.pos == self.buffer_size:
+            self.full = True
+            self.pos = 0
+
+    def reset(self) -> None:
+        """Forgets every transition (SB3's ``reset``: ``pos = 0``, ``full = False``)."""
+        self.transitions.clear()
+        if self.stack_starts is not None:
+            self.stack_starts.clear()
+        super().reset()
+
+    # -- reading ----------------------------------------------------------
+    def sample_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``TransitionBuffer.sample`` for this buffer."""
+        if self.n_step > 1:
+            return {"n_step": self.n_step, "discount": self.gamma}
+        return {}
+
+    def draw(self, batch_size: int, env: Any = None) -> Draw:
+        """Samples like :meth:`sample` and also returns ids, probabilities and weights.
+
+        Raises:
+            NotEnoughDataError: the buffer is empty.
+            InvalidArgumentError: ``batch_size`` < 1.
+        """
+        s = self.transitions.sample(batch_size, **self.sample_options())
+        samples = to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
+        return Draw(samples, s.ids, s.probabilities, s.weights)
+
+    def sample(self, batch_size: int, env: Any = None) -> Any:
+        """``batch_size`` transitions drawn uniformly with replacement, as SB3's tuples.
+
+        Args:
+            batch_size: transitions to draw.
+            env: SB3's ``VecNormalize`` (or None); observations and rewards are
+                normalised with it as SB3 does. With n-step sampling the
+                discounted sum is normalised (SB3 normalises each reward), which
+                differs only where ``clip_reward`` clips.
+
+        Returns:
+            ``ReplayBufferSamples`` (``DictReplayBufferSamples`` for Dict
+            spaces) of tensors on ``self.device``: observations ``[B, *obs_shape]``,
+            actions ``[B, action_dim]``, dones and rewards float32 ``[B, 1]``,
+            ``discounts`` float32 ``[B, 1]`` with ``n_step > 1``, else None.
+
+        Raises:
+            NotEnoughDataError: the buffer is empty.
+        """
+        return self.draw(batch_size, env).samples
+
+    def locate(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        """SB3 coordinates ``(batch_inds, env_indices)`` of sampled ``ids`` (int64 ``[B]`` each).
+
+        Where SB3's own buffer, fed the same ``add`` calls, holds the same
+        transitions. Costs O(buffer size); meant for tests and debugging.
+
+        Raises:
+            InvalidArgumentError: an id is no longer (or never was) stored.
+        """
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        stored = self.transitions.replay_buffer.item_ids()  # [n_envs, size], oldest first
+        flat = stored.reshape(-1)
+        order = np.argsort(flat)
+        at = np.minimum(np.searchsorted(flat, ids, sorter=order), len(flat) - 1)
+        found = order[at]
+        if not np.array_equal(flat[found], ids):
+            raise InvalidArgumentError("some ids are not stored any more; sample again.")
+        env_indices, age = np.divmod(found, stored.shape[1])
+        batch_inds = (self.pos - stored.shape[1] + age) % self.buffer_size
+        return batch_inds, env_indices
+
+    # -- saving -----------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor options and counters (the checkpoint's ``sb3.json``)."""
+        stack = self.frame_stack
+        return {
+            "class": type(self).__name__,
+            "buffer_size": self.buffer_size * self.n_envs,
+            "n_envs": self.n_envs,
+            "options": {
+                "optimize_memory_usage": self.optimize_memory_usage,
+                "handle_timeout_termination": self.handle_timeout_termination,
+                "frame_stack": None if stack is None else stack.config(),
+                "n_step": self.n_step,
+                "gamma": self.gamma,
+            },
+            "pos": self.pos,
+            "full": self.full,
+            "num_added": self.num_added,
+        }
+
+    @contextlib.contextmanager
+    def frame_stack_guard(self) -> Iterator[None]:
+        """Explains recollect's CheckpointError for frame-store buffers in SB3 terms."""
+        try:
+            yield
+        except CheckpointError as err:
+            if self.frame_stack is None:
+                raise
+            raise CheckpointError(
+                "frame_stack buffers cannot be saved yet: recollect has no checkpoints of "
+                f"frame-store storage ({err}). Save without frame_stack, or keep the run going."
+            ) from err
+
+    @classmethod
+    def options_from_config(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Constructor keyword arguments from the ``options`` of :meth:`config`."""
+        stack = options.get("frame_stack")
+        if stack is not None:
+            padding = stack["padding"]
+            padding = padding if isinstance(padding, str) else np.asarray(padding)
+            options["frame_stack"] = FrameStack(**{**stack, "padding": padding})
+        return options
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Writes a pickle-free checkpoint directory (see :mod:`recollect.sb3.persistence`).
+
+        Raises:
+            CheckpointError: ``path`` is another, non-checkpoint directory.
+            InvalidArgumentError: an option cannot be written without pickle
+                (a custom ``beta`` callable).
+        """
+        arrays = {}
+        if self.stack_starts is not None:
+            arrays = {
+                "previous": self.stack_starts.previous,
+                "has_previous": self.stack_starts.has_previous,
+            }
+        with self.frame_stack_guard():
+            persistence.write_checkpoint(path, self.transitions, self.config(), arrays)
+
+    @classmethod
+    def load_checkpoint(
+        cls,
+        path: str | os.PathLike,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+    ) -> ReplayBuffer:
+        """Restores a buffer written by :meth:`save_checkpoint` (data, counters, RNG, priorities).
+
+        The spaces are not stored (they are not JSON); pass the model's.
+
+        Raises:
+            CheckpointError: damaged files, another format or buffer class, or a
+                checkpoint whose geometry differs from what it restores.
+        """
+        config, transitions, arrays = persistence.read_checkpoint(path)
+        if config.get("class") != cls.__name__:
+            raise CheckpointError(
+                f"{path} holds a {config.get('class')} checkpoint; load it with that class, "
+                f"not {cls.__name__}."
+            )
+        try:
+            options = cls.options_from_config(dict(config["options"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{path}: invalid buffer options: {err}") from err
+        buf = cls(
+            config["buffer_size"],
+            observation_space,
+            action_space,
+            device=device,
+            n_envs=config["n_envs"],
+            **options,
+        )
+        if (transitions.capacity, transitions.num_envs) != (buf.transitions.capacity, buf.n_envs):
+            raise CheckpointError(f"{path}: transitions do not match buffer_size/n_envs.")
+        buf.transitions = transitions
+        buf.pos, buf.full, buf.num_added = config["pos"], config["full"], config["num_added"]
+        if buf.stack_starts is not None:
+            buf.stack_starts.previous[...] = arrays["previous"]
+            buf.stack_starts.has_previous[...] = arrays["has_previous"]
+        return buf
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        with self.frame_stack_guard():
+            state["transitions"] = persistence.checkpoint_files(self.transitions)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        state["transitions"] = persistence.transitions_from_files(state["transitions"])
+        self.__dict__.update(state)
+
+
+def _n_step(n_step: Any, n_steps: Any) -> int:
+    if n_step is not None and n_steps is not None and n_step != n_steps:
+        raise InvalidArgumentError(
+            f"pass n_step or its SB3 spelling n_steps, not both; got n_step={n_step}, "
+            f"n_steps={n_steps}."
+        )
+    n = n_step if n_step is not None else (n_steps if n_steps is not None else 1)
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
+        raise InvalidArgumentError(f"`n_step` must be an int >= 1; got n_step={n!r}.")
+    return int(n)
+
+
+def _check_storage(storage: str, directory: Any) -> None:
+    if storage == "numpy" and directory is None:
+        return
+    if storage == "memmap":
+        raise InvalidArgumentError(
+            "storage='memmap' is not available for recollect.sb3 buffers yet: "
+            "recollect.TransitionBuffer has no storage option. Use storage='numpy' with "
+            "frame_stack= to keep Atari buffers small, or recollect.ReplayBuffer(..., "
+            "storage='memmap') directly."
+        )
+    raise InvalidArgumentError(
+        f"`storage` must be 'numpy' (or 'memmap', not available yet) and `directory` only "
+        f"comes with memmap; got storage={storage!r}, directory={directory!r}."
+    )

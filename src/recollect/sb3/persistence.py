@@ -1,0 +1,160 @@
+"""Saving the SB3 buffers: pickle (SB3's ``save_replay_buffer``) and a pickle-free checkpoint.
+
+Pickle: SB3 pickles the whole buffer object. The recollect buffer inside holds
+locks and is not picklable itself, so it travels as the bytes of its own
+checkpoint directory (:func:`checkpoint_files` / :func:`transitions_from_files`).
+
+Checkpoint (``buf.save_checkpoint(path)``), a directory::
+
+    path/sb3.json          format name and version, class, constructor options, pos/full/counters
+    path/transitions/      recollect's TransitionBuffer checkpoint (manifest, .npy, checksums)
+    path/sb3-*.npy         extra arrays of the SB3 layer, loaded with allow_pickle=False
+
+It is written into a sibling temporary directory and renamed into place; an
+existing checkpoint at ``path`` is replaced only after the new one is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recollect.buffers import TransitionBuffer
+from recollect.errors import CheckpointError
+
+__all__ = [
+    "CONFIG",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "checkpoint_files",
+    "read_checkpoint",
+    "transitions_from_files",
+    "write_checkpoint",
+]
+
+FORMAT = "recollect.sb3"
+FORMAT_VERSION = 1
+CONFIG = "sb3.json"
+TRANSITIONS = "transitions"
+
+
+def checkpoint_files(transitions: TransitionBuffer) -> dict[str, bytes]:
+    """The files of ``transitions``' checkpoint, ``{relative path: bytes}``."""
+    with tempfile.TemporaryDirectory(prefix="recollect-sb3-") as tmp:
+        root = Path(tmp) / TRANSITIONS
+        transitions.save(root)
+        return {
+            str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+        }
+
+
+def transitions_from_files(files: dict[str, bytes]) -> TransitionBuffer:
+    """Restores a TransitionBuffer from :func:`checkpoint_files` output.
+
+    Raises:
+        CheckpointError: the files do not form a valid checkpoint.
+    """
+    with tempfile.TemporaryDirectory(prefix="recollect-sb3-") as tmp:
+        root = Path(tmp) / TRANSITIONS
+        for name, data in files.items():
+            target = (root / name).resolve()
+            if root.resolve() not in target.parents:
+                raise CheckpointError(f"pickled replay buffer holds a bad file name {name!r}.")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        return TransitionBuffer.load(root)
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in [*root.rglob("*"), root]:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_checkpoint(
+    path: str | os.PathLike,
+    transitions: TransitionBuffer,
+    config: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+) -> None:
+    """Writes a checkpoint directory atomically (see the module docstring).
+
+    Args:
+        path: the checkpoint directory.
+        transitions: the recollect buffer.
+        config: JSON-able SB3-layer state (constructor options and counters).
+        arrays: extra arrays, saved as ``sb3-<name>.npy``.
+
+    Raises:
+        CheckpointError: ``path`` exists and is not a checkpoint of this format
+            (it is left untouched).
+    """
+    path = Path(path)
+    if path.exists() and not (path / CONFIG).is_file():
+        raise CheckpointError(
+            f"{path} exists and is not a recollect SB3 checkpoint (no {CONFIG}); refusing to "
+            "replace it. Choose another path or remove it."
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{secrets.token_hex(4)}")
+    try:
+        tmp.mkdir()
+        transitions.save(tmp / TRANSITIONS)
+        for name, array in arrays.items():
+            np.save(tmp / f"sb3-{name}.npy", np.asarray(array), allow_pickle=False)
+        manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, **config}
+        (tmp / CONFIG).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        _fsync_tree(tmp)
+        old = None
+        if path.exists():
+            old = path.with_name(f"{path.name}.old-{secrets.token_hex(4)}")
+            path.rename(old)
+        tmp.rename(path)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def read_checkpoint(
+    path: str | os.PathLike,
+) -> tuple[dict[str, Any], TransitionBuffer, dict[str, np.ndarray]]:
+    """Reads ``(config, transitions, arrays)`` of a checkpoint written by :func:`write_checkpoint`.
+
+    Raises:
+        CheckpointError: a missing or unreadable file, another format, or a
+            newer format version.
+    """
+    path = Path(path)
+    try:
+        config = json.loads((path / CONFIG).read_text())
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"cannot read {path / CONFIG}: {err}") from err
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise CheckpointError(f"{path / CONFIG} is not a {FORMAT} checkpoint manifest.")
+    version = config.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format_version={version!r}; this recollect reads <= {FORMAT_VERSION}. "
+            "Upgrade recollect."
+        )
+    transitions = TransitionBuffer.load(path / TRANSITIONS)
+    arrays = {}
+    for file in sorted(path.glob("sb3-*.npy")):
+        name = file.name[len("sb3-") : -len(".npy")]
+        try:
+            arrays[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"cannot read {file}: {err}") from err
+    return config, transitions, arrays

@@ -1,0 +1,117 @@
+"""Gymnasium spaces to SB3 buffer arrays: dtypes, shapes and frame-stack layout.
+
+SB3's buffers store what ``add`` receives in arrays of the space's dtype,
+reshaped to ``[n_envs, *obs_shape]`` (observations) and ``[n_envs, action_dim]``
+(actions); float64 actions become float32. These helpers reproduce that so the
+recollect buffer stores and returns exactly what SB3's would.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
+
+from recollect.errors import InvalidArgumentError
+from recollect.storage.frame_store import FrameStack
+
+__all__ = [
+    "action_dtype",
+    "as_actions",
+    "as_observations",
+    "first_env",
+    "resolve_frame_stack",
+]
+
+
+def action_dtype(action_space: spaces.Space) -> np.dtype:
+    """The dtype SB3 stores actions in: the space's, except float64 -> float32."""
+    dtype = np.dtype(action_space.dtype)
+    return np.dtype(np.float32) if dtype == np.float64 else dtype
+
+
+def as_observations(obs: Any, space: spaces.Space, n_envs: int) -> Any:
+    """``obs`` as arrays ``[n_envs, *obs_shape]`` of the space's dtype (a dict for Dict spaces).
+
+    Raises:
+        ShapeError-like ``InvalidArgumentError``: the values cannot be reshaped
+            to ``[n_envs, *obs_shape]``.
+    """
+    if isinstance(space, spaces.Dict):
+        missing = set(space.spaces) - set(obs)
+        if missing:
+            raise InvalidArgumentError(
+                f"observation dict misses keys {sorted(missing)}; the observation space has "
+                f"keys {sorted(space.spaces)}."
+            )
+        return {key: as_observations(obs[key], sub, n_envs) for key, sub in space.spaces.items()}
+    shape = (n_envs, *get_obs_shape(space))
+    array = np.asarray(obs, dtype=space.dtype)
+    if array.size != math.prod(shape):
+        raise InvalidArgumentError(
+            f"observations must have shape {shape} (n_envs, *observation_space.shape); got "
+            f"shape {array.shape}."
+        )
+    return array.reshape(shape)
+
+
+def as_actions(action: Any, space: spaces.Space, n_envs: int) -> np.ndarray:
+    """``action`` as ``[n_envs, action_dim]`` in SB3's action dtype (SB3 GH #970, #1392)."""
+    shape = (n_envs, get_action_dim(space))
+    array = np.asarray(action)
+    if array.size != shape[0] * shape[1]:
+        raise InvalidArgumentError(
+            f"actions must have shape {shape} (n_envs, action_dim); got shape {array.shape}."
+        )
+    return array.reshape(shape).astype(action_dtype(space), copy=False)
+
+
+def first_env(tree: Any) -> Any:
+    """Drops the env dim of every array of ``tree`` (a dict or an array) at index 0."""
+    if isinstance(tree, dict):
+        return {key: value[0] for key, value in tree.items()}
+    return tree[0]
+
+
+def resolve_frame_stack(frame_stack: Any, space: spaces.Space) -> FrameStack | None:
+    """The :class:`~recollect.FrameStack` for ``frame_stack=`` (None, an int or a FrameStack).
+
+    An int ``k`` describes SB3's ``VecFrameStack(n_stack=k)`` of single-channel
+    frames: zero padding at episode starts, frames stacked along the last axis
+    (``[84, 84, k]``) or, after ``VecTransposeImage``, the first (``[k, 84, 84]``).
+
+    Raises:
+        InvalidArgumentError: a Dict space, a non-Box space, or no first/last
+            axis of size ``k`` (multi-channel frames need one FrameStack per
+            channel, which recollect does not do; pass no ``frame_stack``).
+    """
+    if frame_stack is None:
+        return None
+    if isinstance(space, spaces.Dict) or not isinstance(space, spaces.Box):
+        raise InvalidArgumentError(
+            f"frame_stack needs a Box observation space of stacked frames; got {space}. "
+            "Drop frame_stack for Dict or discrete observations."
+        )
+    if isinstance(frame_stack, FrameStack):
+        return frame_stack
+    if isinstance(frame_stack, bool) or not isinstance(frame_stack, int | np.integer):
+        raise InvalidArgumentError(
+            f"`frame_stack` must be None, an int (VecFrameStack's n_stack) or a "
+            f"recollect.FrameStack; got {frame_stack!r}."
+        )
+    k, shape = int(frame_stack), space.shape
+    first, last = len(shape) > 0 and shape[0] == k, len(shape) > 0 and shape[-1] == k
+    if first and last:  # SB3's rule: the smallest axis is the channel axis
+        first = int(np.argmin(shape)) == 0
+        last = not first
+    if not (first or last):
+        raise InvalidArgumentError(
+            f"frame_stack={k} needs an observation whose first or last axis holds the {k} "
+            f"stacked single-channel frames; got observation shape {shape}. Pass "
+            "recollect.FrameStack(stack_size, axis=...) for another layout, or no frame_stack "
+            "for multi-channel frames."
+        )
+    return FrameStack(stack_size=k, axis=0 if first else -1, padding="zero")

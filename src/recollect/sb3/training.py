@@ -1,0 +1,48 @@
+"""Prioritized-replay pieces shared by the SB3 algorithm subclasses (DQN, QR-DQN)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch as th
+
+from recollect.sb3.prioritized import PrioritizedReplayBuffer
+
+__all__ = ["report_priorities", "use_prioritized_buffer", "weighted_mean"]
+
+
+def weighted_mean(per_sample: th.Tensor, replay_data: Any) -> th.Tensor:
+    """Mean of per-sample losses ``[B]`` or ``[B, 1]``, weighted by importance weights if any.
+
+    With SB3's own sample tuples (no ``weights``) this is the plain mean, so
+    the loss equals SB3's.
+    """
+    weights = getattr(replay_data, "weights", None)
+    if weights is None:
+        return per_sample.mean()
+    return (per_sample.reshape(-1) * weights.reshape(-1)).mean()
+
+
+def report_priorities(replay_buffer: Any, replay_data: Any, priorities: th.Tensor) -> None:
+    """Sends ``priorities`` ``[B]`` of a prioritized sample back to its buffer (else no-op)."""
+    ids = getattr(replay_data, "ids", None)
+    if ids is not None:
+        replay_buffer.update_priorities(ids, priorities.detach().reshape(-1))
+
+
+def use_prioritized_buffer(model: Any) -> bool:
+    """Makes :class:`PrioritizedReplayBuffer` the model's default buffer class.
+
+    When the model has no ``replay_buffer_class``, sets it and passes the
+    model's ``n_steps`` and ``gamma`` as ``n_step``/``gamma``. Returns whether
+    it did (the model's ``n_steps`` are then handled by the buffer).
+    """
+    if model.replay_buffer_class is not None:
+        return False
+    model.replay_buffer_class = PrioritizedReplayBuffer
+    model.replay_buffer_kwargs = {
+        "n_step": model.n_steps,
+        "gamma": model.gamma,
+        **model.replay_buffer_kwargs,
+    }
+    return True
