@@ -239,7 +239,7 @@ def test_cli_export_import_and_populate_from_dataset(cartpole_buffer, tmp_path):
     assert result.exit_code == 0, result.output
     seeded = rc.load_buffer(tmp_path / "ck" / "seeded")
     loaded = sum(len(ep["is_last"]) for ep in episodes)
-    assert seeded.num_frames() == loaded + 50
+    assert seeded.num_frames() == loaded + 50 + 1  # + the step closing the open episode
     data = seeded.gather_all()
     assert data["is_first"][0, loaded]  # collection starts a new episode after the dataset
     first, _ = _stored_episodes(seeded)

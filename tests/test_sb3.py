@@ -250,17 +250,24 @@ def test_checkpoint_round_trip_is_pickle_free_and_continues(tmp_path, prioritize
             recollect.sb3.ReplayBuffer.load_checkpoint(tmp_path / "ckpt", *spaces)
 
 
-def test_frame_stack_buffers_cannot_be_saved_yet(tmp_path):
+def test_frame_stack_buffers_save_and_load_both_ways(tmp_path):
     venv = image_venv(2, transpose=True)
     spaces = (venv.observation_space, venv.action_space)
     buf = recollect.sb3.ReplayBuffer(40, *spaces, "cpu", 2, frame_stack=4)
-    for args in vec_env_stream(venv, 5):
+    for args in vec_env_stream(venv, 30):
         buf.add(*args)
-    with pytest.raises(CheckpointError, match="frame_stack buffers cannot be saved yet"):
-        buf.save_checkpoint(tmp_path / "ckpt")
-    with pytest.raises(CheckpointError, match="frame_stack buffers cannot be saved yet"):
-        pickle.dumps(buf)
-    assert not (tmp_path / "ckpt").exists()
+    buf.save_checkpoint(tmp_path / "ckpt")
+    copies = [
+        recollect.sb3.ReplayBuffer.load_checkpoint(tmp_path / "ckpt", *spaces),
+        pickle.loads(pickle.dumps(buf)),
+    ]
+    want = buf.transitions.sample(16)
+    for copy in copies:
+        got = copy.transitions.sample(16)
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_array_equal(got.observation, want.observation)
+        np.testing.assert_array_equal(got.next_observation, want.next_observation)
+    assert (copies[0].pos, copies[0].full) == (buf.pos, buf.full)
 
 
 def test_checkpoint_refuses_to_replace_another_directory(tmp_path):

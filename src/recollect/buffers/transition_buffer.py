@@ -20,6 +20,7 @@ import numpy as np
 
 from recollect.buffers.nstep_transitions import n_step_fields
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike, _positive_int
+from recollect.buffers.sample import nest_repr
 from recollect.errors import CheckpointError, InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
 from recollect.samplers.prioritized import Prioritized
@@ -51,6 +52,9 @@ class TransitionSample:
     weights: np.ndarray | None = None
     #: ``[B]`` bootstrap discount ``gamma^k`` of n-step samples (``sample(n_step=...)``), else None.
     discount: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        return nest_repr(self)
 
 
 class _FinalObservations:
@@ -259,6 +263,14 @@ class TransitionBuffer:
 
     def __len__(self) -> int:
         return self.num_frames()
+
+    def __repr__(self) -> str:
+        sampler = "Prioritized" if self._prioritized is not None else "Uniform"
+        stack = None if self._frame_stack is None else self._frame_stack.stack_size
+        return (
+            f"TransitionBuffer(capacity={self._capacity}, num_envs={self._num_envs}, "
+            f"stored={self.num_frames()}, sampler={sampler}, frame_stack={stack})"
+        )
 
     # -- writing ----------------------------------------------------------
     def add(

@@ -92,11 +92,22 @@ def export_buffer(
 @main.command("import")
 @click.option("--from", "fmt", type=_FORMATS, required=True, help="dataset format.")
 @click.argument("source")
-@click.option("--checkpoint-dir", type=click.Path(file_okay=False), required=True)
-@click.option("--buffer-name", default="replay-buffer", show_default=True)
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="directory that receives the buffer checkpoint DIR/BUFFER_NAME.",
+)
+@click.option("--buffer-name", default="replay-buffer", show_default=True, help="checkpoint name.")
 @click.option("--capacity", type=click.IntRange(min=1), help="default: the dataset's steps.")
-@click.option("--num-envs", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--num-envs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="env rows; episodes are spread over them.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="the buffer's sampling seed.")
 def import_dataset(
     fmt: str,
     source: str,

@@ -14,9 +14,7 @@ n-step and prioritized.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -293,19 +291,6 @@ class ReplayBuffer(Sb3ReplayBuffer):
             "num_added": self.num_added,
         }
 
-    @contextlib.contextmanager
-    def frame_stack_guard(self) -> Iterator[None]:
-        """Explains recollect's CheckpointError for frame-store buffers in SB3 terms."""
-        try:
-            yield
-        except CheckpointError as err:
-            if self.frame_stack is None:
-                raise
-            raise CheckpointError(
-                "frame_stack buffers cannot be saved yet: recollect has no checkpoints of "
-                f"frame-store storage ({err}). Save without frame_stack, or keep the run going."
-            ) from err
-
     @classmethod
     def options_from_config(cls, options: dict[str, Any]) -> dict[str, Any]:
         """Constructor keyword arguments from the ``options`` of :meth:`config`."""
@@ -330,8 +315,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 "previous": self.stack_starts.previous,
                 "has_previous": self.stack_starts.has_previous,
             }
-        with self.frame_stack_guard():
-            persistence.write_checkpoint(path, self.transitions, self.config(), arrays)
+        persistence.write_checkpoint(path, self.transitions, self.config(), arrays)
 
     @classmethod
     def load_checkpoint(
@@ -378,8 +362,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        with self.frame_stack_guard():
-            state["transitions"] = persistence.checkpoint_files(self.transitions)
+        state["transitions"] = persistence.checkpoint_files(self.transitions)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
