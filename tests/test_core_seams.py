@@ -167,7 +167,7 @@ def test_table_draw_gather_and_stale_check_protocol():
 
 def test_times_sampled_counts_each_window_and_resets_when_overwritten():
     spec = {"x": rc.ArraySpec((), np.int64)}
-    buf = rc.ReplayBuffer(spec, 2, 1, sampler=rc.Fifo(), rng=0)
+    buf = rc.ReplayBuffer(spec, 2, 1, sampler=rc.Fifo(), rng=0, track_times_sampled=True)
     buf.add({"x": 0})
     buf.add({"x": 1})
     assert buf.sample(1).times_sampled.tolist() == [1]

@@ -72,6 +72,7 @@ class ReplayBufferMachine(RuleBasedStateMachine):
         sampler=st.sampled_from(SAMPLERS),
         stack=st.sampled_from([0, 0, 2, 3]),
         seq=st.integers(1, 2),
+        track=st.booleans(),
         seed=st.integers(0, 2**16),
     )
     def setup(
@@ -82,6 +83,7 @@ class ReplayBufferMachine(RuleBasedStateMachine):
         sampler: str,
         stack: int,
         seq: int,
+        track: bool,
         seed: int,
     ) -> None:
         spec = dict(EPISODIC_SPEC) if episodic else PLAIN_SPEC
@@ -104,7 +106,10 @@ class ReplayBufferMachine(RuleBasedStateMachine):
             sampler=chosen,
             sequence_length=self.seq,
             frame_stacks=stacks,
+            track_times_sampled=track,
         )
+        self.track = track
+        self.times_sampled: dict[tuple[int, int], int] = {}  # (row, time) never repeats
         is_last_index = self.flat.index("is_last") if episodic else None
         self.ref = ReferenceBuffer(num_envs, max_length, is_last_index)
         self.counter = 0
@@ -260,10 +265,19 @@ class ReplayBufferMachine(RuleBasedStateMachine):
             total = sum(values.values())
             want = [values[w] / total for w in drawn]
             np.testing.assert_allclose(s.probabilities, want, rtol=1e-9)
-            np.testing.assert_allclose(s.priorities, [self.priorities[w] for w in drawn])
+            want_p = [self.priorities[w] for w in drawn]
+            np.testing.assert_allclose(s.priorities, want_p, rtol=1e-9, atol=1e-9)
             w = (len(valid) * np.array(want)) ** -self.buf.sampler.importance_sampling_exponent
             np.testing.assert_allclose(s.weights, w / w.max(), rtol=1e-9)
         assert s.table_size == len(valid)
+        if self.track:
+            want_counts = []
+            for w in drawn:
+                self.times_sampled[w] = self.times_sampled.get(w, 0) + 1
+                want_counts.append(self.times_sampled[w])
+            assert s.times_sampled.tolist() == want_counts
+        else:
+            assert s.times_sampled is None
         leaves = self.flat.treedef.flatten_up_to(s.data)
         time_axis = num_steps is not None or (self.seq or 1) > 1
         lead = (batch, num_steps or self.seq) if time_axis else (batch,)

@@ -31,7 +31,7 @@ SHARD_BITS = 8
 MAX_TIME = 1 << TIME_BITS
 MAX_ROWS = 1 << ROW_BITS
 MAX_SHARDS = 1 << SHARD_BITS
-_ROW_SHIFT = TIME_BITS
+ROW_SHIFT = _ROW_SHIFT = TIME_BITS
 _SHARD_SHIFT = TIME_BITS + ROW_BITS
 
 
@@ -46,9 +46,10 @@ def encode(rows: Any, times: Any, shard: int = 0) -> np.ndarray:
     Returns:
         int64 ids, the broadcast shape of ``rows`` and ``times``.
     """
-    rows = np.asarray(rows, dtype=np.int64)
-    times = np.asarray(times, dtype=np.int64)
-    return (rows << _ROW_SHIFT) | times | (int(shard) << _SHARD_SHIFT)
+    ids = (np.asarray(rows, dtype=np.int64) << _ROW_SHIFT) | np.asarray(times, dtype=np.int64)
+    if shard:
+        ids |= int(shard) << _SHARD_SHIFT
+    return ids
 
 
 def decode(ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -85,7 +85,9 @@ class WindowIndex:
     def __init__(self, num_envs: int, max_length: int) -> None:
         self.num_envs = num_envs
         self.max_length = max_length
-        self.t = np.zeros(num_envs, np.int64)
+        # t = _offsets + _base: a write to every row bumps the Python int _base only
+        self._offsets = np.zeros(num_envs, np.int64)
+        self._base = 0
         self.t_clear = np.zeros(num_envs, np.int64)
         self._rows = np.arange(num_envs, dtype=np.int64)
         self._ends = np.zeros((num_envs, max_length), np.int64)  # per-row ring of end times
@@ -94,6 +96,11 @@ class WindowIndex:
         self.generation = 0
 
     # -- counters ---------------------------------------------------------
+    @property
+    def t(self) -> np.ndarray:
+        """int64 ``[num_envs]``: each row's next step time (a new array; read-only use)."""
+        return self._offsets + self._base
+
     @property
     def hi(self) -> np.ndarray:
         """int64 ``[num_envs]``: one past each row's newest stored step time."""
@@ -121,7 +128,7 @@ class WindowIndex:
 
     def clear(self) -> None:
         """Forgets every stored step; clocks (and so ids) keep increasing."""
-        self.t_clear = self.t.copy()
+        self.t_clear = self.t
         self.last_end = np.full(self.num_envs, -1, dtype=np.int64)
         self._end_start = np.zeros(self.num_envs, np.int64)
         self._end_n = np.zeros(self.num_envs, np.int64)
@@ -144,9 +151,9 @@ class WindowIndex:
             self._end_start[ended] = np.maximum(self._end_start[ended], n + 1 - self.max_length)
             self.last_end[ended] = times
         if rows is None:
-            self.t += 1
+            self._base += 1
         else:
-            self.t[rows] += 1
+            self._offsets[rows] += 1
         self.generation += 1
         if self._cache:
             self._cache = {}
@@ -223,7 +230,7 @@ class WindowIndex:
                 f"index state has clocks of shape {t.shape} (t_clear {t_clear.shape}); this "
                 f"table has {self.num_envs} rows, and t_clear must be <= t."
             )
-        self.t, self.t_clear = t.copy(), t_clear.copy()
+        self._offsets, self._base, self.t_clear = t.copy(), 0, t_clear.copy()
         self.generation += 1
         self.set_ends(state["end_rows"], state["end_times"])
 

@@ -93,7 +93,8 @@ class Sample:
             (prioritized sampling), else None; computed from ``probabilities``
             and ``table_size`` (:func:`recollect.samplers.importance_weights`).
         priorities: float64 ``[B]`` priority of each window (1.0 without priorities).
-        times_sampled: int32 ``[B]`` times each window was returned, this sample included.
+        times_sampled: int32 ``[B]`` times each window was returned, this sample included
+            (buffers built with ``track_times_sampled=True``), else None.
         table_size: number of valid windows the batch was drawn among.
     """
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
-from recollect.ids import decode
+from recollect.ids import MAX_TIME, ROW_BITS, ROW_SHIFT
 from recollect.samplers.base import Sampler, WindowDraw, importance_weights
 from recollect.samplers.sum_tree import SumTree
 from recollect.windows import WindowIndex
@@ -109,7 +109,8 @@ class Prioritized(Sampler):
         # start time of the valid window keyed by each slot, -1 where none (ids are checked
         # against it: a stale id's slot holds another time or -1)
         self._start = np.full(size, -1, np.int64)
-        self._priority = np.zeros(size, np.float64)  # raw priorities, as last set
+        # raw priorities are kept only when alpha == 0 (else recovered from the tree values)
+        self._priority = np.zeros(size if self.priority_exponent == 0 else 0, np.float64)
         self._all_rows = np.arange(index.num_envs, dtype=np.int64)
         self._row_base = self._all_rows * index.max_length
         self._last_end = index.last_end.copy()
@@ -137,13 +138,15 @@ class Prioritized(Sampler):
         value = self._value(self.max_priority)
         if n == 1:  # the new window is keyed by the overwritten slot: set each key once
             self._start[gone[ok]] = start[ok]
-            self._priority[gone[ok]] = self.max_priority
+            if len(self._priority):
+                self._priority[gone[ok]] = self.max_priority
             self.num_valid += int(np.count_nonzero(ok))
             self._tree.set(gone, np.where(ok, value, 0.0))
             return
         new = (base + start % self._length)[ok]
         self._start[new] = start[ok]
-        self._priority[new] = self.max_priority
+        if len(self._priority):
+            self._priority[new] = self.max_priority
         self.num_valid += len(new)
         values = np.concatenate([np.zeros(len(gone)), np.full(len(new), value)])
         self._tree.set(np.concatenate([gone, new]), values)
@@ -183,11 +186,21 @@ class Prioritized(Sampler):
                 "use epsilon > 0."
             )
         keys = self._tree.find(rng.random(batch_size) * total)
-        probabilities = self._tree[keys] / total
+        values = self._tree[keys]
+        probabilities = values / total
         rows = keys // self._length
         times = self._start[keys]
         weights = importance_weights(probabilities, self.num_valid, beta)
-        return WindowDraw(rows, times, probabilities, weights, self.num_valid, self._priority[keys])
+        priorities = self._priorities(keys, values)
+        return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities)
+
+    def _priorities(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Raw priorities of ``keys``: ``values ** (1 / alpha) - epsilon`` (exact to rounding)."""
+        if len(self._priority):
+            return self._priority[keys]
+        raw = np.power(values, 1.0 / self.priority_exponent)
+        raw -= self.epsilon
+        return np.maximum(raw, 0.0, out=raw)
 
     def _check_request(self, within_episode: bool, kwargs: dict) -> None:
         if kwargs:
@@ -225,10 +238,13 @@ class Prioritized(Sampler):
         ids, priorities, largest = self._check_update(ids, priorities)
         if not len(ids):
             return 0
-        valid = ids >= 0  # a negative id never names a window (skipped like a stale one)
-        shards, rows, times = decode(np.where(valid, ids, 0))
-        live = valid & (shards == shard) & (rows < self.index.num_envs)
-        keys = np.where(live, rows * self._length + times % self._length, 0)
+        # ids of this shard's rows: id >> 40 == shard << 15 | row (negative ids never match)
+        rows = (ids >> ROW_SHIFT) - (shard << ROW_BITS)
+        times = ids & (MAX_TIME - 1)
+        live = (rows >= 0) & (rows < self.index.num_envs)
+        keys = rows * self._length + times % self._length
+        if not live.all():
+            keys[~live] = 0
         live &= self._start[keys] == times
         skipped = len(ids) - int(np.count_nonzero(live))
         if skipped:
@@ -238,12 +254,15 @@ class Prioritized(Sampler):
             values = self._value(priorities)
             self._check_finite(values, priorities, keys)
             self._tree.set(keys, values)
-            self._priority[keys] = priorities
+            if len(self._priority):
+                self._priority[keys] = priorities
             self.max_priority = max(self.max_priority, largest)
         return skipped
 
     def _check_finite(self, values: np.ndarray, priorities: np.ndarray, keys: np.ndarray) -> None:
         """Refuses values whose ``(p + epsilon) ** alpha`` or whose sum with the tree overflows."""
+        if np.isfinite(self._tree.total + float(values.sum())):  # an upper bound of the new sum
+            return
         bad = ~np.isfinite(values)
         total = self._tree.total - float(self._tree[keys].sum()) + float(values.sum())
         if not bad.any() and np.isfinite(total):
@@ -288,13 +307,13 @@ class Prioritized(Sampler):
         return {
             "values": self._tree.values.copy(),
             "start": self._start.copy(),
-            "priority": self._priority.copy(),
             "last_end": self._last_end.copy(),
             "max_priority": self.max_priority,
             "priority_exponent": self.priority_exponent,
             "epsilon": self.epsilon,
             "num_valid": self.num_valid,
             "episode_aware": -1 if self.episode_aware is None else int(self.episode_aware),
+            **({"priority": self._priority.copy()} if len(self._priority) else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -307,11 +326,9 @@ class Prioritized(Sampler):
             )
         self._tree.fill(values)
         self._start[:] = np.asarray(state["start"], dtype=np.int64)
-        if "priority" in state:
-            self._priority[:] = np.asarray(state["priority"], dtype=np.float64)
-        else:  # format 1 kept only the tree values (p + epsilon) ** alpha
-            alpha = float(state["priority_exponent"]) or 1.0
-            self._priority[:] = np.maximum(values ** (1.0 / alpha) - float(state["epsilon"]), 0)
+        if len(self._priority):  # alpha == 0: raw priorities are state of their own
+            raw = state.get("priority")
+            self._priority[:] = np.where(self._start >= 0, 1.0, 0.0) if raw is None else raw
         self._last_end = np.asarray(state["last_end"], dtype=np.int64).copy()
         self.max_priority = float(state["max_priority"])
         self.priority_exponent = float(state["priority_exponent"])

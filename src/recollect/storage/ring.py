@@ -84,7 +84,7 @@ class RingStorage:
     ) -> None:
         """Writes one step per row (see :class:`~recollect.storage.base.Storage`)."""
         del times
-        if rows is None and np.ndim(slots) == 0:
+        if rows is None and type(slots) is int:
             for column, leaf in zip(self._columns, leaves):  # noqa: B905 - checked by callers
                 column[slots] = leaf  # int index of a time-major view: numpy's cheapest setitem
             return

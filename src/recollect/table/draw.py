@@ -9,7 +9,7 @@ import numpy as np
 __all__ = ["Draw"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class Draw:
     """Windows drawn from a :class:`~recollect.table.Table`, not yet gathered.
 
@@ -25,7 +25,8 @@ class Draw:
         probabilities: float64 ``[B]`` probability with which each window was drawn.
         table_size: number of windows the draw chose among.
         priorities: float64 ``[B]`` priority of each window (1.0 without priorities).
-        times_sampled: int32 ``[B]`` times each window was returned, this draw included.
+        times_sampled: int32 ``[B]`` times each window was returned, this draw included
+            (tables with ``track_times_sampled``), else None.
         weights: float64 ``[B]`` importance weights (prioritized samplers), else None.
         num_steps: steps per window.
         time_axis: whether gathered leaves keep a ``num_steps`` axis.
@@ -38,7 +39,7 @@ class Draw:
     probabilities: np.ndarray
     table_size: int
     priorities: np.ndarray
-    times_sampled: np.ndarray
+    times_sampled: np.ndarray | None
     weights: np.ndarray | None
     num_steps: int
     time_axis: bool
