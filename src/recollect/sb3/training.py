@@ -8,7 +8,7 @@ import torch as th
 
 from recollect.sb3.prioritized import PrioritizedReplayBuffer
 
-__all__ = ["report_priorities", "use_prioritized_buffer", "weighted_mean"]
+__all__ = ["PrioritizedSetup", "report_priorities", "use_prioritized_buffer", "weighted_mean"]
 
 
 def weighted_mean(per_sample: th.Tensor, replay_data: Any) -> th.Tensor:
@@ -46,3 +46,22 @@ def use_prioritized_buffer(model: Any) -> bool:
         **model.replay_buffer_kwargs,
     }
     return True
+
+
+class PrioritizedSetup:
+    """Mixin of the DQN-family models: builds a prioritized buffer with the model's n-step.
+
+    SB3 warns that ``n_steps`` is ignored by a custom buffer; the buffer gets it
+    through ``replay_buffer_kwargs`` instead, so the model sees ``n_steps=1``
+    while it builds its buffer.
+    """
+
+    def _setup_model(self) -> None:
+        if not use_prioritized_buffer(self):
+            super()._setup_model()  # type: ignore[misc]
+            return
+        n_steps, self.n_steps = self.n_steps, 1  # type: ignore[has-type]
+        try:
+            super()._setup_model()  # type: ignore[misc]
+        finally:
+            self.n_steps = n_steps
