@@ -123,15 +123,19 @@ class Prioritized(Sampler):
         if self.episode_aware is None:
             self.episode_aware = is_last is not None
         index, n = self.index, self.sequence_length
-        if rows is None:
-            rows = self._all_rows
-        t = index.t[rows]  # step t - 1 was just written to each row
-        base = self._row_base[rows]
+        # lo = max(t_clear, t - max_length) and n <= max_length: only t_clear can cut the window
+        if rows is None:  # every row: whole arrays, no fancy indexing
+            t, base, cleared = index.t, self._row_base, index.t_clear
+            last_end, rows = self._last_end, slice(None)
+        else:
+            t, base, cleared = index.t[rows], self._row_base[rows], index.t_clear[rows]
+            last_end = self._last_end[rows]
+        # step t - 1 was just written to each row
         gone = base + (t - 1) % self._length
         start = t - n
-        ok = start >= index.lo[rows]
+        ok = start >= cleared
         if is_last is not None:
-            ok &= self._last_end[rows] < start  # no episode end before the window's last step
+            ok &= last_end < start  # no episode end before the window's last step
             self._last_end[rows] = index.last_end[rows]
         self.num_valid -= int(np.count_nonzero(self._start[gone] >= 0))
         self._start[gone] = -1
