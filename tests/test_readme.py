@@ -37,6 +37,6 @@ def test_rows_and_draw_protocol_block_runs_after_the_quick_start():
     exec(compile(blocks[0], "README.md", "exec"), namespace)
     (rows_block,) = [b for b in blocks if "rows=[2, 0]" in b]
     exec(compile(rows_block, "README.md", "exec"), namespace)
-    assert namespace["buf"].steps_per_row().tolist() == [2, 1, 2, 1]
+    assert namespace["buf"].steps_per_row().tolist() == [7, 6, 7, 6]
     assert namespace["sample"].data["observation"].shape == (32, 2, 4)
     assert set(namespace["state"]) == {"storage", "table"}

@@ -158,6 +158,38 @@ class WindowIndex:
         if self._cache:
             self._cache = {}
 
+    def advance_block(
+        self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None
+    ) -> None:
+        """Records ``count`` (<= ``max_length``) consecutive steps written to each row of ``rows``.
+
+        Args:
+            rows: int64 ``[k]`` distinct rows, or None for every row.
+            count: steps per row.
+            is_last: bool ``[k, count]`` (``[num_envs, count]`` for ``rows=None``), or None.
+        """
+        row_ids = self._rows if rows is None else rows
+        if is_last is not None and np.count_nonzero(is_last):
+            position, step = np.nonzero(is_last)  # by row position, then time
+            ended = row_ids[position]
+            times = self.t[ended] + step
+            per_row = np.bincount(position, minlength=len(row_ids)).astype(np.int64)
+            firsts = np.cumsum(per_row) - per_row
+            within = np.arange(len(position)) - np.repeat(firsts, per_row)
+            self._ends[ended, (self._end_n[ended] + within) % self.max_length] = times
+            n = self._end_n[row_ids] + per_row
+            self._end_n[row_ids] = n
+            self._end_start[row_ids] = np.maximum(self._end_start[row_ids], n - self.max_length)
+            has = per_row > 0
+            self.last_end[row_ids[has]] = times[(firsts + per_row - 1)[has]]
+        if rows is None:
+            self._base += count
+        else:
+            self._offsets[rows] += count
+        self.generation += 1
+        if self._cache:
+            self._cache = {}
+
     # -- episode ends -----------------------------------------------------
     def live_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Logged episode ends still stored: ``(rows, times, previous end times)``, by row.

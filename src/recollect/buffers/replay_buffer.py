@@ -10,7 +10,13 @@ import numpy as np
 from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sample import Sample
 from recollect.buffers.tf_agents_api import TFAgentsReads
-from recollect.errors import CheckpointError, InvalidArgumentError, RecollectError, SpecError
+from recollect.errors import (
+    CheckpointError,
+    InvalidArgumentError,
+    RecollectError,
+    ShapeError,
+    SpecError,
+)
 from recollect.ids import encode
 from recollect.memory import check_memory, estimate_memory
 from recollect.samplers.base import Sampler, registered_sampler
@@ -21,9 +27,10 @@ from recollect.storage.base import Storage
 from recollect.storage.factory import bool_scalar, make_storage
 from recollect.storage.frame_store import FrameStack, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
+from recollect.storage.ring import RingStorage
 from recollect.table import Draw, Table
 from recollect.table.table import RngLike, positive_int
-from recollect.validation import convert_step
+from recollect.validation import check_structure, convert_step
 
 __all__ = ["ReplayBuffer", "RngLike"]
 
@@ -354,6 +361,59 @@ class ReplayBuffer(TFAgentsReads):
             times, slots = table.next_steps(rows)
             self._storage.write(rows, slots, leaves, times=times)
             table.insert(rows, slots, is_last)
+
+    def extend(self, steps: Any, rows: Any = None) -> None:
+        """Appends ``T`` consecutive steps to every env row, or to the rows ``rows`` only.
+
+        Equals ``T`` calls of :meth:`add_batch` with ``steps[:, t]`` (same
+        stored data, ids, windows and later samples), validated as a whole
+        before anything is written, and written with one numpy assignment per
+        leaf for up to ``max_length`` steps at a time. Samplers that track each
+        write (prioritized) and frame-stack storage take the step-by-step path.
+
+        Args:
+            steps: a nest matching the spec; every leaf ``[num_envs, T, *shape]``
+                (``[len(rows), T, ...]`` with ``rows``), oldest step first.
+            rows: None (every row) or distinct int row indices in ``[0, num_envs)``.
+
+        Raises:
+            SpecError, ShapeError, DTypeError, CastError: as :meth:`add_batch`;
+                nothing is written.
+            InvalidArgumentError: bad ``rows``.
+        """
+        if rows is not None:
+            rows = self._check_rows(rows)
+        k = self._num_envs if rows is None else len(rows)
+        values = check_structure(self._flat, steps, "extend")
+        count = int(np.shape(values[0])[1]) if np.ndim(values[0]) >= 2 else -1
+        if count < 0:
+            raise ShapeError(
+                f"extend needs leaves [num_envs or len(rows), T, *shape]; leaf "
+                f"'{self._flat.paths[0]}' has shape {np.shape(values[0])}. Use add_batch for "
+                "one step."
+            )
+        leaves = convert_step(self._flat, steps, (k, count), "extend")
+        if not count:
+            return
+        if not (self._table.block_writes and isinstance(self._storage, RingStorage)):
+            for j in range(count):  # step by step: the sampler or storage follows each write
+                self.write_leaves([leaf[:, j] for leaf in leaves], rows)
+            return
+        for start in range(0, count, self._max_length):  # chunks of at most one ring
+            self._write_block([leaf[:, start : start + self._max_length] for leaf in leaves], rows)
+
+    def _write_block(self, leaves: list[np.ndarray], rows: np.ndarray | None) -> None:
+        count = leaves[0].shape[1]
+        is_last = None if self._is_last is None else leaves[self._is_last]
+        table = self._table
+        with table.lock:
+            if self._persist is not None:
+                self._persist.before_write()
+            t = table.index.t if rows is None else table.index.t[rows]
+            times = t[:, None] + np.arange(count)
+            slots = times % self._max_length
+            self._storage.write(rows, slots, leaves, times=times)
+            table.insert_block(rows, slots, count, is_last)
 
     def flush(self) -> None:
         """Memmap storage: writes data, clocks and sampler state to ``directory`` (else no-op)."""

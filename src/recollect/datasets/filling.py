@@ -81,17 +81,10 @@ def plan_rows(lengths: Sequence[int], num_envs: int, max_length: int | None) -> 
 def _append(buf: ReplayBuffer, flat: FlatSpec, leaves: list[np.ndarray]) -> None:
     """Appends ``T`` steps to every row; leaves ``[T, num_envs, ...]``.
 
-    The public API writes one step per call (``add_batch``); a bulk
-    ``extend`` of the core would replace this loop.
+    One validated block write per call (:meth:`ReplayBuffer.extend`), leaves
+    moved to ``[num_envs, T, ...]`` without a copy.
     """
-    add_batch = buf.add_batch
-    if isinstance(flat.spec, dict) and all("/" not in path for path in flat.paths):
-        keys = flat.paths  # a flat dict spec: a dict is cheaper to build than an optree unflatten
-        for step in zip(*leaves, strict=True):
-            add_batch(dict(zip(keys, step, strict=True)))
-        return
-    for step in zip(*leaves, strict=True):
-        add_batch(flat.unflatten(step))
+    buf.extend(flat.unflatten([np.swapaxes(leaf, 0, 1) for leaf in leaves]))
 
 
 def write_rows(

@@ -60,6 +60,8 @@ class Storage(Protocol):
         """Writes one step to each row: leaves ``[k, *shape]`` (``[num_envs, ...]`` for all rows).
 
         ``times`` are the steps' row times (a scalar when every row shares one).
+        Ring storages also take a block: ``slots`` ``[k, T]`` and leaves
+        ``[k, T, *shape]`` (``ReplayBuffer.extend``).
         """
 
     def gather(

@@ -89,6 +89,8 @@ class RingStorage:
                 column[slots] = leaf  # int index of a time-major view: numpy's cheapest setitem
             return
         rows = self._all_rows if rows is None else rows
+        if np.ndim(slots) == 2:  # a block: slots [k, T], leaves [k, T, *shape]
+            rows = rows[:, None]
         for array, leaf in zip(self.arrays, leaves):  # noqa: B905 - checked by callers
             array[rows, slots] = leaf
 

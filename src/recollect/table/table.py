@@ -176,6 +176,26 @@ class Table:
         self.index.advance(rows, is_last)
         self.sampler.on_add(rows, is_last)
 
+    @property
+    def block_writes(self) -> bool:
+        """Whether :meth:`insert_block` applies: the sampler does not track single writes."""
+        return type(self.sampler).on_add is Sampler.on_add
+
+    def insert_block(
+        self, rows: np.ndarray | None, slots: np.ndarray, count: int, is_last: np.ndarray | None
+    ) -> None:
+        """Records ``count`` consecutive steps per row written at ``slots`` ``[k, count]``.
+
+        Only when :attr:`block_writes` holds (the caller checks); the caller holds ``lock``.
+        """
+        if self.track_times_sampled:
+            row_ids = np.arange(self.num_envs) if rows is None else rows
+            self._times_sampled[slots, row_ids[:, None]] = 0
+        if rows is not None:
+            self._uniform = self._uniform and len(rows) == self.num_envs
+        self._clock += count
+        self.index.advance_block(rows, count, is_last)
+
     def clear(self) -> None:
         """Forgets every stored step; clocks (and so ids) keep increasing."""
         with self.lock:
