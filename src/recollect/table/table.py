@@ -167,7 +167,10 @@ class Table:
         """Records that the steps at ``next_steps(rows)`` were written (storage first)."""
         if rows is None:
             if self.track_times_sampled:
-                self._times_sampled[slots] = 0
+                if type(slots) is int:  # one clock: one contiguous line
+                    self._times_sampled[slots] = 0
+                else:
+                    self._times_sampled[slots, np.arange(self.num_envs)] = 0
         else:
             if self.track_times_sampled:
                 self._times_sampled[slots, rows] = 0
