@@ -116,7 +116,8 @@ class Prioritized(Sampler):
         self._last_end = index.last_end.copy()
 
     def _value(self, priorities: np.ndarray | float) -> np.ndarray:
-        return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
+        with np.errstate(over="ignore"):  # an overflow is reported by _check_finite
+            return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
 
     def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
         """Zeroes the windows whose first step was just overwritten; scores the new windows."""
@@ -261,10 +262,11 @@ class Prioritized(Sampler):
 
     def _check_finite(self, values: np.ndarray, priorities: np.ndarray, keys: np.ndarray) -> None:
         """Refuses values whose ``(p + epsilon) ** alpha`` or whose sum with the tree overflows."""
-        if np.isfinite(self._tree.total + float(values.sum())):  # an upper bound of the new sum
-            return
-        bad = ~np.isfinite(values)
-        total = self._tree.total - float(self._tree[keys].sum()) + float(values.sum())
+        with np.errstate(over="ignore"):
+            if np.isfinite(self._tree.total + float(values.sum())):  # an upper bound of the sum
+                return
+            bad = ~np.isfinite(values)
+            total = self._tree.total - float(self._tree[keys].sum()) + float(values.sum())
         if not bad.any() and np.isfinite(total):
             return
         first = int(np.flatnonzero(bad)[0]) if bad.any() else int(np.argmax(priorities))
