@@ -179,13 +179,15 @@ def test_reopening_with_another_sampler_type_is_refused(tmp_path):
     kw = {"storage": "memmap", "directory": tmp_path, "sequence_length": 2}
     rc.ReplayBuffer(SPEC, 8, 2, **kw).flush()
     gc.collect()
-    with pytest.raises(CheckpointError, match=r"holds a buffer with sampler=.*'Uniform'.*'Prioritized'"):
+    with pytest.raises(
+        CheckpointError, match=r"holds a buffer with sampler=.*'Uniform'.*'Prioritized'"
+    ):
         rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Prioritized(), **kw)
 
 
 def test_reopening_with_other_sampler_arguments_is_refused(tmp_path):
     kw = {"storage": "memmap", "directory": tmp_path, "sequence_length": 2}
-    rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Prioritized(alpha=0.6), **kw).flush()
+    rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Prioritized(priority_exponent=0.6), **kw).flush()
     gc.collect()
     with pytest.raises(CheckpointError, match=r"holds a buffer with sampler=.*0\.6.*0\.7"):
-        rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Prioritized(alpha=0.7), **kw)
+        rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Prioritized(priority_exponent=0.7), **kw)
