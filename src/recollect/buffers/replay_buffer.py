@@ -15,7 +15,7 @@ from recollect.ids import encode
 from recollect.memory import check_memory, estimate_memory
 from recollect.samplers.base import Sampler, registered_sampler
 from recollect.specs import FlatSpec
-from recollect.state.files import Saved, read_state, write_checkpoint
+from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.manifest import describe_spec, rebuild_spec
 from recollect.storage.base import Storage
 from recollect.storage.factory import bool_scalar, make_storage
@@ -641,7 +641,7 @@ class ReplayBuffer(TFAgentsReads):
             CheckpointError: missing or damaged files, a newer format version,
                 or a checkpoint of another buffer kind.
         """
-        return cls.from_saved(read_state(path), mmap=mmap)
+        return load_consistent(path, lambda saved: cls.from_saved(saved, mmap=mmap))
 
 
 def _layout(lo: np.ndarray, hi: np.ndarray, max_length: int) -> dict[str, int]:

@@ -25,7 +25,7 @@ from recollect.errors import CheckpointError, InvalidArgumentError, NotEnoughDat
 from recollect.nstep import check_discount
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
-from recollect.state.files import Saved, read_state, write_checkpoint
+from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.rng import decode_rng, encode_rng
 from recollect.storage.frame_store import FrameStack
 from recollect.validation import convert_step
@@ -649,7 +649,7 @@ class TransitionBuffer:
             CheckpointError: missing or damaged files, a newer format version,
                 or a checkpoint of another kind.
         """
-        return cls.from_saved(read_state(path), mmap=mmap)
+        return load_consistent(path, lambda saved: cls.from_saved(saved, mmap=mmap))
 
 
 def _prioritized_sampler(prioritized: Any) -> Prioritized | None:
