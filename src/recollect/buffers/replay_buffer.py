@@ -82,6 +82,10 @@ class ReplayBuffer(TFAgentsReads):
         track_times_sampled: count how often each window was returned
             (``Sample.times_sampled``); costs about 14 us per ``sample(256)`` of W2,
             so off by default (``times_sampled`` is then None).
+        recover: memmap only: reopen a ``directory`` that was written after its
+            last flush (the process was killed) at its last flushed state, with
+            a ``UserWarning``; :attr:`recovered_steps_dropped` says how many steps
+            were lost (written since that flush, or flushed but overwritten since).
 
     Raises:
         InvalidArgumentError: ``capacity`` < ``num_envs``, not a multiple of it,
@@ -119,6 +123,7 @@ class ReplayBuffer(TFAgentsReads):
         gatherer: Gatherer | None = None,
         shard: int = 0,
         track_times_sampled: bool = False,
+        recover: bool = False,
     ) -> None:
         capacity = positive_int("capacity", capacity)
         num_envs = positive_int("num_envs", num_envs)
@@ -161,7 +166,7 @@ class ReplayBuffer(TFAgentsReads):
             storage,
             force,
         )
-        self._persist = None if directory is None else MemmapState(directory, self._config)
+        self._persist = None if directory is None else MemmapState(directory, self._config, recover)
         self._storage = make_storage(
             self._flat,
             num_envs,
@@ -343,17 +348,24 @@ class ReplayBuffer(TFAgentsReads):
         is_last = None if self._is_last is None else leaves[self._is_last]
         table = self._table
         with table.lock:
-            if self._persist is not None:
-                self._persist.before_write()
             clock = table.uniform_clock if rows is None else None
             if clock is not None:  # every row at one clock: scalar time and slot
+                if self._persist is not None:
+                    self._persist.before_write(None, clock)
                 slot = clock % self._max_length
                 self._storage.write(None, slot, leaves, times=clock)
                 table.insert(None, slot, is_last)
                 return
             times, slots = table.next_steps(rows)
+            if self._persist is not None:
+                self._persist.before_write(rows, times)
             self._storage.write(rows, slots, leaves, times=times)
             table.insert(rows, slots, is_last)
+
+    @property
+    def recovered_steps_dropped(self) -> int:
+        """Steps a ``recover=True`` reopen dropped (0 when nothing was recovered)."""
+        return 0 if self._persist is None else self._persist.steps_dropped
 
     def flush(self) -> None:
         """Memmap storage: writes data, clocks and sampler state to ``directory`` (else no-op)."""

@@ -31,6 +31,7 @@ from recollect.state.manifest import (
     to_json,
 )
 from recollect.state.npyio import (
+    check_npy_length,
     mmap_columns,
     read_array,
     read_columns_into,
@@ -224,8 +225,9 @@ class _Reader:
     def memmap(self, name: Any) -> np.ndarray:
         path = state_file_path(self.root, name)
         try:
+            check_npy_length(path)  # numpy would silently zero-extend a torn file
             return np.load(path, mmap_mode="r+", allow_pickle=False)
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, EOFError) as err:
             raise CheckpointError(f"{self.where}: cannot map {path}: {err}") from err
 
     def decode(self, value: Any, layout: Any) -> Any:

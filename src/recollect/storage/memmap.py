@@ -16,6 +16,7 @@ import numpy as np
 
 from recollect.errors import CheckpointError
 from recollect.specs import FlatSpec
+from recollect.state.npyio import check_npy_length
 from recollect.storage.gather import Gatherer
 from recollect.storage.ring import RingStorage
 
@@ -38,8 +39,9 @@ def memmap_allocator(directory: pathlib.Path, reopen: bool) -> Any:
         if not reopen:
             return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
         try:
+            check_npy_length(path)  # numpy would silently zero-extend a torn file opened "r+"
             array = np.lib.format.open_memmap(path, mode="r+")
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, EOFError) as err:  # EOFError: an empty (torn) file
             raise CheckpointError(f"cannot reopen memmap file {path}: {err}") from err
         if array.shape != tuple(shape) or array.dtype != dtype:
             raise CheckpointError(
