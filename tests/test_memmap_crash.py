@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import signal
@@ -169,3 +170,30 @@ def test_recover_of_a_clean_directory_drops_nothing(tmp_path):
     assert again.recovered_steps_dropped == 0
     assert again.num_frames() == 10
     assert buf is not None
+
+
+def test_memmap_files_are_preallocated_on_disk(tmp_path, monkeypatch):
+    calls = []
+    real = os.posix_fallocate
+    monkeypatch.setattr(os, "posix_fallocate", lambda fd, o, n: calls.append(n) or real(fd, o, n))
+    buf = rc.ReplayBuffer(SPEC, directory=tmp_path, **KW)
+    leaf = next(tmp_path.glob("leaf-001-*.npy"))
+    assert max(calls) == leaf.stat().st_size >= 64 * 5 * 4
+    assert leaf.stat().st_blocks * 512 >= 64 * 5 * 4  # blocks reserved, not a sparse file
+    assert buf.num_frames() == 0
+
+
+def test_a_full_disk_raises_disk_full_error_with_the_numbers(tmp_path, monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(
+        rc.errors.DiskFullError, match=r"needs \d+ bytes but only \d+ bytes are free"
+    ):
+        rc.ReplayBuffer(SPEC, directory=tmp_path / "mm", **KW)
+    try:
+        rc.ReplayBuffer(SPEC, directory=tmp_path / "mm2", **KW)
+    except OSError as err:  # an OSError: `except OSError` handlers of disk code catch it
+        assert err.errno == errno.ENOSPC
+    assert not list((tmp_path / "mm").glob("leaf-*.npy"))  # no half-reserved file left
