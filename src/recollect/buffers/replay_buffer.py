@@ -162,7 +162,14 @@ class ReplayBuffer(TFAgentsReads):
             "track_times_sampled": bool(track_times_sampled),
         }
         check_memory(
-            estimate_memory(self._flat.spec, capacity, num_envs, frame_stacks=frame_stacks),
+            estimate_memory(
+                self._flat.spec,
+                capacity,
+                num_envs,
+                frame_stacks=frame_stacks,
+                sampler=self._table.sampler,
+                track_times_sampled=track_times_sampled,
+            ),
             storage,
             force,
         )
@@ -255,8 +262,9 @@ class ReplayBuffer(TFAgentsReads):
 
     @property
     def nbytes(self) -> int:
-        """Bytes allocated for stored steps."""
-        return self._storage.nbytes
+        """Bytes allocated: stored steps plus the table (index, sampler, counts); equals
+        :func:`~recollect.estimate_memory` of the same arguments."""
+        return self._storage.nbytes + self._table.nbytes
 
     def num_frames(self) -> int:
         """Steps currently stored, over all rows."""

@@ -94,6 +94,19 @@ class Prioritized(Sampler):
             "initial_max_priority": self.initial_max_priority,
         }
 
+    # -- memory -------------------------------------------------------------
+    def estimate_nbytes(self, num_envs: int, max_length: int) -> int:
+        size = num_envs * max_length
+        raw = size if self.priority_exponent == 0 else 0
+        return SumTree.estimate_nbytes(size) + 8 * (size + raw + 3 * num_envs)
+
+    @property
+    def nbytes(self) -> int:
+        if getattr(self, "index", None) is None:
+            return 0
+        arrays = (self._start, self._priority, self._all_rows, self._row_base, self._last_end)
+        return self._tree.nbytes + sum(a.nbytes for a in arrays)
+
     # -- table hooks ------------------------------------------------------
     def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
         if sequence_length is None:

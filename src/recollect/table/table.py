@@ -105,6 +105,20 @@ class Table:
         self._uniform = self.index.uniform
         self._clock = int(self.index.t[0])
 
+    @staticmethod
+    def estimate_nbytes(
+        num_envs: int, max_length: int, sampler: Sampler | None, track_times_sampled: bool
+    ) -> int:
+        """Bytes a table of these arguments allocates (:attr:`nbytes`), before building it."""
+        sampler_bytes = 0 if sampler is None else sampler.estimate_nbytes(num_envs, max_length)
+        counts = 4 * num_envs * max_length if track_times_sampled else 0
+        return WindowIndex.estimate_nbytes(num_envs, max_length) + sampler_bytes + counts
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the window index, the sampler's arrays and the times-sampled counts."""
+        return self.index.nbytes + self.sampler.nbytes + self._times_sampled.nbytes
+
     # -- geometry -----------------------------------------------------------
     def check_num_steps(self, num_steps: int, name: str = "num_steps") -> None:
         """Raises InvalidArgumentError when windows of ``num_steps`` cannot fit a row."""
