@@ -441,3 +441,36 @@ def test_prioritized_transition_buffer_round_trip(tmp_path):
     a, b = tb.sample(32), restored.sample(32)
     for field in ("ids", "weights", "probabilities", "next_observation"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_saving_a_structured_dtype_leaf_is_refused_naming_the_leaf(tmp_path):
+    dtype = np.dtype([("a", np.float32), ("b", np.int32)])
+    buf = rc.ReplayBuffer({"obs": {"pair": rc.ArraySpec((2,), dtype)}}, capacity=8)
+    buf.add({"obs": {"pair": np.zeros(2, dtype)}})
+    with pytest.raises(CheckpointError, match=r"leaf 'obs/pair': its dtype .* is structured"):
+        buf.save(tmp_path / "ck")
+    assert not (tmp_path / "ck").exists()
+
+
+def test_saving_with_a_sampler_its_name_does_not_rebuild_is_refused(tmp_path):
+    def make(extra):
+        return type("ShadowedSampler14", (rc.samplers.Uniform,), extra)
+
+    first = make({"__module__": __name__})
+    make({"__module__": __name__})  # a second class registers under the same name
+    buf = rc.ReplayBuffer(make_spec(), capacity=8, sampler=first())
+    with pytest.raises(CheckpointError, match=r"sampler .*ShadowedSampler14: the name 'Shadowe"):
+        buf.save(tmp_path / "ck")
+
+
+class _Forgetful14(rc.samplers.Uniform):
+    """Takes an argument it does not keep: get_config cannot rebuild it."""
+
+    def __init__(self, width):
+        super().__init__()
+
+
+def test_saving_with_a_sampler_get_config_cannot_rebuild_is_refused(tmp_path):
+    buf = rc.ReplayBuffer(make_spec(), capacity=8, sampler=_Forgetful14(3))
+    with pytest.raises(CheckpointError, match=r"_Forgetful14: its get_config\(\) cannot rebuild"):
+        buf.save(tmp_path / "ck")

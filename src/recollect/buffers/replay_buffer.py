@@ -9,6 +9,7 @@ import numpy as np
 
 from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sample import Sample
+from recollect.buffers.saveable import check_saveable
 from recollect.buffers.tf_agents_api import TFAgentsReads
 from recollect.errors import CheckpointError, InvalidArgumentError, RecollectError, SpecError
 from recollect.ids import encode
@@ -592,13 +593,20 @@ class ReplayBuffer(TFAgentsReads):
             The absolute checkpoint path.
 
         Raises:
-            CheckpointError: ``path`` is a non-empty directory that is not a checkpoint.
+            CheckpointError: ``path`` is a non-empty directory that is not a checkpoint, or
+                the checkpoint could not be loaded (see :meth:`check_saveable`).
             OSError: the disk is full or not writable (the old checkpoint stays).
         """
+        self.check_saveable()
         with self._table.lock:
             return write_checkpoint(
                 path, self.kind, self.config(), self.state_dict(), self.stored_layout()
             )
+
+    def check_saveable(self) -> None:
+        """Raises :class:`CheckpointError` when a checkpoint of this buffer could not be loaded
+        (a structured-dtype leaf, a sampler that its registered name does not rebuild)."""
+        check_saveable(self._flat, self._table.sampler, self._config["sampler"]["config"])
 
     def stored_layout(self) -> dict[str, int]:
         """``{"slot_offset", "stored_steps"}``: the ring columns a checkpoint writes."""

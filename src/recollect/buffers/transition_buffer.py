@@ -590,6 +590,7 @@ class TransitionBuffer:
         """
         if self._buffer is None:
             return write_checkpoint(path, self.kind, self.config(), self.state_dict())
+        self._buffer.check_saveable()
         with self._buffer.lock:
             layout = self._buffer.stored_layout()
             return write_checkpoint(path, self.kind, self.config(), self.state_dict(), layout)
