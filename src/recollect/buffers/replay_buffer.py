@@ -637,7 +637,10 @@ class ReplayBuffer(TFAgentsReads):
         except (CheckpointError, MemoryError):
             raise
         except (RecollectError, KeyError, TypeError) as err:
-            raise CheckpointError(f"inconsistent buffer description ({err}).") from err
+            raise CheckpointError(
+                f"inconsistent buffer description ({err}); the manifest's config was edited or "
+                "damaged. Restore it from a backup."
+            ) from err
 
     @classmethod
     def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Self:
@@ -690,7 +693,10 @@ def _restore(cls: Any, config: Any, state: Any, where: str, mmap: bool) -> Any:
     except CheckpointError as err:
         raise CheckpointError(f"{where}: {err}") from err
     except (KeyError, TypeError, ValueError, RecollectError) as err:
-        raise CheckpointError(f"{where}: cannot restore the buffer state ({err}).") from err
+        raise CheckpointError(
+            f"{where}: cannot restore the buffer state ({err}); the checkpoint is damaged or "
+            "was edited. Restore it from a backup or save the buffer again."
+        ) from err
     return buffer
 
 

@@ -339,6 +339,7 @@ class Prioritized(Sampler):
                 f"prioritized sampler state has {values.shape} priorities; this buffer needs "
                 f"({self._tree.capacity},). Load it into a buffer of the same capacity."
             )
+        _check_state_values(state, values)
         self._tree.fill(values)
         self._start[:] = np.asarray(state["start"], dtype=np.int64)
         if len(self._priority):  # alpha == 0: raw priorities are state of their own
@@ -351,3 +352,16 @@ class Prioritized(Sampler):
         self.num_valid = int(state["num_valid"])
         aware = int(state["episode_aware"])
         self.episode_aware = None if aware < 0 else bool(aware)
+
+
+def _check_state_values(state: dict[str, Any], values: np.ndarray) -> None:
+    """Refuses a sampler state with NaN, inf or negative priorities or exponents."""
+    scalars = {k: float(state[k]) for k in ("max_priority", "priority_exponent", "epsilon")}
+    raw = np.asarray(state.get("priority", np.zeros(0)), dtype=np.float64)
+    for name, array in (("values", values), ("priority", raw), *scalars.items()):
+        array = np.asarray(array)
+        if not np.isfinite(array).all() or (array < 0).any():
+            raise InvalidArgumentError(
+                f"prioritized sampler state field {name!r} holds NaN, inf or negative values; "
+                "the state is damaged. Restore it from a backup or save the buffer again."
+            )

@@ -209,7 +209,10 @@ class _Reader:
     def entry(self, name: Any) -> tuple[Path, str, int]:
         info = self.files.get(name) if isinstance(name, str) else None
         if not isinstance(info, dict) or {"checksum", "size_bytes"} - set(info):
-            raise CheckpointError(f"{self.where}: file {name!r} is not listed with a checksum.")
+            raise CheckpointError(
+                f"{self.where}: file {name!r} is not listed with a checksum; the manifest was "
+                "edited or damaged. Restore it from a backup."
+            )
         return state_file_path(self.root, name), info["checksum"], info["size_bytes"]
 
     def array(self, name: str) -> np.ndarray:
@@ -217,7 +220,10 @@ class _Reader:
 
     def columns(self, name: str, layout: Any) -> ColumnFile:
         if not isinstance(layout, dict):
-            raise CheckpointError(f"{self.where}: ring columns without a layout.")
+            raise CheckpointError(
+                f"{self.where}: ring columns without a layout; the manifest was edited or "
+                "damaged. Restore it from a backup."
+            )
         return ColumnFile(
             *self.entry(name), int(layout["slot_offset"]), int(layout["stored_steps"])
         )
