@@ -17,9 +17,9 @@ from recollect.errors import InsufficientMemoryError, InvalidArgumentError
 from recollect.specs import FlatSpec
 from recollect.storage.factory import STORAGES, check_storage
 from recollect.storage.frame_store import frame_store_nbytes, resolve_frame_stacks
-from recollect.table import Table
+from recollect.windows import WindowIndex
 
-__all__ = ["STORAGES", "available_memory", "check_memory", "estimate_memory"]
+__all__ = ["STORAGES", "available_memory", "check_memory", "estimate_memory", "table_nbytes"]
 
 
 def estimate_memory(
@@ -75,10 +75,17 @@ def estimate_memory(
     flat = FlatSpec(spec)
     max_length = capacity // num_envs
     stacks = resolve_frame_stacks(flat, frame_stacks)
-    table = Table.estimate_nbytes(num_envs, max_length, sampler, track_times_sampled)
+    table = table_nbytes(num_envs, max_length, sampler, track_times_sampled)
     if stacks:
         return frame_store_nbytes(flat, num_envs, max_length, stacks) + table
     return capacity * flat.nbytes + table
+
+
+def table_nbytes(num_envs: int, max_length: int, sampler: Any, track_times_sampled: bool) -> int:
+    """Bytes a table allocates (``Table.nbytes``): window index, sampler arrays, counts."""
+    sampler_bytes = 0 if sampler is None else sampler.estimate_nbytes(num_envs, max_length)
+    counts = 4 * num_envs * max_length if track_times_sampled else 0
+    return WindowIndex.estimate_nbytes(num_envs, max_length) + sampler_bytes + counts
 
 
 def available_memory() -> int | None:

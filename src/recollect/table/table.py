@@ -105,18 +105,10 @@ class Table:
         self._uniform = self.index.uniform
         self._clock = int(self.index.t[0])
 
-    @staticmethod
-    def estimate_nbytes(
-        num_envs: int, max_length: int, sampler: Sampler | None, track_times_sampled: bool
-    ) -> int:
-        """Bytes a table of these arguments allocates (:attr:`nbytes`), before building it."""
-        sampler_bytes = 0 if sampler is None else sampler.estimate_nbytes(num_envs, max_length)
-        counts = 4 * num_envs * max_length if track_times_sampled else 0
-        return WindowIndex.estimate_nbytes(num_envs, max_length) + sampler_bytes + counts
-
     @property
     def nbytes(self) -> int:
-        """Bytes of the window index, the sampler's arrays and the times-sampled counts."""
+        """Bytes of the window index, the sampler's arrays and the times-sampled counts
+        (:func:`recollect.memory.table_nbytes` of the same arguments)."""
         return self.index.nbytes + self.sampler.nbytes + self._times_sampled.nbytes
 
     # -- geometry -----------------------------------------------------------
