@@ -195,14 +195,69 @@ def test_interrupted_save_is_recovered_from_the_newest_complete_sibling(tmp_path
     fill(buf, 3, seed=1)
     buf.save(tmp_path / "new")
     # State between "rename ck -> old" and "rename tmp -> ck" of an interrupted save.
-    (tmp_path / "old").rename(tmp_path / "ck.old-1234")
-    (tmp_path / "new").rename(tmp_path / "ck.tmp-1-abcd")
-    (tmp_path / "ck.tmp-2-dead").mkdir()  # an incomplete write
+    old_token = (tmp_path / "old" / ".recollect-save").read_text()
+    new_token = (tmp_path / "new" / ".recollect-save").read_text()
+    (tmp_path / "old").rename(tmp_path / f"ck.old-{old_token}")
+    (tmp_path / "new").rename(tmp_path / f"ck.tmp-1-{new_token}")
+    incomplete = tmp_path / "ck.tmp-2-00000000deadbeef"
+    incomplete.mkdir()  # an incomplete write
+    (incomplete / ".recollect-save").write_text("00000000deadbeef")
     assert rc.ReplayBuffer.load(tmp_path / "ck").num_frames() == 5
     fill(buf, 1, seed=2)
     buf.save(tmp_path / "ck")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
     assert rc.ReplayBuffer.load(tmp_path / "ck").num_frames() == 6
+
+
+def test_save_leaves_sibling_directories_it_did_not_create_alone(tmp_path):
+    buf = rc.ReplayBuffer(make_spec(), capacity=8, rng=0)
+    fill(buf, 2)
+    buf.save(tmp_path / "ck")
+    shutil.copytree(tmp_path / "ck", tmp_path / "ck.old-backup")  # a user's backup copy
+    (tmp_path / "ck.tmp-notes").mkdir()
+    (tmp_path / "ck.tmp-notes" / "todo.txt").write_text("keep me")
+    fill(buf, 3, seed=1)
+    buf.save(tmp_path / "ck")
+    buf.save(tmp_path / "ck")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "ck.old-backup", "ck.tmp-notes"]
+    assert rc.ReplayBuffer.load(tmp_path / "ck.old-backup").num_frames() == 2
+    assert (tmp_path / "ck.tmp-notes" / "todo.txt").read_text() == "keep me"
+
+
+def test_a_checkpoint_the_user_moved_aside_is_neither_adopted_nor_deleted(tmp_path):
+    buf = rc.ReplayBuffer(make_spec(), capacity=8, rng=0)
+    fill(buf, 2)
+    buf.save(tmp_path / "ck")
+    (tmp_path / "ck").rename(tmp_path / "ck.old-keep")
+    with pytest.raises(CheckpointError, match="no such checkpoint directory"):
+        rc.ReplayBuffer.load(tmp_path / "ck")
+    fill(buf, 3, seed=1)
+    buf.save(tmp_path / "ck")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "ck.old-keep"]
+    assert rc.ReplayBuffer.load(tmp_path / "ck").num_frames() == 5
+    assert rc.ReplayBuffer.load(tmp_path / "ck.old-keep").num_frames() == 2
+
+
+def test_saving_through_a_symlink_keeps_the_link_pointing_at_the_new_checkpoint(tmp_path):
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "disk" / "ck")  # dangling until the first save
+    buf = rc.ReplayBuffer(make_spec(), capacity=8, rng=0)
+    fill(buf, 2)
+    buf.save(tmp_path / "link")
+    fill(buf, 3, seed=1)
+    buf.save(tmp_path / "link")
+    assert (tmp_path / "link").is_symlink()
+    assert sorted(p.name for p in (tmp_path / "disk").iterdir()) == ["ck"]
+    assert rc.ReplayBuffer.load(tmp_path / "link").num_frames() == 5
+
+
+def test_saving_through_a_symlink_to_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    buf = rc.ReplayBuffer(make_spec(), capacity=8, rng=0)
+    with pytest.raises(CheckpointError, match=r"a symlink to .*file, which is not a directory"):
+        buf.save(tmp_path / "link")
+    assert (tmp_path / "file").read_text() == "x"
 
 
 # -- damaged checkpoints --------------------------------------------------------
@@ -386,3 +441,36 @@ def test_prioritized_transition_buffer_round_trip(tmp_path):
     a, b = tb.sample(32), restored.sample(32)
     for field in ("ids", "weights", "probabilities", "next_observation"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_saving_a_structured_dtype_leaf_is_refused_naming_the_leaf(tmp_path):
+    dtype = np.dtype([("a", np.float32), ("b", np.int32)])
+    buf = rc.ReplayBuffer({"obs": {"pair": rc.ArraySpec((2,), dtype)}}, capacity=8)
+    buf.add({"obs": {"pair": np.zeros(2, dtype)}})
+    with pytest.raises(CheckpointError, match=r"leaf 'obs/pair': its dtype .* is structured"):
+        buf.save(tmp_path / "ck")
+    assert not (tmp_path / "ck").exists()
+
+
+def test_saving_with_a_sampler_its_name_does_not_rebuild_is_refused(tmp_path):
+    def make(extra):
+        return type("ShadowedSampler14", (rc.samplers.Uniform,), extra)
+
+    first = make({"__module__": __name__})
+    make({"__module__": __name__})  # a second class registers under the same name
+    buf = rc.ReplayBuffer(make_spec(), capacity=8, sampler=first())
+    with pytest.raises(CheckpointError, match=r"sampler .*ShadowedSampler14: the name 'Shadowe"):
+        buf.save(tmp_path / "ck")
+
+
+class _Forgetful14(rc.samplers.Uniform):
+    """Takes an argument it does not keep: get_config cannot rebuild it."""
+
+    def __init__(self, width):
+        super().__init__()
+
+
+def test_saving_with_a_sampler_get_config_cannot_rebuild_is_refused(tmp_path):
+    buf = rc.ReplayBuffer(make_spec(), capacity=8, sampler=_Forgetful14(3))
+    with pytest.raises(CheckpointError, match=r"_Forgetful14: its get_config\(\) cannot rebuild"):
+        buf.save(tmp_path / "ck")

@@ -108,3 +108,23 @@ def test_sigkill_during_saves_always_leaves_the_old_or_the_new_checkpoint(tmp_pa
 @pytest.mark.slow
 def test_sigkill_during_saves_many_times(tmp_path):
     _kill_loop(tmp_path, kills=100, seed=1)
+
+
+def test_loading_while_another_process_saves_always_gets_one_complete_checkpoint(tmp_path):
+    path = tmp_path / "ck"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    log = tmp_path / "log.txt"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, str(script), str(path)], stdout=out)
+    try:
+        deadline = time.monotonic() + 30
+        while "saved 2" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.01)
+        versions = [_read_version(path) for _ in range(30)]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert versions == sorted(versions)  # each load is one whole checkpoint, never older
+    assert versions[-1] > versions[0], "the writer did not save during the loads"

@@ -157,13 +157,13 @@ def test_memory_is_one_frame_per_step_plus_margin():
     ring = 1003  # 1000 + 3 frames of history (rows layout, the default)
     frames = (8 * ring + 1) * 84 * 84  # one padding frame
     history = 8 * ring
-    assert buf.nbytes == plain + frames + history
+    assert buf.storage.nbytes == plain + frames + history
     assert buf.nbytes == rc.estimate_memory(
         buf.data_spec, 8000, 8, frame_stacks={"observation": rc.FrameStack(4)}
     )
     # contiguous=True: lanes layout, rounded up to whole 4-frame blocks, one padding block.
     lanes_ring = 1004
-    lanes = plain + (8 * lanes_ring + 4) * 84 * 84 + 8 * lanes_ring
+    lanes = plain + (8 * lanes_ring + 4) * 84 * 84 + 8 * lanes_ring + buf.table.nbytes
     assert lanes == rc.estimate_memory(
         buf.data_spec, 8000, 8, frame_stacks={"observation": rc.FrameStack(4, contiguous=True)}
     )

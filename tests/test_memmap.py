@@ -166,3 +166,28 @@ def test_clear_survives_reopen(tmp_path):
     again = rc.ReplayBuffer(SPEC, 8, 2, storage="memmap", directory=tmp_path)
     assert again.num_frames() == 0
     assert again.item_ids().shape == (2, 0)
+
+
+def test_reopening_with_another_sequence_length_is_refused(tmp_path):
+    rc.ReplayBuffer(SPEC, 8, 2, sequence_length=2, storage="memmap", directory=tmp_path).flush()
+    gc.collect()
+    with pytest.raises(CheckpointError, match=r"sequence_length=2, but this buffer has sequence_"):
+        rc.ReplayBuffer(SPEC, 8, 2, sequence_length=3, storage="memmap", directory=tmp_path)
+
+
+def test_reopening_with_another_sampler_type_is_refused(tmp_path):
+    kw = {"storage": "memmap", "directory": tmp_path, "sequence_length": 2}
+    rc.ReplayBuffer(SPEC, 8, 2, **kw).flush()
+    gc.collect()
+    with pytest.raises(
+        CheckpointError, match=r"holds a buffer with sampler=.*'Uniform'.*'Prioritized'"
+    ):
+        rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Prioritized(), **kw)
+
+
+def test_reopening_with_other_sampler_arguments_is_refused(tmp_path):
+    kw = {"storage": "memmap", "directory": tmp_path, "sequence_length": 2}
+    rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Prioritized(priority_exponent=0.6), **kw).flush()
+    gc.collect()
+    with pytest.raises(CheckpointError, match=r"holds a buffer with sampler=.*0\.6.*0\.7"):
+        rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Prioritized(priority_exponent=0.7), **kw)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -37,7 +39,8 @@ def test_estimate_equals_nbytes(shapes, dtypes, num_envs, max_length):
     expected = capacity * sum(
         int(np.prod(s)) * np.dtype(d).itemsize for s, d in zip(shapes, dtypes, strict=False)
     )
-    assert buf.nbytes == expected + capacity  # + is_last
+    assert buf.storage.nbytes == expected + capacity  # + is_last
+    assert buf.nbytes == buf.storage.nbytes + buf.table.nbytes
 
 
 @pytest.mark.parametrize("stack_size", [1, 2, 4])
@@ -60,7 +63,8 @@ def test_estimate_with_frame_stacks_equals_nbytes(stack_size, num_envs):
             pad = stack_size if stack_size > 1 else 1
         else:  # rows layout: history margin of stack_size - 1 frames, one padding frame
             ring, pad = 10 + stack_size - 1, 1
-        assert buf.nbytes == num_envs * 10 * 3 + (num_envs * ring + pad) * 30 + num_envs * ring
+        steps = num_envs * 10 * 3 + (num_envs * ring + pad) * 30 + num_envs * ring
+        assert buf.storage.nbytes == steps
 
 
 def test_memmap_estimate_is_the_same_bytes(tmp_path):
@@ -90,9 +94,9 @@ def test_ram_buffer_larger_than_available_memory_is_refused(monkeypatch, tmp_pat
         rc.ReplayBuffer(spec, 100, 1)
     with pytest.raises(MemoryError, match=r"needs 0.00 GiB of RAM but only 0.00 GiB"):
         rc.ReplayBuffer(spec, 100, 1)
-    assert rc.ReplayBuffer(spec, 100, 1, force=True).nbytes == 100 * 401
+    assert rc.ReplayBuffer(spec, 100, 1, force=True).storage.nbytes == 100 * 401
     buf = rc.ReplayBuffer(spec, 100, 1, storage="memmap", directory=tmp_path / "d")
-    assert buf.nbytes == 100 * 401
+    assert buf.storage.nbytes == 100 * 401
 
 
 def test_available_memory_reads_meminfo():
@@ -116,3 +120,37 @@ def test_bad_storage_arguments_are_rejected(tmp_path):
         rc.ReplayBuffer(spec, 10, directory=tmp_path)
     with pytest.raises(InvalidArgumentError, match=r"positive multiple of `num_envs`"):
         rc.estimate_memory(spec, 10, 3)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"sampler": "prioritized", "sequence_length": 2},
+        {"sampler": "prioritized0", "sequence_length": 3, "track_times_sampled": True},
+    ],
+)
+def test_estimate_counts_every_allocation_of_the_buffer(kw):
+    kw = dict(kw)
+    kind = kw.pop("sampler", None)
+    spec = {"observation": rc.ArraySpec((4,), np.float32), "is_last": rc.ArraySpec((), bool)}
+    capacity, num_envs = 200_000, 4
+
+    def sampler():
+        if kind is None:
+            return None
+        return rc.Prioritized(priority_exponent=0.0 if kind == "prioritized0" else 0.6)
+
+    tracked = {k: v for k, v in kw.items() if k == "track_times_sampled"}
+    estimate = rc.estimate_memory(spec, capacity, num_envs, sampler=sampler(), **tracked)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        buf = rc.ReplayBuffer(spec, capacity, num_envs, sampler=sampler(), **kw)
+        allocated = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert buf.nbytes == estimate
+    assert abs(allocated - estimate) <= 0.1 * estimate, (allocated, estimate)
+    # the table is counted: the episode-end log alone is 8 bytes per slot
+    assert estimate >= capacity * (17 + 8)

@@ -282,3 +282,28 @@ def test_all_zero_priorities_with_epsilon_zero_raise_not_enough_data():
         buf.sample(4)
     buf.update_priorities(ids[:1], [2.0])
     assert (buf.sample(50).ids == ids[0]).all()
+
+
+def test_priorities_whose_sum_overflows_raise_and_change_nothing():
+    buf = make_buffer(priority_exponent=1.0)
+    before = buf.sampler._tree.values.copy()
+    ids = valid_ids(buf)[:3]
+    with pytest.raises(InvalidArgumentError, match=r"priority 1e\+308 overflows: \(p \+ epsilon"):
+        buf.update_priorities(ids, [1e308, 1e308, 1e308])
+    np.testing.assert_array_equal(buf.sampler._tree.values, before)
+    assert buf.sampler.max_priority == 1.0
+
+
+def test_priorities_whose_power_overflows_raise_and_change_nothing():
+    buf = make_buffer(priority_exponent=2.0)
+    before = buf.sampler._tree.values.copy()
+    ids = valid_ids(buf)[:2]
+    with pytest.raises(InvalidArgumentError, match=r"priority 1e\+200 overflows.*alpha=2\.0"):
+        buf.update_priorities(ids, [1.0, 1e200])
+    np.testing.assert_array_equal(buf.sampler._tree.values, before)
+
+
+def test_updating_no_priorities_returns_zero_skipped():
+    buf = make_buffer()
+    assert buf.update_priorities([], []) == 0
+    assert buf.update_priorities(np.zeros(0, np.int64), np.zeros(0)) == 0

@@ -152,7 +152,7 @@ def test_frame_stack_samples_equal_sb3_and_store_one_frame(transpose, monkeypatc
     compare(ours, theirs, monkeypatch, batch_size=512)
     frame = 12 * 12
     assert ours.nbytes < plain.nbytes / 2
-    assert ours.transitions.replay_buffer.nbytes / 200 < frame + 32  # one frame per step
+    assert ours.transitions.replay_buffer.storage.nbytes / 200 < frame + 32  # one frame per step
 
 
 def test_frame_stack_rejects_an_episode_start_that_is_not_zero_padded():

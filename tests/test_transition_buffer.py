@@ -326,3 +326,53 @@ def test_int_first_reward_is_stored_as_float32_so_later_float_rewards_fit():
     rewards = sorted(set(buf.sample(64).reward.tolist()))
     assert rewards == [0.0, 0.5]
     assert buf.sample(1).reward.dtype == np.float32
+
+
+@pytest.mark.parametrize("terminated", [[True, False], np.zeros((1, 1), bool)])
+def test_terminated_of_the_wrong_shape_raises_shape_error(terminated):
+    buf = rc.TransitionBuffer(10)
+    obs = np.zeros(3, np.float32)
+    with pytest.raises(ShapeError, match=r"leaf 'terminated': expected shape \(1,\), got"):
+        buf.add(obs, 0, 1.0, obs, terminated)
+    with pytest.raises(ShapeError, match=r"leaf 'truncated': expected shape \(1,\), got \(2,\)"):
+        buf.add(obs, 0, 1.0, obs, False, [False, True])
+    assert buf.num_frames() == 0
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_rejected_first_add_does_not_fix_the_inferred_spec(prioritized):
+    buf = rc.TransitionBuffer(10, prioritized=prioritized)
+    with pytest.raises(ShapeError, match=r"add next_observation"):
+        buf.add(np.zeros(3, np.float32), 0, 1.0, np.zeros(4, np.float32), False)
+    assert buf.num_frames() == 0
+    buf.add(np.ones(5, np.int16), 2, 1.0, np.ones(5, np.int16), False)  # another spec: accepted
+    sample = buf.sample(2)
+    assert sample.observation.shape == (2, 5) and sample.observation.dtype == np.int16
+
+
+def _frames_and_stack(count):
+    frames = np.random.default_rng(0).integers(0, 255, (count, 2, 2)).astype(np.uint8)
+
+    def stack(i):  # reset padding: the episode starts at frame 0
+        return np.stack([frames[max(j, 0)] for j in range(i - 2, i + 1)], -1)
+
+    return stack
+
+
+def _sampled_pairs_are_passed(buf, passed):
+    sample = buf.sample(64)
+    for obs, nxt in zip(sample.observation, sample.next_observation, strict=True):
+        assert any(np.array_equal(obs, a) and np.array_equal(nxt, b) for a, b in passed)
+
+
+def test_frame_stack_transitions_after_clear_come_back_exactly_as_passed():
+    stack = _frames_and_stack(20)
+    buf = rc.TransitionBuffer(20, frame_stack=rc.FrameStack(3, padding="reset"), rng=0)
+    for i in range(5):
+        buf.add(stack(i), 0, 1.0, stack(i + 1), False)
+    buf.clear()
+    passed = [(stack(i), stack(i + 1)) for i in range(5, 9)]  # the episode goes on
+    for obs, nxt in passed:
+        buf.add(obs, 0, 1.0, nxt, False)
+    assert buf.num_frames() == 4
+    _sampled_pairs_are_passed(buf, passed)

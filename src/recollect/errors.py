@@ -45,5 +45,9 @@ class InsufficientMemoryError(InvalidArgumentError, MemoryError):
     """A RAM buffer would not fit in the available memory (use memmap storage or ``force=True``)."""
 
 
+class DiskFullError(RecollectError, OSError):
+    """The disk has too little free space for a memmap buffer's files (``errno`` ENOSPC)."""
+
+
 class StateError(RecollectError, RuntimeError):
     """An object was used in the wrong state (a closed manager, no buffer created yet)."""

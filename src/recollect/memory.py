@@ -17,8 +17,9 @@ from recollect.errors import InsufficientMemoryError, InvalidArgumentError
 from recollect.specs import FlatSpec
 from recollect.storage.factory import STORAGES, check_storage
 from recollect.storage.frame_store import frame_store_nbytes, resolve_frame_stacks
+from recollect.windows import WindowIndex
 
-__all__ = ["STORAGES", "available_memory", "check_memory", "estimate_memory"]
+__all__ = ["STORAGES", "available_memory", "check_memory", "estimate_memory", "table_nbytes"]
 
 
 def estimate_memory(
@@ -28,11 +29,17 @@ def estimate_memory(
     storage: str = "numpy",
     *,
     frame_stacks: dict[str, Any] | None = None,
+    sampler: Any = None,
+    track_times_sampled: bool = False,
 ) -> int:
-    """Bytes a buffer with these arguments allocates for its steps.
+    """Bytes a buffer with these arguments allocates: its steps plus its table.
 
-    For ``storage="numpy"`` the bytes live in RAM; for ``"memmap"`` the same
-    bytes live in files (RAM then holds only the pages in use).
+    The table's bookkeeping is the window index (clocks and an int64
+    episode-end log, 8 bytes per slot), the sampler's arrays (prioritized: a
+    sum tree and window starts, about 16.5 bytes per slot) and, with
+    ``track_times_sampled``, an int32 count per slot. For ``storage="numpy"``
+    everything lives in RAM; for ``"memmap"`` the steps live in files (RAM then
+    holds only the pages in use) and the table in RAM.
 
     Args:
         spec: the data spec of one step.
@@ -42,9 +49,12 @@ def estimate_memory(
         frame_stacks: ``{leaf path: FrameStack}`` as passed to the buffer;
             those leaves cost one frame per step (plus ``stack_size - 1`` frames
             and one uint8 per row slot of bookkeeping).
+        sampler: the sampler passed to the buffer (default uniform: no arrays).
+        track_times_sampled: as passed to the buffer.
 
     Returns:
-        int bytes; equals ``buf.nbytes`` of the constructed buffer.
+        int bytes; equals ``buf.nbytes`` of the constructed buffer
+        (``buf.storage.nbytes + buf.table.nbytes``).
 
     Raises:
         InvalidArgumentError: unknown storage, or capacity not a positive
@@ -54,7 +64,7 @@ def estimate_memory(
     Example:
         >>> spec = {"observation": ArraySpec((84, 84, 4), np.uint8)}
         >>> estimate_memory(spec, 1_000_000, 8)
-        28224000000
+        28232000384
     """
     check_storage(storage)
     if capacity < 1 or num_envs < 1 or capacity % num_envs:
@@ -63,10 +73,19 @@ def estimate_memory(
             f"num_envs={num_envs}."
         )
     flat = FlatSpec(spec)
+    max_length = capacity // num_envs
     stacks = resolve_frame_stacks(flat, frame_stacks)
+    table = table_nbytes(num_envs, max_length, sampler, track_times_sampled)
     if stacks:
-        return frame_store_nbytes(flat, num_envs, capacity // num_envs, stacks)
-    return capacity * flat.nbytes
+        return frame_store_nbytes(flat, num_envs, max_length, stacks) + table
+    return capacity * flat.nbytes + table
+
+
+def table_nbytes(num_envs: int, max_length: int, sampler: Any, track_times_sampled: bool) -> int:
+    """Bytes a table allocates (``Table.nbytes``): window index, sampler arrays, counts."""
+    sampler_bytes = 0 if sampler is None else sampler.estimate_nbytes(num_envs, max_length)
+    counts = 4 * num_envs * max_length if track_times_sampled else 0
+    return WindowIndex.estimate_nbytes(num_envs, max_length) + sampler_bytes + counts
 
 
 def available_memory() -> int | None:

@@ -95,6 +95,18 @@ class WindowIndex:
         self.clear()
         self.generation = 0
 
+    @staticmethod
+    def estimate_nbytes(num_envs: int, max_length: int) -> int:
+        """Bytes an index of that geometry allocates (:attr:`nbytes`), before building it."""
+        return 8 * num_envs * (max_length + 6)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the clocks and the episode-end log (int64 ``[num_envs, max_length]``)."""
+        arrays = (self._offsets, self.t_clear, self._rows, self._ends)
+        small = (self.last_end, self._end_start, self._end_n)
+        return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in small)
+
     # -- counters ---------------------------------------------------------
     @property
     def t(self) -> np.ndarray:

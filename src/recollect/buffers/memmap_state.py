@@ -7,15 +7,27 @@ table's state (clocks, episode ends, sampler state), written by
 :meth:`MemmapState.flush` with the manifest replaced atomically. The first
 write after a flush creates a ``dirty`` marker; reopening a dirty directory
 raises :class:`~recollect.errors.CheckpointError` rather than restoring clocks
-that no longer match the data.
+that no longer match the data, unless ``recover=True``.
+
+Crash recovery: ``written.npy`` (int64 ``[num_envs]``, memory-mapped) holds
+each row's clock one past the newest step whose write began; it is updated
+before every write. ``recover=True`` restores the last flushed table state and
+drops what no longer matches it: the steps written after that flush, and the
+flushed steps whose ring slots those writes reused. A process crash (SIGKILL,
+OOM kill) leaves the mapped pages in the page cache, so this restores a
+consistent buffer; after a power loss or kernel crash the data pages written
+since the last flush may be torn, which no reopen can detect.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
+import warnings
 import weakref
 from typing import Any
+
+import numpy as np
 
 from recollect.errors import CheckpointError
 from recollect.state.files import read_state, write_in_place
@@ -24,6 +36,7 @@ from recollect.state.manifest import FORMAT_VERSION, MANIFEST
 __all__ = ["MemmapState"]
 
 DIRTY = "dirty"
+WRITTEN = "written.npy"
 
 
 class MemmapState:
@@ -33,19 +46,25 @@ class MemmapState:
         directory: the buffer's directory (created if missing).
         config: the buffer's configuration; a reopen must match it exactly
             (spec, geometry, frame stacks, sequence length, sampler).
+        recover: reopen a dirty directory at its last flushed state
+            (:attr:`steps_dropped` counts what was lost) instead of refusing it.
 
     Raises:
         CheckpointError: the directory's manifest is unreadable, of another
             ``format_version``, dirty, or describes another buffer.
     """
 
-    def __init__(self, directory: Any, config: dict[str, Any]) -> None:
+    def __init__(self, directory: Any, config: dict[str, Any], recover: bool = False) -> None:
         self.directory = pathlib.Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config = json.loads(json.dumps(config))  # JSON-normal form, comparable
         self.manifest_path = self.directory / MANIFEST
+        self.recover = bool(recover)
+        self.dirty = (self.directory / DIRTY).exists()
         self.saved = self._read() if self.manifest_path.exists() else None
         self.clean = False
+        self.steps_dropped = 0
+        self.written: np.ndarray | None = None
 
     @property
     def reopen(self) -> bool:
@@ -71,13 +90,55 @@ class MemmapState:
                     f"{stored.get(key)!r}, but this buffer has {key}={value!r}. Use the same "
                     "arguments to reopen it, or another directory."
                 )
-        if (self.directory / DIRTY).exists():
+        if self.dirty and not self.recover:
             raise CheckpointError(
                 f"memmap directory {self.directory} was written after its last flush(); its "
-                "counters no longer match the data. Call buf.flush() (or let the buffer be "
-                "closed) before reopening; delete the directory to start over."
+                "counters no longer match the data. Call buf.flush() (or buf.close()) before "
+                "reopening, pass recover=True to reopen it at its last flushed state (the "
+                "steps written since are dropped), or delete the directory to start over."
             )
         return read_state(self.directory, resolve=False)
+
+    def _written_clocks(self, t: np.ndarray) -> np.ndarray:
+        """Maps ``written.npy`` (created as ``t``); returns the clocks it held, at least ``t``."""
+        path = self.directory / WRITTEN
+        before = t
+        if path.exists():
+            try:
+                old = np.load(path, allow_pickle=False)
+            except Exception as err:  # a torn file: np.load raises EOFError, ValueError, ...
+                raise CheckpointError(f"cannot read {path}: {err}") from err
+            if old.shape == t.shape and old.dtype == np.int64:
+                before = np.maximum(old, t)
+        self.written = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=t.shape)
+        self.written[...] = t
+        self.written.flush()
+        return before
+
+    def _recovered(self, state: dict[str, Any], written: np.ndarray, max_length: int) -> Any:
+        """``state`` without the flushed steps whose slots were rewritten after the flush."""
+        index = dict(state["index"])
+        t = np.asarray(index["t"], np.int64)
+        t_clear = np.asarray(index["t_clear"], np.int64)
+        lo = np.maximum(t_clear, t - max_length)
+        new_clear = np.maximum(t_clear, np.minimum(written - max_length, t))
+        new_lo = np.maximum(new_clear, t - max_length)
+        self.steps_dropped = int((written - t).sum() + (new_lo - lo).sum())
+        index["t_clear"] = new_clear
+        sampler = dict(state["sampler"])
+        if "start" in sampler and "values" in sampler:  # prioritized: unscore dropped windows
+            start = np.array(sampler["start"], np.int64)
+            gone = (start >= 0) & (start < np.repeat(new_lo, max_length))
+            values = np.array(sampler["values"], np.float64)
+            values[gone] = 0.0
+            start[gone] = -1
+            sampler.update(start=start, values=values)
+            sampler["num_valid"] = int(sampler["num_valid"]) - int(gone.sum())
+            if "priority" in sampler:
+                priority = np.array(sampler["priority"], np.float64)
+                priority[gone] = 0.0
+                sampler["priority"] = priority
+        return {**state, "index": index, "sampler": sampler}
 
     def attach(self, storage: Any, table: Any, lock: Any, owner: Any) -> None:
         """Restores the table state of a reopened directory, flushes, and flushes again when
@@ -86,17 +147,37 @@ class MemmapState:
             state = dict(self.saved.state["table"])
             state.pop("rng", None)  # the constructor's rng argument decides the future draws
             try:
+                t = np.asarray(state["index"]["t"], np.int64)
+                written = self._written_clocks(t)
+                if self.dirty:
+                    state = self._recovered(state, written, table.max_length)
                 table.load_state_dict(state)
-            except (KeyError, ValueError) as err:
+            except (KeyError, TypeError, ValueError, IndexError) as err:
                 raise CheckpointError(f"{self.saved.where}: bad table state ({err}).") from err
+            if self.dirty:
+                warnings.warn(
+                    f"memmap directory {self.directory} was not flushed after its last writes; "
+                    f"reopened at its last flushed state, {self.steps_dropped} step(s) dropped "
+                    "(buf.recovered_steps_dropped).",
+                    UserWarning,
+                    stacklevel=4,
+                )
+        else:
+            self._written_clocks(table.index.t)
         self.flush(storage, table, lock)
         weakref.finalize(owner, self.flush, storage, table, lock)
 
-    def before_write(self) -> None:
-        """Marks the directory dirty (once per flush); the caller holds the lock."""
+    def before_write(self, rows: np.ndarray | None, times: Any) -> None:
+        """Marks the directory dirty (once per flush) and records the clocks about to be
+        written (``rows`` None: every row at ``times``); the caller holds the lock."""
         if self.clean:
             (self.directory / DIRTY).touch()
             self.clean = False
+        if self.written is not None:
+            if rows is None:
+                self.written[...] = np.asarray(times) + 1
+            else:
+                self.written[rows] = np.asarray(times) + 1
 
     def flush(self, storage: Any, table: Any, lock: Any) -> None:
         """Flushes the mapped data, then writes the manifest and table state atomically."""

@@ -9,6 +9,7 @@ import numpy as np
 
 from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sample import Sample
+from recollect.buffers.saveable import check_saveable
 from recollect.buffers.tf_agents_api import TFAgentsReads
 from recollect.errors import (
     CheckpointError,
@@ -21,7 +22,7 @@ from recollect.ids import encode
 from recollect.memory import check_memory, estimate_memory
 from recollect.samplers.base import Sampler, registered_sampler
 from recollect.specs import FlatSpec
-from recollect.state.files import Saved, read_state, write_checkpoint
+from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.manifest import describe_spec, rebuild_spec
 from recollect.storage.base import Storage
 from recollect.storage.factory import bool_scalar, make_storage
@@ -89,6 +90,10 @@ class ReplayBuffer(TFAgentsReads):
         track_times_sampled: count how often each window was returned
             (``Sample.times_sampled``); costs about 14 us per ``sample(256)`` of W2,
             so off by default (``times_sampled`` is then None).
+        recover: memmap only: reopen a ``directory`` that was written after its
+            last flush (the process was killed) at its last flushed state, with
+            a ``UserWarning``; :attr:`recovered_steps_dropped` says how many steps
+            were lost (written since that flush, or flushed but overwritten since).
 
     Raises:
         InvalidArgumentError: ``capacity`` < ``num_envs``, not a multiple of it,
@@ -126,6 +131,7 @@ class ReplayBuffer(TFAgentsReads):
         gatherer: Gatherer | None = None,
         shard: int = 0,
         track_times_sampled: bool = False,
+        recover: bool = False,
     ) -> None:
         capacity = positive_int("capacity", capacity)
         num_envs = positive_int("num_envs", num_envs)
@@ -164,11 +170,18 @@ class ReplayBuffer(TFAgentsReads):
             "track_times_sampled": bool(track_times_sampled),
         }
         check_memory(
-            estimate_memory(self._flat.spec, capacity, num_envs, frame_stacks=frame_stacks),
+            estimate_memory(
+                self._flat.spec,
+                capacity,
+                num_envs,
+                frame_stacks=frame_stacks,
+                sampler=self._table.sampler,
+                track_times_sampled=track_times_sampled,
+            ),
             storage,
             force,
         )
-        self._persist = None if directory is None else MemmapState(directory, self._config)
+        self._persist = None if directory is None else MemmapState(directory, self._config, recover)
         self._storage = make_storage(
             self._flat,
             num_envs,
@@ -257,8 +270,9 @@ class ReplayBuffer(TFAgentsReads):
 
     @property
     def nbytes(self) -> int:
-        """Bytes allocated for stored steps."""
-        return self._storage.nbytes
+        """Bytes allocated: stored steps plus the table (index, sampler, counts); equals
+        :func:`~recollect.estimate_memory` of the same arguments."""
+        return self._storage.nbytes + self._table.nbytes
 
     def num_frames(self) -> int:
         """Steps currently stored, over all rows."""
@@ -350,15 +364,17 @@ class ReplayBuffer(TFAgentsReads):
         is_last = None if self._is_last is None else leaves[self._is_last]
         table = self._table
         with table.lock:
-            if self._persist is not None:
-                self._persist.before_write()
             clock = table.uniform_clock if rows is None else None
             if clock is not None:  # every row at one clock: scalar time and slot
+                if self._persist is not None:
+                    self._persist.before_write(None, clock)
                 slot = clock % self._max_length
                 self._storage.write(None, slot, leaves, times=clock)
                 table.insert(None, slot, is_last)
                 return
             times, slots = table.next_steps(rows)
+            if self._persist is not None:
+                self._persist.before_write(rows, times)
             self._storage.write(rows, slots, leaves, times=times)
             table.insert(rows, slots, is_last)
 
@@ -407,13 +423,18 @@ class ReplayBuffer(TFAgentsReads):
         is_last = None if self._is_last is None else leaves[self._is_last]
         table = self._table
         with table.lock:
-            if self._persist is not None:
-                self._persist.before_write()
             t = table.index.t if rows is None else table.index.t[rows]
             times = t[:, None] + np.arange(count)
             slots = times % self._max_length
+            if self._persist is not None:
+                self._persist.before_write(rows, times[:, -1])
             self._storage.write(rows, slots, leaves, times=times)
             table.insert_block(rows, slots, count, is_last)
+
+    @property
+    def recovered_steps_dropped(self) -> int:
+        """Steps a ``recover=True`` reopen dropped (0 when nothing was recovered)."""
+        return 0 if self._persist is None else self._persist.steps_dropped
 
     def flush(self) -> None:
         """Memmap storage: writes data, clocks and sampler state to ``directory`` (else no-op)."""
@@ -632,13 +653,20 @@ class ReplayBuffer(TFAgentsReads):
             The absolute checkpoint path.
 
         Raises:
-            CheckpointError: ``path`` is a non-empty directory that is not a checkpoint.
+            CheckpointError: ``path`` is a non-empty directory that is not a checkpoint, or
+                the checkpoint could not be loaded (see :meth:`check_saveable`).
             OSError: the disk is full or not writable (the old checkpoint stays).
         """
+        self.check_saveable()
         with self._table.lock:
             return write_checkpoint(
                 path, self.kind, self.config(), self.state_dict(), self.stored_layout()
             )
+
+    def check_saveable(self) -> None:
+        """Raises :class:`CheckpointError` when a checkpoint of this buffer could not be loaded
+        (a structured-dtype leaf, a sampler that its registered name does not rebuild)."""
+        check_saveable(self._flat, self._table.sampler, self._config["sampler"]["config"])
 
     def stored_layout(self) -> dict[str, int]:
         """``{"slot_offset", "stored_steps"}``: the ring columns a checkpoint writes."""
@@ -669,7 +697,10 @@ class ReplayBuffer(TFAgentsReads):
         except (CheckpointError, MemoryError):
             raise
         except (RecollectError, KeyError, TypeError) as err:
-            raise CheckpointError(f"inconsistent buffer description ({err}).") from err
+            raise CheckpointError(
+                f"inconsistent buffer description ({err}); the manifest's config was edited or "
+                "damaged. Restore it from a backup."
+            ) from err
 
     @classmethod
     def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Self:
@@ -701,7 +732,7 @@ class ReplayBuffer(TFAgentsReads):
             CheckpointError: missing or damaged files, a newer format version,
                 or a checkpoint of another buffer kind.
         """
-        return cls.from_saved(read_state(path), mmap=mmap)
+        return load_consistent(path, lambda saved: cls.from_saved(saved, mmap=mmap))
 
 
 def _layout(lo: np.ndarray, hi: np.ndarray, max_length: int) -> dict[str, int]:
@@ -722,7 +753,10 @@ def _restore(cls: Any, config: Any, state: Any, where: str, mmap: bool) -> Any:
     except CheckpointError as err:
         raise CheckpointError(f"{where}: {err}") from err
     except (KeyError, TypeError, ValueError, RecollectError) as err:
-        raise CheckpointError(f"{where}: cannot restore the buffer state ({err}).") from err
+        raise CheckpointError(
+            f"{where}: cannot restore the buffer state ({err}); the checkpoint is damaged or "
+            "was edited. Restore it from a backup or save the buffer again."
+        ) from err
     return buffer
 
 

@@ -25,7 +25,7 @@ from recollect.errors import CheckpointError, InvalidArgumentError, NotEnoughDat
 from recollect.nstep import check_discount
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
-from recollect.state.files import Saved, read_state, write_checkpoint
+from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.rng import decode_rng, encode_rng
 from recollect.storage.frame_store import FrameStack
 from recollect.validation import convert_step
@@ -288,13 +288,53 @@ class TransitionBuffer:
             SpecError, ShapeError, DTypeError, CastError: an argument does not
                 match the spec inferred from the first call; nothing is written.
         """
-        if self._buffer is None:
+        first = self._buffer is None
+        if first:
             self._build(observation, action, reward)
+        try:
+            leaves, nxt = self._convert(
+                observation, action, reward, next_observation, terminated, truncated
+            )
+        except Exception:
+            if first:  # a rejected first add must not fix the inferred spec
+                self._unbuild()
+            raise
+        buffer = self._buffer
+        assert buffer is not None  # for type checkers; _build always sets it
+        obs = [leaves[i] for i in self._obs_leaf_ids]
+        with buffer.lock:
+            chained = self._link_previous(obs)
+            if self._first_id is not None:
+                leaves[self._first_id] = ~chained
+            t = self._clock()
+            self._final_ref[:, t % buffer.max_length] = -1
+            buffer.write_leaves(leaves)
+            for pending, value in zip(self._pending, nxt, strict=True):
+                pending[...] = value
+            self._has_pending[:] = True
+
+    def _unbuild(self) -> None:
+        """Forgets the buffer a rejected first add built; its sampler is replaced by a copy."""
+        self._buffer = None
+        if self._prioritized is not None:
+            self._prioritized = self._prioritized.copy()
+
+    def _convert(
+        self,
+        observation: Any,
+        action: Any,
+        reward: Any,
+        next_observation: Any,
+        terminated: Any,
+        truncated: Any,
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Validated leaves of the step and of ``next_observation`` (nothing is written)."""
         buffer = self._buffer
         assert buffer is not None  # for type checkers; _build always sets it
         lead = (self._num_envs,)
-        if self._num_envs == 1:
-            terminated, truncated = np.reshape(terminated, 1), np.reshape(truncated, 1)
+        if self._num_envs == 1:  # scalars get the env dim; anything else is checked below
+            terminated = np.reshape(terminated, 1) if np.ndim(terminated) == 0 else terminated
+            truncated = np.reshape(truncated, 1) if np.ndim(truncated) == 0 else truncated
         step = {
             "observation": observation,
             "action": action,
@@ -311,17 +351,7 @@ class TransitionBuffer:
             step["is_first"] = np.zeros(lead, bool)  # set from the chain below
         leaves = convert_step(buffer.flat_spec, step, lead, "add")
         nxt = convert_step(self._obs_flat, next_observation, lead, "add next_observation")
-        obs = [leaves[i] for i in self._obs_leaf_ids]
-        with buffer.lock:
-            chained = self._link_previous(obs)
-            if self._first_id is not None:
-                leaves[self._first_id] = ~chained
-            t = self._clock()
-            self._final_ref[:, t % buffer.max_length] = -1
-            buffer.write_leaves(leaves)
-            for pending, value in zip(self._pending, nxt, strict=True):
-                pending[...] = value
-            self._has_pending[:] = True
+        return leaves, nxt
 
     def _link_previous(self, obs: list[np.ndarray]) -> np.ndarray:
         """Keeps the previous next_observation of envs whose chain breaks now.
@@ -345,13 +375,14 @@ class TransitionBuffer:
         return chained
 
     def clear(self) -> None:
-        """Forgets every transition; the next add starts a new chain."""
+        """Forgets every transition. An add whose observation continues the last
+        ``next_observation`` still continues its chain (a frame stack keeps its history
+        frames, so it comes back exactly as passed); any other starts a new one."""
         if self._buffer is None:
             return
         with self._buffer.lock:
             self._buffer.clear()
             self._finals.clear()
-            self._has_pending[:] = False
 
     # -- reading ----------------------------------------------------------
     def sample(
@@ -590,6 +621,7 @@ class TransitionBuffer:
         """
         if self._buffer is None:
             return write_checkpoint(path, self.kind, self.config(), self.state_dict())
+        self._buffer.check_saveable()
         with self._buffer.lock:
             layout = self._buffer.stored_layout()
             return write_checkpoint(path, self.kind, self.config(), self.state_dict(), layout)
@@ -649,7 +681,7 @@ class TransitionBuffer:
             CheckpointError: missing or damaged files, a newer format version,
                 or a checkpoint of another kind.
         """
-        return cls.from_saved(read_state(path), mmap=mmap)
+        return load_consistent(path, lambda saved: cls.from_saved(saved, mmap=mmap))
 
 
 def _prioritized_sampler(prioritized: Any) -> Prioritized | None:

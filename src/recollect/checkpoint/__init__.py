@@ -15,7 +15,7 @@ from typing import Any
 
 from recollect.buffers import ReplayBuffer, TransitionBuffer
 from recollect.errors import CheckpointError
-from recollect.state.files import read_state
+from recollect.state.files import load_consistent
 from recollect.state.manifest import FORMAT_VERSION
 
 __all__ = ["FORMAT_VERSION", "load_buffer", "save_buffer"]
@@ -63,7 +63,10 @@ def load_buffer(path: str | os.PathLike, mmap: bool = False, *, kind: str | None
             missing, truncated or fails its checksum; the manifest was edited;
             the format version is newer than this recollect; another kind.
     """
-    saved = read_state(path)
+    return load_consistent(path, lambda saved: _build(saved, mmap, kind))
+
+
+def _build(saved: Any, mmap: bool, kind: str | None) -> Any:
     if kind is not None and saved.kind != kind:
         raise CheckpointError(
             f"{saved.where}: holds a {saved.kind}, not a {kind}; load it "

@@ -140,7 +140,7 @@ def _open_memmap(path: Path, manifest: dict[str, Any], scratch: Path) -> Any:
     from recollect.buffers.replay_buffer import ReplayBuffer
 
     for file in path.iterdir():
-        if file.name != "manifest.json":
+        if file.name not in ("manifest.json", "written.npy"):
             (scratch / file.name).symlink_to(file.resolve())
     shutil.copyfile(path / "manifest.json", scratch / "manifest.json")
     return ReplayBuffer.from_config(manifest["config"], storage="memmap", directory=scratch)

@@ -115,6 +115,15 @@ class Sampler:
         self.index = index
         self.sequence_length = sequence_length
 
+    def estimate_nbytes(self, num_envs: int, max_length: int) -> int:
+        """Bytes this sampler allocates when bound to a table of that geometry (0: none)."""
+        return 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the sampler's per-table arrays (equals :meth:`estimate_nbytes`)."""
+        return 0
+
     def copy(self) -> Sampler:
         """A new, unbound sampler with the same configuration."""
         return type(self)(**self.get_config())

@@ -94,6 +94,19 @@ class Prioritized(Sampler):
             "initial_max_priority": self.initial_max_priority,
         }
 
+    # -- memory -------------------------------------------------------------
+    def estimate_nbytes(self, num_envs: int, max_length: int) -> int:
+        size = num_envs * max_length
+        raw = size if self.priority_exponent == 0 else 0
+        return SumTree.estimate_nbytes(size) + 8 * (size + raw + 3 * num_envs)
+
+    @property
+    def nbytes(self) -> int:
+        if getattr(self, "index", None) is None:
+            return 0
+        arrays = (self._start, self._priority, self._all_rows, self._row_base, self._last_end)
+        return self._tree.nbytes + sum(a.nbytes for a in arrays)
+
     # -- table hooks ------------------------------------------------------
     def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
         if sequence_length is None:
@@ -116,7 +129,8 @@ class Prioritized(Sampler):
         self._last_end = index.last_end.copy()
 
     def _value(self, priorities: np.ndarray | float) -> np.ndarray:
-        return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
+        with np.errstate(over="ignore"):  # an overflow is reported by _check_finite
+            return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
 
     def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
         """Zeroes the windows whose first step was just overwritten; scores the new windows."""
@@ -265,10 +279,11 @@ class Prioritized(Sampler):
 
     def _check_finite(self, values: np.ndarray, priorities: np.ndarray, keys: np.ndarray) -> None:
         """Refuses values whose ``(p + epsilon) ** alpha`` or whose sum with the tree overflows."""
-        if np.isfinite(self._tree.total + float(values.sum())):  # an upper bound of the new sum
-            return
-        bad = ~np.isfinite(values)
-        total = self._tree.total - float(self._tree[keys].sum()) + float(values.sum())
+        with np.errstate(over="ignore"):
+            if np.isfinite(self._tree.total + float(values.sum())):  # an upper bound of the sum
+                return
+            bad = ~np.isfinite(values)
+            total = self._tree.total - float(self._tree[keys].sum()) + float(values.sum())
         if not bad.any() and np.isfinite(total):
             return
         first = int(np.flatnonzero(bad)[0]) if bad.any() else int(np.argmax(priorities))
@@ -328,6 +343,7 @@ class Prioritized(Sampler):
                 f"prioritized sampler state has {values.shape} priorities; this buffer needs "
                 f"({self._tree.capacity},). Load it into a buffer of the same capacity."
             )
+        _check_state_values(state, values)
         self._tree.fill(values)
         self._start[:] = np.asarray(state["start"], dtype=np.int64)
         if len(self._priority):  # alpha == 0: raw priorities are state of their own
@@ -340,3 +356,16 @@ class Prioritized(Sampler):
         self.num_valid = int(state["num_valid"])
         aware = int(state["episode_aware"])
         self.episode_aware = None if aware < 0 else bool(aware)
+
+
+def _check_state_values(state: dict[str, Any], values: np.ndarray) -> None:
+    """Refuses a sampler state with NaN, inf or negative priorities or exponents."""
+    scalars = {k: float(state[k]) for k in ("max_priority", "priority_exponent", "epsilon")}
+    raw = np.asarray(state.get("priority", np.zeros(0)), dtype=np.float64)
+    for name, array in (("values", values), ("priority", raw), *scalars.items()):
+        array = np.asarray(array)
+        if not np.isfinite(array).all() or (array < 0).any():
+            raise InvalidArgumentError(
+                f"prioritized sampler state field {name!r} holds NaN, inf or negative values; "
+                "the state is damaged. Restore it from a backup or save the buffer again."
+            )

@@ -60,15 +60,24 @@ class SumTree:
             )
         self.capacity = int(capacity)
         self.branching = b = int(branching)
-        top, depth = self.capacity, 0
-        while top > b * b:  # too big to be the top: add a level of block sums
-            top, depth = -(-top // b), depth + 1
-        # level i holds top * b^(depth - i) entries: every entry above has a full block below
-        sizes = [top * b ** (depth - i) for i in range(depth + 1)]
+        sizes = _level_sizes(self.capacity, b)
         self._levels = [np.zeros(size, np.float64) for size in sizes]
         self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
         self._exclusive = np.triu(np.ones((b, b)), 1)  # block @ this = exclusive prefix sums
         self._ones = np.ones(b)
+
+    @staticmethod
+    def estimate_nbytes(capacity: int, branching: int = 16) -> int:
+        """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`), before building it."""
+        b = int(branching)
+        return 8 * (sum(_level_sizes(int(capacity), b)) + b * b + b)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tree's arrays (levels and the small search matrices)."""
+        return (
+            sum(level.nbytes for level in self._levels) + self._exclusive.nbytes + self._ones.nbytes
+        )
 
     # -- reading ----------------------------------------------------------
     @property
@@ -169,3 +178,11 @@ class SumTree:
         """Sets every leaf to zero."""
         for level in self._levels:
             level[:] = 0.0
+
+
+def _level_sizes(capacity: int, b: int) -> list[int]:
+    """Entries of each level, leaves first: level i holds top * b^(depth - i) entries."""
+    top, depth = capacity, 0
+    while top > b * b:  # too big to be the top: add a level of block sums
+        top, depth = -(-top // b), depth + 1
+    return [top * b ** (depth - i) for i in range(depth + 1)]

@@ -2,10 +2,17 @@
 
 A save never touches the live checkpoint until the new one is complete::
 
-    1. write everything into the sibling  <name>.tmp-<pid>-<rand>/  (manifest last), fsync
-    2. rename  <name>  ->  <name>.old-<rand>      (only if a checkpoint is there)
+    1. write everything into the sibling  <name>.tmp-<pid>-<token>/  (manifest last), fsync
+    2. rename  <name>  ->  <name>.old-<token'>      (only if a checkpoint is there)
     3. rename  <name>.tmp-...  ->  <name>,  fsync the parent directory
-    4. delete  <name>.old-<rand>
+    4. delete  <name>.old-<token'>
+
+Every directory a save writes holds a marker file ``.recollect-save`` with its
+own random token, and its temporary and old names end with that token. Only
+siblings whose name and marker agree count as this module's own: a user's
+``replay.old-backup`` or ``mv replay replay.old-keep`` is never adopted,
+renamed or deleted. A symlinked checkpoint path is resolved first, so the
+link keeps pointing at the (new) checkpoint.
 
 A SIGKILL between any two system calls leaves either ``<name>`` complete (old
 or new), or, only between steps 2 and 3, ``<name>`` missing with both the old
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Callable
@@ -39,11 +47,38 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+MARKER = ".recollect-save"
+_TOKEN = re.compile(r"[0-9a-f]{16}")
+
+
+def _token(directory: Path) -> str | None:
+    """The save token in ``directory``'s marker file, or None (no marker: not ours)."""
+    try:
+        token = (directory / MARKER).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token if _TOKEN.fullmatch(token) else None
+
+
+def _mark(directory: Path, token: str) -> None:
+    with open(directory / MARKER, "w") as f:
+        f.write(token)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _siblings(path: Path) -> list[Path]:
+    """Sibling directories an earlier save of ``path`` created: name and marker agree."""
     if not path.parent.is_dir():
         return []
-    prefixes = (f"{path.name}.tmp-", f"{path.name}.old-")
-    return sorted(p for p in path.parent.iterdir() if p.name.startswith(prefixes))
+    tmp = re.compile(re.escape(f"{path.name}.tmp-") + r"\d+-([0-9a-f]{16})")
+    old = re.compile(re.escape(f"{path.name}.old-") + r"([0-9a-f]{16})")
+    found = []
+    for p in path.parent.iterdir():
+        match = tmp.fullmatch(p.name) or old.fullmatch(p.name)
+        if match and not p.is_symlink() and p.is_dir() and _token(p) == match.group(1):
+            found.append(p)
+    return sorted(found)
 
 
 def _complete_sibling(path: Path) -> Path | None:
@@ -68,6 +103,8 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
         CheckpointError: nothing loadable at ``path``.
     """
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     if path.exists() or not path.parent.exists():
         return path
     recovered = _complete_sibling(path)
@@ -101,6 +138,19 @@ def _prepare(path: Path) -> None:
             )
 
 
+def _resolve_link(path: Path) -> Path:
+    """The directory a symlinked checkpoint path points to (created by the save if dangling)."""
+    if not path.is_symlink():
+        return path
+    target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_dir():
+        raise CheckpointError(
+            f"{path}: a symlink to {target}, which is not a directory; point it at a "
+            "checkpoint directory or save to another path."
+        )
+    return target
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
     """Runs ``write(tmp_dir)`` and atomically puts ``tmp_dir`` in place at ``path``.
 
@@ -113,12 +163,14 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
     Raises:
         CheckpointError: ``path`` is a file or a foreign non-empty directory.
     """
-    path = Path(path).absolute()
+    path = _resolve_link(Path(path).absolute())
     path.parent.mkdir(parents=True, exist_ok=True)
     _prepare(path)
-    tmp = path.parent / f"{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    token = secrets.token_hex(8)
+    tmp = path.parent / f"{path.name}.tmp-{os.getpid()}-{token}"
     tmp.mkdir()
     try:
+        _mark(tmp, token)
         write(tmp)
         _fsync_dir(tmp)
     except BaseException:
@@ -126,7 +178,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
         raise
     old = None
     if path.exists():
-        old = path.parent / f"{path.name}.old-{secrets.token_hex(4)}"
+        old_token = _token(path)
+        if old_token is None:  # a checkpoint of an earlier recollect: mark it before the rename
+            old_token = secrets.token_hex(8)
+            _mark(path, old_token)
+        old = path.parent / f"{path.name}.old-{old_token}"
         os.rename(path, old)
     os.rename(tmp, path)
     _fsync_dir(path.parent)

@@ -13,9 +13,9 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from recollect.state.manifest import (
     to_json,
 )
 from recollect.state.npyio import (
+    check_npy_length,
     mmap_columns,
     read_array,
     read_columns_into,
@@ -40,9 +41,11 @@ from recollect.state.npyio import (
 from recollect.state.rng import state_file_path
 from recollect.version import __version__
 
-__all__ = ["Saved", "read_state", "write_checkpoint", "write_in_place"]
+__all__ = ["Saved", "load_consistent", "read_state", "write_checkpoint", "write_in_place"]
 
 _FILE, _COLUMNS, _MEMMAP = "__file__", "__columns__", "__memmap__"
+_T = TypeVar("_T")
+LOAD_ATTEMPTS = 20
 
 
 @dataclasses.dataclass
@@ -206,7 +209,10 @@ class _Reader:
     def entry(self, name: Any) -> tuple[Path, str, int]:
         info = self.files.get(name) if isinstance(name, str) else None
         if not isinstance(info, dict) or {"checksum", "size_bytes"} - set(info):
-            raise CheckpointError(f"{self.where}: file {name!r} is not listed with a checksum.")
+            raise CheckpointError(
+                f"{self.where}: file {name!r} is not listed with a checksum; the manifest was "
+                "edited or damaged. Restore it from a backup."
+            )
         return state_file_path(self.root, name), info["checksum"], info["size_bytes"]
 
     def array(self, name: str) -> np.ndarray:
@@ -214,7 +220,10 @@ class _Reader:
 
     def columns(self, name: str, layout: Any) -> ColumnFile:
         if not isinstance(layout, dict):
-            raise CheckpointError(f"{self.where}: ring columns without a layout.")
+            raise CheckpointError(
+                f"{self.where}: ring columns without a layout; the manifest was edited or "
+                "damaged. Restore it from a backup."
+            )
         return ColumnFile(
             *self.entry(name), int(layout["slot_offset"]), int(layout["stored_steps"])
         )
@@ -222,8 +231,9 @@ class _Reader:
     def memmap(self, name: Any) -> np.ndarray:
         path = state_file_path(self.root, name)
         try:
+            check_npy_length(path)  # numpy would silently zero-extend a torn file
             return np.load(path, mmap_mode="r+", allow_pickle=False)
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, EOFError) as err:
             raise CheckpointError(f"{self.where}: cannot map {path}: {err}") from err
 
     def decode(self, value: Any, layout: Any) -> Any:
@@ -264,3 +274,37 @@ def read_state(path: str | os.PathLike, *, resolve: bool = True) -> Saved:
         raise CheckpointError(f"{where}: fields config and state must be objects.")
     tree = reader.decode(state, manifest.get("layout"))
     return Saved(manifest["kind"], config, tree, manifest, where)
+
+
+def _identity(path: str | os.PathLike) -> tuple[int, ...] | None:
+    """Which manifest ``path`` resolves to now (device, inode, mtime, size), or None."""
+    try:
+        st = os.stat(resolve_checkpoint(path) / MANIFEST)
+    except (OSError, CheckpointError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def load_consistent(path: str | os.PathLike, build: Callable[[Saved], _T]) -> _T:
+    """``build(read_state(path))``, read again when a concurrent save replaced ``path`` meanwhile.
+
+    A save renames a new directory into place and deletes the old one, so a
+    reader may find the files of the checkpoint it started with changed or
+    gone. A failure is reported only when ``path`` still resolves to the same
+    manifest afterwards (the checkpoint itself is damaged), or after
+    ``LOAD_ATTEMPTS`` replacements in a row.
+
+    Raises:
+        CheckpointError: as :func:`read_state`, or ``build``'s error.
+    """
+    attempt = 0
+    while True:
+        before = _identity(path)
+        try:
+            return build(read_state(path))
+        except (CheckpointError, OSError):
+            attempt += 1
+            after = _identity(path)
+            if attempt >= LOAD_ATTEMPTS or after is None or after == before:
+                raise
+        time.sleep(0.001 * attempt)

@@ -199,6 +199,11 @@ def parse_manifest(path: Path) -> dict[str, Any]:
             f"{file}: missing; {path} is not a recollect checkpoint (or it was not "
             "completely written)."
         ) from None
+    except OSError as err:  # a directory named manifest.json, unreadable, ...
+        raise CheckpointError(
+            f"{file}: cannot be read ({err}); the checkpoint is damaged. Restore it from a "
+            "backup or discard it."
+        ) from err
     try:
         manifest = json.loads(raw)
     except ValueError as err:

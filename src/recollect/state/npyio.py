@@ -281,3 +281,19 @@ def mmap_columns(
     with _open(path) as f:
         _check_layout(path, f, shape, dtype, size)
     return np.asarray(np.load(path, mmap_mode="c", allow_pickle=False))
+
+
+def check_npy_length(path: Path) -> None:
+    """Raises when ``path`` holds fewer bytes than its ``.npy`` header describes."""
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        version = fmt.read_magic(f)
+        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read_header(f)
+        needed = f.tell() + int(np.prod(shape)) * dtype.itemsize
+    size = path.stat().st_size
+    if size < needed:
+        raise CheckpointError(
+            f"{path} is truncated ({size} bytes, its header needs {needed}); the directory "
+            "is damaged. Delete it to start over, or restore it from a checkpoint."
+        )

@@ -43,6 +43,16 @@ def decode_rng(state: Any, where: str) -> np.random.Generator | None:
 
 def state_file_path(root: Path, name: str) -> Path:
     """Path of a state array, refusing names that leave the checkpoint directory."""
-    if "/" in name or "\\" in name or name.startswith("."):
-        raise CheckpointError(f"{root / 'manifest.json'}: invalid file name {name!r}.")
+    if (
+        not isinstance(name, str)
+        or not name
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or name.startswith(".")
+    ):
+        raise CheckpointError(
+            f"{root / 'manifest.json'}: invalid file name {name!r} (empty, NUL, a path or "
+            "hidden); the manifest was edited or damaged. Restore it from a backup."
+        )
     return root / name

@@ -105,6 +105,12 @@ class Table:
         self._uniform = self.index.uniform
         self._clock = int(self.index.t[0])
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the window index, the sampler's arrays and the times-sampled counts
+        (:func:`recollect.memory.table_nbytes` of the same arguments)."""
+        return self.index.nbytes + self.sampler.nbytes + self._times_sampled.nbytes
+
     # -- geometry -----------------------------------------------------------
     def check_num_steps(self, num_steps: int, name: str = "num_steps") -> None:
         """Raises InvalidArgumentError when windows of ``num_steps`` cannot fit a row."""
