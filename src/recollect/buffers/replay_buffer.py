@@ -21,7 +21,8 @@ from recollect.storage.base import Storage
 from recollect.storage.factory import bool_scalar, make_storage
 from recollect.storage.frame_store import FrameStack, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
-from recollect.table import Draw, Table
+from recollect.table import Draw, Table, TableInfo
+from recollect.table.rate_limiters import RateLimiter, rate_limiter_from_config
 from recollect.table.table import RngLike, positive_int
 from recollect.validation import convert_step
 
@@ -82,6 +83,14 @@ class ReplayBuffer(TFAgentsReads):
         track_times_sampled: count how often each window was returned
             (``Sample.times_sampled``); costs about 14 us per ``sample(256)`` of W2,
             so off by default (``times_sampled`` is then None).
+        rate_limiter: a :class:`~recollect.RateLimiter` (``rc.MinSize(n)``,
+            ``rc.SampleToInsertRatio(...)``, ``rc.Queue(n)``, ...): ``add_batch``
+            and ``sample`` wait (argument ``timeout``) while it forbids them.
+            None (default): nothing waits; sampling without a valid window raises
+            NotEnoughDataError, as ``MinSize(1)`` would block.
+        max_times_sampled: remove a window once it was sampled this many times
+            (0: never). ``rc.Fifo()`` + ``max_times_sampled=1`` + ``rc.Queue(n)``
+            is a queue. Turns ``track_times_sampled`` on.
 
     Raises:
         InvalidArgumentError: ``capacity`` < ``num_envs``, not a multiple of it,
@@ -119,6 +128,8 @@ class ReplayBuffer(TFAgentsReads):
         gatherer: Gatherer | None = None,
         shard: int = 0,
         track_times_sampled: bool = False,
+        rate_limiter: RateLimiter | None = None,
+        max_times_sampled: int = 0,
     ) -> None:
         capacity = positive_int("capacity", capacity)
         num_envs = positive_int("num_envs", num_envs)
@@ -145,6 +156,8 @@ class ReplayBuffer(TFAgentsReads):
             shard=shard,
             leaf_paths=self._flat.paths,
             track_times_sampled=track_times_sampled,
+            rate_limiter=rate_limiter,
+            max_times_sampled=max_times_sampled,
         )
         self._config = {
             "spec": describe_spec(self._flat.spec),
@@ -156,6 +169,13 @@ class ReplayBuffer(TFAgentsReads):
             "shard": shard,
             "track_times_sampled": bool(track_times_sampled),
         }
+        if rate_limiter is not None:
+            self._config["rate_limiter"] = {
+                "type": rate_limiter.name,
+                "config": json_safe(rate_limiter.get_config()),
+            }
+        if max_times_sampled:
+            self._config["max_times_sampled"] = self._table.max_times_sampled
         check_memory(
             estimate_memory(self._flat.spec, capacity, num_envs, frame_stacks=frame_stacks),
             storage,
@@ -273,8 +293,10 @@ class ReplayBuffer(TFAgentsReads):
         )
 
     # -- writing ----------------------------------------------------------
-    def add(self, step: Any) -> None:
+    def add(self, step: Any, *, timeout: float | None = None) -> None:
         """Appends one step (a nest matching the spec, no env dim); only when ``num_envs == 1``.
+
+        ``timeout``: as in :meth:`add_batch`.
 
         Raises:
             InvalidArgumentError: the buffer has several env rows.
@@ -288,9 +310,9 @@ class ReplayBuffer(TFAgentsReads):
                 f"{self._num_envs}."
             )
         leaves = convert_step(self._flat, step, (), "add")
-        self.write_leaves([leaf[None] for leaf in leaves])
+        self.write_leaves([leaf[None] for leaf in leaves], timeout=timeout)
 
-    def add_batch(self, steps: Any, rows: Any = None) -> None:
+    def add_batch(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
         """Appends one step to every env row, or to the env rows ``rows`` only.
 
         Each row has its own clock: with ``rows``, only the listed rows advance,
@@ -302,6 +324,8 @@ class ReplayBuffer(TFAgentsReads):
             steps: a nest matching the spec; every leaf has leading dim
                 ``num_envs`` (``len(rows)`` with ``rows``).
             rows: None (every row) or distinct int row indices in ``[0, num_envs)``.
+            timeout: with a rate limiter, seconds to wait while it forbids the
+                insert (None: forever, 0: never); ignored without one.
 
         Raises:
             SpecError: a leaf is missing or extra.
@@ -309,12 +333,16 @@ class ReplayBuffer(TFAgentsReads):
             DTypeError: a dtype cannot be cast safely (e.g. float into an int leaf).
             CastError: a cast would lose values (out of range, overflow).
             InvalidArgumentError: ``rows`` empty, repeated, out of range or not integers.
+            RateLimiterTimeout: the rate limiter still forbids the insert after ``timeout``.
+            StateError: the buffer was closed while the insert waited.
         """
         if rows is None:
-            self.write_leaves(convert_step(self._flat, steps, (self._num_envs,), "add_batch"))
+            leaves = convert_step(self._flat, steps, (self._num_envs,), "add_batch")
+            self.write_leaves(leaves, timeout=timeout)
             return
         rows = self._check_rows(rows)
-        self.write_leaves(convert_step(self._flat, steps, (len(rows),), "add_batch"), rows)
+        leaves = convert_step(self._flat, steps, (len(rows),), "add_batch")
+        self.write_leaves(leaves, rows, timeout=timeout)
 
     def _check_rows(self, rows: Any) -> np.ndarray:
         array = np.asarray(rows)
@@ -334,15 +362,24 @@ class ReplayBuffer(TFAgentsReads):
             )
         return array
 
-    def write_leaves(self, leaves: list[np.ndarray], rows: np.ndarray | None = None) -> None:
+    def write_leaves(
+        self,
+        leaves: list[np.ndarray],
+        rows: np.ndarray | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
         """Writes already validated flat leaves (``recollect.validation.convert_step`` output).
 
         Leaves have leading dim ``num_envs`` (``len(rows)`` with ``rows``, distinct
-        rows). No check is made: use :meth:`add_batch` for user input.
+        rows). No check is made: use :meth:`add_batch` for user input. Waits on
+        the rate limiter as :meth:`add_batch` does.
         """
         is_last = None if self._is_last is None else leaves[self._is_last]
         table = self._table
         with table.lock:
+            if table.rate_limiter is not None:
+                table.await_insert(self._num_envs if rows is None else len(rows), timeout)
             if self._persist is not None:
                 self._persist.before_write()
             clock = table.uniform_clock if rows is None else None
@@ -369,9 +406,11 @@ class ReplayBuffer(TFAgentsReads):
 
         Readers streaming from it (``recollect.tf_data.as_dataset``,
         ``recollect.torch.ReplayDataset``, ``recollect.jax.as_iterator``) then end
-        their iteration cleanly. Stored data stays readable and writable.
+        their iteration cleanly, and inserts and samples waiting on the rate
+        limiter raise StateError. Stored data stays readable and writable.
         """
         self._closed = True
+        self._table.close()
         self.flush()
 
     @property
@@ -386,6 +425,7 @@ class ReplayBuffer(TFAgentsReads):
         num_steps: int | None = None,
         *,
         within_episode: bool | None = None,
+        timeout: float | None = None,
         **sampler_options: Any,
     ) -> Sample:
         """Draws ``batch_size`` windows of ``num_steps`` consecutive steps of one row.
@@ -397,6 +437,8 @@ class ReplayBuffer(TFAgentsReads):
                 windows of that length with a time axis (as Reverb items).
             within_episode: override of episode-aware mode (default: on when
                 the spec has ``is_last``).
+            timeout: with a rate limiter, seconds to wait while it forbids the
+                sample (None: forever, 0: never); ignored without one.
             **sampler_options: passed to the sampler (e.g. the prioritized
                 sampler's ``importance_sampling_exponent``).
 
@@ -410,11 +452,17 @@ class ReplayBuffer(TFAgentsReads):
             InvalidArgumentError: ``batch_size`` or ``num_steps`` < 1,
                 ``num_steps`` > ``max_length``, or ``within_episode=True``
                 without an ``is_last`` leaf.
-            NotEnoughDataError: no valid window of that length is stored.
+            NotEnoughDataError: no valid window of that length is stored (no rate limiter).
+            RateLimiterTimeout: the rate limiter still forbids it after ``timeout``.
+            StateError: the buffer was closed while the sample waited.
         """
         with self._table.lock:
             draw = self._table.draw(
-                batch_size, num_steps, within_episode=within_episode, **sampler_options
+                batch_size,
+                num_steps,
+                within_episode=within_episode,
+                timeout=timeout,
+                **sampler_options,
             )
             return self.gather(draw)
 
@@ -501,6 +549,10 @@ class ReplayBuffer(TFAgentsReads):
                 )
             times = lo[:, None] + np.arange(count)
             return encode(np.arange(self._num_envs)[:, None], times, self._table.shard)
+
+    def info(self) -> TableInfo:
+        """Size, counters, rate limiter and sampler of the buffer's table (:class:`TableInfo`)."""
+        return self._table.info(self._config["sampler"]["config"])
 
     # -- state ------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -604,7 +656,11 @@ class ReplayBuffer(TFAgentsReads):
                 frame_stacks=frame_stacks_from_config(config.get("frame_stacks")),
                 shard=config.get("shard", 0),
                 track_times_sampled=config.get("track_times_sampled", False),
-                **kwargs,
+                **{
+                    "rate_limiter": rate_limiter_from_config(config.get("rate_limiter")),
+                    "max_times_sampled": config.get("max_times_sampled", 0),
+                    **kwargs,
+                },
             )
         except (CheckpointError, MemoryError):
             raise
