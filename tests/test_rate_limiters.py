@@ -284,7 +284,7 @@ def test_sample_to_insert_ratio_holds_under_four_writers_and_two_samplers():
             for _ in range(per_writer):
                 buf.add_batch(batch, rows=[row], timeout=60)
                 check()
-        except BaseException as err:  # noqa: BLE001 - reported below
+        except BaseException as err:
             errors.append(err)
 
     def sampler() -> None:
@@ -297,7 +297,7 @@ def test_sample_to_insert_ratio_holds_under_four_writers_and_two_samplers():
                 check()
         except StateError:
             return
-        except BaseException as err:  # noqa: BLE001
+        except BaseException as err:
             errors.append(err)
 
     threads = [threading.Thread(target=writer, args=(r,)) for r in range(4)]
@@ -331,7 +331,7 @@ def test_queue_delivers_every_item_once_in_order_per_producer():
         try:
             for i in range(per):
                 buf.add_batch({"x": np.array([row * per + i]), "y": np.zeros((1, 2))}, rows=[row])
-        except BaseException as err:  # noqa: BLE001
+        except BaseException as err:
             errors.append(err)
 
     def consumer(k: int) -> None:
@@ -340,7 +340,7 @@ def test_queue_delivers_every_item_once_in_order_per_producer():
                 s = buf.sample(1 + k)
             except StateError:
                 return
-            except BaseException as err:  # noqa: BLE001
+            except BaseException as err:
                 errors.append(err)
                 return
             received[k].append(s.data["x"])
