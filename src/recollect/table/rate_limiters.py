@@ -115,10 +115,13 @@ class RateLimiter:
         return inserts * self.samples_per_insert - samples
 
     def insert_allowed(self, inserts: int, samples: int, k: int, size: int) -> bool:
-        """Whether an insert of ``k`` steps may go ahead now."""
-        if (inserts + k) * self.samples_per_insert - samples <= self.max_diff:
-            return True
-        return size + k <= self.min_size_to_sample
+        """Whether an insert of ``k`` steps may go ahead now (``size`` sampleable windows)."""
+        free = size + k <= self.min_size_to_sample  # filling up is free
+        return free or self.balance_allows_insert(inserts, samples, k)
+
+    def balance_allows_insert(self, inserts: int, samples: int, k: int) -> bool:
+        """The cheap half of :meth:`insert_allowed`: ``diff + k * spi <= max_diff``."""
+        return (inserts + k) * self.samples_per_insert - samples <= self.max_diff
 
     def sample_allowed(self, inserts: int, samples: int, b: int, size: int) -> bool:
         """Whether a sample of ``b`` windows may go ahead now (``size`` sampleable windows)."""

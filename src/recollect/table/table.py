@@ -276,7 +276,9 @@ class Table:
             InvalidArgumentError: inserts of ``k`` can never be allowed by this limiter.
         """
         limiter = self.rate_limiter
-        if limiter is None or limiter.insert_allowed(self.inserts, self.samples, k, self._size()):
+        if limiter is None or limiter.balance_allows_insert(self.inserts, self.samples, k):
+            return  # the size is needed only when the balance forbids it (cheap common case)
+        if limiter.insert_allowed(self.inserts, self.samples, k, self._size()):
             return
         limiter.check_moves(k, 1)
 
