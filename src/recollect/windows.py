@@ -97,6 +97,8 @@ class WindowIndex:
         self._base = 0
         self.t_clear = np.zeros(num_envs, np.int64)
         self._rows = np.arange(num_envs, dtype=np.int64)
+        #: int64 ``[num_envs]`` 0..num_envs-1 (read-only use)
+        self.all_rows = self._rows
         self._ends = np.zeros((num_envs, max_length), np.int64)  # per-row ring of end times
         self.generation = 0
         self.removed = 0

@@ -11,23 +11,18 @@ steps (:meth:`Table.next_steps`), writes storage and records the write
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import numpy as np
 
 import recollect.ids as id_layout
-from recollect.errors import (
-    InvalidArgumentError,
-    NotEnoughDataError,
-    RateLimiterTimeout,
-    StateError,
-)
+from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.base import Sampler
 from recollect.samplers.uniform import Uniform
 from recollect.state.rng import decode_rng, encode_rng
 from recollect.storage.base import ColumnSource
 from recollect.table.draw import Draw
+from recollect.table.gate import Gate
 from recollect.table.info import TableInfo
 from recollect.table.rate_limiters import RateLimiter
 from recollect.windows import WindowIndex
@@ -114,7 +109,8 @@ class Table:
         self.inserts = 0
         self.samples = 0
         self.closed = False
-        self._waiters = 0
+        #: threads waiting on ``cond`` (notified only when some wait)
+        self.waiters = 0
         self.leaf_paths = list(leaf_paths)
         self.num_envs = num_envs
         self.max_length = max_length
@@ -140,26 +136,10 @@ class Table:
         self.times_sampled = self._times_sampled.reshape(-1)
         self._ones: dict[int, np.ndarray] = {}
         self._recheck_clocks()
+        #: blocks inserts and draws while the rate limiter forbids them
+        self.gate = Gate(self)
         if rate_limiter is not None:
-            self.check_limits()
-
-    def check_limits(self) -> None:
-        """Raises InvalidArgumentError when the rate limiter must deadlock on this table:
-        an ``add_batch`` of every row and a sample of one window could block each other,
-        or ``min_size_to_sample`` exceeds the windows the table can hold."""
-        limiter = self.rate_limiter
-        if limiter is None:
-            return
-        limiter.check_moves(self.num_envs, 1)
-        n = self.sequence_length or 1
-        most = self.num_envs * (self.max_length - n + 1)
-        if limiter.min_size_to_sample > most:
-            raise InvalidArgumentError(
-                f"{limiter!r} waits for {limiter.min_size_to_sample} windows but this table holds "
-                f"at most {most} windows of {n} step(s) ({self.num_envs} rows of "
-                f"{self.max_length} slots): samples would block forever. Lower "
-                "min_size_to_sample or raise the capacity."
-            )
+            self.gate.check_limits()
 
     def _recheck_clocks(self) -> None:
         """Caches whether all rows share one clock (the cheap write path) and its value."""
@@ -228,7 +208,10 @@ class Table:
         """Records that the steps at ``next_steps(rows)`` were written (storage first)."""
         if rows is None:
             if self.track_times_sampled:
-                self._times_sampled[slots] = 0
+                if isinstance(slots, np.ndarray):  # rows at their own clocks: one slot each
+                    self._times_sampled[slots, self.index.all_rows] = 0
+                else:
+                    self._times_sampled[slots] = 0
         else:
             if self.track_times_sampled:
                 self._times_sampled[slots, rows] = 0
@@ -237,7 +220,7 @@ class Table:
         self.inserts += self.num_envs if rows is None else len(rows)
         self.index.advance(rows, is_last)
         self.sampler.on_add(rows, is_last)
-        if self._waiters:
+        if self.waiters:
             self.cond.notify_all()
 
     def clear(self) -> None:
@@ -247,7 +230,7 @@ class Table:
             self.sampler.on_clear()
             self._recheck_clocks()
             self.inserts = self.samples = 0  # as Reverb's reset: the balance starts over
-            if self._waiters:
+            if self.waiters:
                 self.cond.notify_all()
 
     def close(self) -> None:
@@ -258,109 +241,20 @@ class Table:
             self.cond.notify_all()
 
     # -- rate limiting (the caller holds ``lock``) -------------------------------
-    def _size(self, num_steps: int | None = None, within: bool | None = None) -> int:
+    def size(self, num_steps: int | None = None, within: bool | None = None) -> int:
+        """Sampleable windows of ``num_steps`` (default: ``sequence_length`` or 1)."""
         n = num_steps or self.sequence_length or 1
         return self.index.count(n, self.episode_aware if within is None else within)
 
     def await_insert(self, k: int, timeout: float | None) -> None:
         """Waits until the rate limiter allows an insert of ``k`` steps (no-op without one).
 
-        Args:
-            k: steps the insert writes (rows written).
-            timeout: seconds to wait at most; None waits forever, 0 never waits.
-
-        Raises:
-            RateLimiterTimeout: still forbidden after ``timeout`` (or no other thread
-                runs that could ever allow it).
-            StateError: the table was closed while (or before) waiting.
-            InvalidArgumentError: inserts of ``k`` can never be allowed by this limiter.
+        See :meth:`Gate.await_insert <recollect.table.gate.Gate.await_insert>`.
         """
         limiter = self.rate_limiter
         if limiter is None or limiter.balance_allows_insert(self.inserts, self.samples, k):
             return  # the size is needed only when the balance forbids it (cheap common case)
-        if limiter.insert_allowed(self.inserts, self.samples, k, self._size()):
-            return
-        limiter.check_moves(k, 1)
-
-        def allowed() -> bool:
-            return limiter.insert_allowed(self.inserts, self.samples, k, self._size())
-
-        self._wait(allowed, timeout, "insert", k, None)
-
-    def _sample_allowed(self, b: int, n: int, within: bool) -> bool:
-        limiter = self.rate_limiter
-        if not limiter.sample_allowed(self.inserts, self.samples, b, 0x7FFFFFFFFFFFFFFF):
-            return False
-        size = self.index.count(n, within)
-        need = max(limiter.min_size_to_sample, b if self.max_times_sampled else 1)
-        return size >= need
-
-    def _wait(self, allowed: Any, timeout: float | None, side: str, amount: int, n: Any) -> None:
-        if timeout is not None and (not np.isfinite(timeout) or timeout < 0):
-            raise InvalidArgumentError(
-                f"`timeout` must be None or seconds >= 0; got timeout={timeout!r}."
-            )
-        limiter = self.rate_limiter
-        start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
-        self._waiters += 1
-        try:
-            while not allowed():
-                if self.closed:
-                    raise StateError(
-                        f"the buffer was closed while a{'n' if side == 'insert' else ''} {side} "
-                        f"of {amount} waited on {limiter!r}; nothing was "
-                        f"{'written' if side == 'insert' else 'drawn'}."
-                    )
-                left = None if deadline is None else deadline - time.monotonic()
-                alone = threading.active_count() == 1
-                if alone or (left is not None and left <= 0):
-                    raise RateLimiterTimeout(self._blocked_message(side, amount, n, timeout, alone))
-                self.cond.wait(0.5 if left is None else min(left, 0.5))
-        finally:
-            self._waiters -= 1
-            waited = time.monotonic() - start
-            if side == "insert":
-                limiter.insert_blocked_s += waited
-            else:
-                limiter.sample_blocked_s += waited
-
-    def _blocked_message(
-        self, side: str, amount: int, n: Any, timeout: float | None, alone: bool
-    ) -> str:
-        limiter = self.rate_limiter
-        diff = limiter.diff(self.inserts, self.samples)
-        size = self._size(n)
-        if side == "insert":
-            unblock = (
-                f"an insert of {amount} needs diff + {amount * limiter.samples_per_insert:g} <= "
-                f"max_diff={limiter.max_diff:g}: sample at least "
-                f"{int(np.ceil(diff + amount * limiter.samples_per_insert - limiter.max_diff))} "
-                "more window(s) from another thread"
-            )
-        else:
-            short = int(np.ceil(limiter.min_diff + amount - diff))
-            need = max(limiter.min_size_to_sample, amount if self.max_times_sampled else 1)
-            unblock = (
-                f"a sample of {amount} needs diff - {amount} >= min_diff={limiter.min_diff:g} and "
-                f"at least {need} sampleable windows: insert "
-                + (
-                    f"about {int(np.ceil(short / limiter.samples_per_insert))} more step(s)"
-                    if short > 0
-                    else "more steps"
-                )
-                + " from another thread"
-            )
-        why = (
-            "no other thread is running that could unblock it"
-            if alone
-            else f"still blocked after timeout={timeout}s"
-        )
-        return (
-            f"{side} blocked by {limiter!r}: {why}. inserts={self.inserts}, samples="
-            f"{self.samples}, diff = inserts * samples_per_insert - samples = {diff:g}, "
-            f"sampleable windows={size}; {unblock}."
-        )
+        self.gate.await_insert(k, timeout)
 
     # -- reading ------------------------------------------------------------
     @property
@@ -417,13 +311,7 @@ class Table:
             time_axis = num_steps is not None or n > 1
         with self.lock:
             if self.rate_limiter is not None:
-                if not self._sample_allowed(batch_size, n, within):
-                    self.rate_limiter.check_moves(1, batch_size)
-
-                    def allowed() -> bool:
-                        return self._sample_allowed(batch_size, n, within)
-
-                    self._wait(allowed, timeout, "sample", batch_size, n)
+                self.gate.await_sample(batch_size, n, within, timeout)
             elif self.index.count(n, within) == 0:
                 raise self.not_enough_data(n, within)
             w = self.sampler.sample(batch_size, n, within, self.rng, **options)
@@ -435,7 +323,7 @@ class Table:
                 )
                 if self.max_times_sampled:
                     self._remove_spent(w.rows, w.times, times_sampled)
-            if self._waiters:
+            if self.waiters:
                 self.cond.notify_all()
             generation = self.index.generation
         priorities = w.priorities if w.priorities is not None else self._unit(batch_size)
@@ -497,7 +385,7 @@ class Table:
             limiter = self.rate_limiter
             counters = self._counters()
             return TableInfo(
-                size=self._size(),
+                size=self.size(),
                 capacity=self.num_envs * self.max_length,
                 num_stored=self.num_stored,
                 num_episodes=len(self.index.live_ends()[0]),
@@ -658,5 +546,5 @@ class Table:
                 self.rate_limiter.insert_blocked_s = float(counters.get("insert_blocked_s", 0.0))
                 self.rate_limiter.sample_blocked_s = float(counters.get("sample_blocked_s", 0.0))
             self._recheck_clocks()
-            if self._waiters:
+            if self.waiters:
                 self.cond.notify_all()
