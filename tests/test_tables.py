@@ -182,3 +182,19 @@ def test_heap_config_round_trips():
     again = rc.ReplayBuffer.from_config(buf.config())
     assert isinstance(again.sampler, rc.MinHeap)
     assert again.sampler.get_config() == {"initial_priority": 2.5}
+
+
+def test_readme_rate_limiter_block_runs_after_the_quick_start():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    body = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", body, flags=re.S)
+    namespace: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    (block,) = [b for b in blocks if "rc.Queue(100)" in b]
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["first"].data["observation"].shape == (4, 4)
+    assert namespace["queue"].info().deletes == 4
+    assert namespace["info"].samples == 32 and namespace["info"].inserts == 16
