@@ -391,3 +391,42 @@ def test_prefetching_learner_blocks_then_stops_cleanly_on_close():
     thread.join(10)
     assert not thread.is_alive()
     it.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("adapter", ["torch", "jax", "tf_data"])
+def test_adapter_iterators_block_on_the_limiter_and_end_on_close(adapter):
+    buf = buffer(rate_limiter=rc.MinSize(4))
+    if adapter == "torch":
+        torch_adapter = pytest.importorskip("recollect.torch")
+        it = iter(torch_adapter.ReplayDataset(buf, 2))
+    elif adapter == "jax":
+        jax_adapter = pytest.importorskip("recollect.jax")
+        it = jax_adapter.as_iterator(buf, 2)
+    else:
+        tf_data = pytest.importorskip("recollect.tf_data")
+        it = iter(tf_data.as_dataset(buf, sample_batch_size=2))
+    got: list = []
+    errors: list[BaseException] = []
+
+    def learner() -> None:
+        try:
+            for item in it:
+                got.append(item)
+        except BaseException as err:  # surfaced by the assert below
+            errors.append(err)
+
+    thread = threading.Thread(target=learner)
+    thread.start()
+    time.sleep(0.3)
+    assert not got and not errors  # waiting for data, not failing
+    for i in range(4):
+        buf.add_batch(step(i))
+    deadline = time.monotonic() + 20
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert got
+    buf.close()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert not errors, errors
