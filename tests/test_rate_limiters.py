@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -149,17 +155,31 @@ def test_single_thread_sample_before_min_size_times_out_with_a_clear_message():
     assert isinstance(info.value, TimeoutError) and isinstance(info.value, RecollectError)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_single_thread_insert_past_the_ratio_raises_even_without_timeout():
-    buf = buffer(rate_limiter=rc.SampleToInsertRatio(1.0, 2, 2.0))
-    with pytest.raises(
-        RateLimiterTimeout,
-        match=r"insert blocked by SampleToInsertRatio.*no other thread is running.*"
+    # a fresh interpreter: no other Python thread exists that could ever unblock the insert
+    code = textwrap.dedent(
+        """
+        import numpy as np, recollect as rc
+        buf = rc.ReplayBuffer({"x": rc.ArraySpec((), np.int64)}, 100,
+                              rate_limiter=rc.SampleToInsertRatio(1.0, 2, 2.0))
+        try:
+            for i in range(10):
+                buf.add({"x": np.int64(i)})  # timeout=None: would hang forever, so it raises
+        except rc.errors.RateLimiterTimeout as err:
+            print("RAISED", buf.num_frames(), err)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(rc.__file__).resolve().parents[1])}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert re.search(
+        r"RAISED 4 insert blocked by SampleToInsertRatio.*no other thread is running.*"
         r"inserts=4, samples=0.*sample at least 1 more window",
-    ):
-        for i in range(10):
-            buf.add_batch(step(i))  # timeout=None: would hang forever, so it raises
-    assert buf.num_frames() == 4  # nothing was written by the refused insert
+        out.stdout,
+    ), out.stdout
 
 
 @pytest.mark.timeout(30)
