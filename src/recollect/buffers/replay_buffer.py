@@ -90,7 +90,10 @@ class ReplayBuffer(TFAgentsReads):
             NotEnoughDataError, as ``MinSize(1)`` would block.
         max_times_sampled: remove a window once it was sampled this many times
             (0: never). ``rc.Fifo()`` + ``max_times_sampled=1`` + ``rc.Queue(n)``
-            is a queue. Turns ``track_times_sampled`` on.
+            is a queue. Turns ``track_times_sampled`` on. Removal happens after a
+            batch: a random sampler may draw a window more than k times within one
+            batch. Adapters prefetch batches ahead, so with a queue the prefetched
+            (not yet consumed) batches are dropped when the iterator closes.
 
     Raises:
         InvalidArgumentError: ``capacity`` < ``num_envs``, not a multiple of it,
