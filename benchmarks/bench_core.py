@@ -291,9 +291,9 @@ def w2_steps(rng: np.random.Generator, lead: tuple[int, ...]) -> list[dict[str, 
     return steps
 
 
-def w2_buffer(num_envs: int) -> rc.ReplayBuffer:
+def w2_buffer(num_envs: int, **kwargs: Any) -> rc.ReplayBuffer:
     spec = {k: rc.ArraySpec(s, d) for k, (s, d) in W2_FIELDS.items()}
-    return rc.ReplayBuffer(spec, W2_CAPACITY, num_envs, rng=0)
+    return rc.ReplayBuffer(spec, W2_CAPACITY, num_envs, rng=0, **kwargs)
 
 
 def run_w2(args: Any) -> None:
@@ -301,12 +301,14 @@ def run_w2(args: Any) -> None:
     batches, singles = w2_steps(rng, (W2_ENVS,)), w2_steps(rng, ())
     ring, ring1 = NumpyRing(W2_CAPACITY, W2_FIELDS), NumpyRing(W2_CAPACITY, W2_FIELDS)
     buf, buf1 = w2_buffer(W2_ENVS), w2_buffer(1)
+    limited = w2_buffer(W2_ENVS, rate_limiter=rc.MinSize(1))  # the rate limiter's overhead
     t0 = time.perf_counter()
     nxt = cycle(batches)
     for _ in range(W2_CAPACITY // W2_ENVS):
         step = nxt()
         ring.add_batch(step)
         buf.add_batch(step)
+        limited.add_batch(step)
     for a in ring1.arrays.values():  # make both single-add stores resident
         a[:] = 0
     for a in buf1.storage.arrays:
@@ -316,6 +318,7 @@ def run_w2(args: Any) -> None:
     nb, n1 = cycle(batches), cycle(singles)
     rows = [Row("numpy ring add_batch (8)", lambda: ring.add_batch(nb()), 8)]
     rows.append(Row("recollect ReplayBuffer.add_batch (8)", lambda: buf.add_batch(nb()), 8))
+    rows.append(Row("recollect add_batch (8), MinSize(1)", lambda: limited.add_batch(nb()), 8))
     for p, _ in peers.values():
         nxt_p = cycle(p.conv_all(batches))
         rows.append(Row(f"{p.name}.add (8)", lambda p=p, n=nxt_p: p.add(n()), 8))
@@ -336,6 +339,7 @@ def run_w2(args: Any) -> None:
     )
     rows = limit_rows(ring, 256, rng, pairs=False)
     rows.append(Row("recollect ReplayBuffer.sample(256)", lambda: buf.sample(256), 256))
+    rows.append(Row("recollect sample(256), MinSize(1)", lambda: limited.sample(256), 256))
     rows += [
         Row(f"{p.name}.sample(256)", lambda p=p: p.sample(256), 256) for p, _ in peers.values()
     ]

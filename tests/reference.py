@@ -242,3 +242,61 @@ class ReferenceTransitions:
     def by_id(self) -> dict[int, dict[str, Any]]:
         """Stored transitions keyed by id."""
         return {tr["id"]: tr for row in self.rows for tr in row}
+
+
+class ReferenceTable:
+    """Plain model of a table with ``max_times_sampled`` removal and deterministic selectors.
+
+    Rows are lists of ``is_last`` flags with their own clocks; a window ``(row, start)``
+    is valid when its steps are stored, no step but its last ends an episode, and it
+    was not removed. Counts and removals are keyed by ``(row, start)``.
+    """
+
+    def __init__(self, num_envs: int, max_length: int, num_steps: int, max_times: int) -> None:
+        self.max_length, self.n, self.max_times = max_length, num_steps, max_times
+        self.t = [0] * num_envs
+        self.t_clear = [0] * num_envs
+        self.flags: list[dict[int, bool]] = [{} for _ in range(num_envs)]
+        self.counts: dict[tuple[int, int], int] = {}
+        self.removed: set[tuple[int, int]] = set()
+        self.priority: dict[tuple[int, int], float] = {}
+
+    def add(self, row: int, is_last: bool) -> None:
+        self.flags[row][self.t[row]] = is_last
+        self.counts.pop((row, self.t[row]), None)
+        self.removed.discard((row, self.t[row]))
+        self.priority.pop((row, self.t[row]), None)
+        self.t[row] += 1
+
+    def clear(self) -> None:
+        self.t_clear = list(self.t)
+        self.removed.clear()
+
+    def valid(self) -> list[tuple[int, int]]:
+        """Valid ``(row, start)`` windows in time-then-row order."""
+        out = []
+        for row, t in enumerate(self.t):
+            lo = max(self.t_clear[row], t - self.max_length)
+            for s in range(lo, t - self.n + 1):
+                if any(self.flags[row][s + k] for k in range(self.n - 1)):
+                    continue
+                if (row, s) not in self.removed:
+                    out.append((row, s))
+        return sorted(out, key=lambda w: (w[1], w[0]))
+
+    def ordered(self, kind: str) -> list[tuple[int, int]]:
+        """The valid windows in the order a deterministic selector returns them."""
+        valid = self.valid()
+        if kind == "fifo":
+            return valid
+        if kind == "lifo":
+            return valid[::-1]
+        sign = 1.0 if kind == "minheap" else -1.0
+        return sorted(valid, key=lambda w: (sign * self.priority.get(w, 1.0), w[1], w[0]))
+
+    def record(self, windows: list[tuple[int, int]]) -> None:
+        """Counts a draw (in order) and removes windows sampled ``max_times`` times."""
+        for w in windows:
+            self.counts[w] = self.counts.get(w, 0) + 1
+        if self.max_times:
+            self.removed |= {w for w in windows if self.counts[w] >= self.max_times}

@@ -12,9 +12,19 @@ from recollect.manager import ReplayBufferManager
 from recollect.memory import estimate_memory
 from recollect.nstep import n_step_returns, n_step_transitions
 from recollect.observers import Observer
-from recollect.samplers import Fifo, Lifo, LinearSchedule, Prioritized, Sampler, Uniform
+from recollect.samplers import (
+    Fifo,
+    Lifo,
+    LinearSchedule,
+    MaxHeap,
+    MinHeap,
+    Prioritized,
+    Sampler,
+    Uniform,
+)
 from recollect.specs import ArraySpec, spec_from_example, spec_from_space
 from recollect.storage.frame_store import FrameStack
+from recollect.table import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack, TableInfo
 from recollect.version import __version__
 
 _LAZY_SUBMODULES = ("torch", "jax", "tf_data", "tf_agents", "datasets", "sb3", "drivers")
@@ -35,12 +45,20 @@ __all__ = [
     "FrameStack",
     "Lifo",
     "LinearSchedule",
+    "MaxHeap",
+    "MinHeap",
+    "MinSize",
     "Observer",
     "Prioritized",
+    "Queue",
+    "RateLimiter",
     "ReplayBuffer",
     "ReplayBufferManager",
     "Sample",
+    "SampleToInsertRatio",
     "Sampler",
+    "Stack",
+    "TableInfo",
     "TransitionBuffer",
     "TransitionSample",
     "Uniform",

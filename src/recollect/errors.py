@@ -51,3 +51,7 @@ class DiskFullError(RecollectError, OSError):
 
 class StateError(RecollectError, RuntimeError):
     """An object was used in the wrong state (a closed manager, no buffer created yet)."""
+
+
+class RateLimiterTimeout(RecollectError, TimeoutError):
+    """A rate limiter kept an insert or a sample blocked past its ``timeout``."""

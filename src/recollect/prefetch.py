@@ -13,17 +13,23 @@ so that :class:`Prefetcher` can draw batches in a fixed order and gather them
 on several threads, the consumer's included. It stops cleanly on
 ``close()``, when the buffer reports ``closed``, or when a producer raises
 (the error is re-raised in the consumer).
+
+With a rate limiter on the buffer, a draw waits until the limiter allows it
+(a learner blocks instead of failing); a draw made for a :class:`Prefetcher`
+waits in short slices so that closing the iterator ends it, and closing the
+buffer wakes it with StateError, which ends the iteration cleanly.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import Sample
-from recollect.errors import InvalidArgumentError
+from recollect.errors import InvalidArgumentError, RateLimiterTimeout, StateError
 from recollect.specs import FlatSpec
 
 __all__ = [
@@ -38,6 +44,7 @@ __all__ = [
 ]
 
 _POLL_S = 0.05
+_local = threading.local()  # .stop: the Event of the Prefetcher drawing on this thread
 
 
 def buffer_closed(buffer: Any) -> bool:
@@ -91,7 +98,7 @@ def draw_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Call
         s = buffer.sample(batch_size) if num_steps is None else buffer.sample(batch_size, num_steps)
         return lambda: s
     table = buffer.table
-    draw = table.draw(batch_size, num_steps)
+    draw = _draw_waiting(table, batch_size, num_steps, getattr(_local, "stop", None))
 
     def finish() -> Sample:
         sample = buffer.gather(draw)
@@ -100,6 +107,22 @@ def draw_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Call
         return sample
 
     return finish
+
+
+def _draw_waiting(table: Any, batch_size: int, num_steps: int | None, stop: Any) -> Any:
+    """``table.draw``; with a rate limiter and a prefetcher's ``stop`` event, waits in slices
+    and raises StateError once ``stop`` is set (closing an iterator ends a blocked draw)."""
+    if stop is None or table.rate_limiter is None:
+        return table.draw(batch_size, num_steps)
+    while True:
+        if stop.is_set():
+            raise StateError("the prefetcher was closed while its draw waited on the rate limiter.")
+        try:
+            return table.draw(batch_size, num_steps, timeout=4 * _POLL_S)
+        except RateLimiterTimeout:
+            if threading.active_count() == 1:
+                raise
+            time.sleep(0)  # let the writer that will unblock us run
 
 
 def sample_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Any:
@@ -144,23 +167,32 @@ class _Pipeline:
                 return False
             ticket = self.issued
             self.issued += 1
+            _local.stop = self.stop
             try:
                 item = _END if self.should_stop() else _MISSING
                 if item is _MISSING:
                     finish = self.draw()
             except BaseException as err:  # handed to the consumer
-                item = _Raised(err)
+                item = self._ended_by(err)
+            finally:
+                _local.stop = None
         if finish is not None:
             try:
                 item = finish()
             except BaseException as err:
-                item = _Raised(err)
+                item = self._ended_by(err)
         with self.cond:
             if self.stop.is_set():  # closed meanwhile: nothing more is handed out
                 return False
             self.ready[ticket] = item
             self.cond.notify_all()
         return item is not _END and not isinstance(item, _Raised)
+
+    def _ended_by(self, err: BaseException) -> Any:
+        """_END when ``err`` is the StateError of a close (buffer or prefetcher), else _Raised."""
+        if isinstance(err, StateError) and (self.stop.is_set() or self.should_stop()):
+            return _END
+        return _Raised(err)
 
     def work(self) -> None:
         """A producer thread: keeps ``depth`` tickets drawn ahead of the consumer."""

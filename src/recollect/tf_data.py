@@ -20,7 +20,8 @@ see the ``_tf_eager`` module; inside a ``tf.function``, in Keras and after
 any transformation but ``prefetch`` the pipeline above runs.
 
 The sampling dataset is endless; it ends cleanly when the buffer is closed
-(``buffer.closed``). Sampling a buffer without a valid window raises; it never
+(``buffer.closed``), also when a rate limiter keeps a draw waiting. Sampling a
+buffer without a valid window raises (with a rate limiter: waits); it never
 yields zeros.
 
 Errors: argument errors are raised by :func:`as_dataset` itself with their
@@ -45,7 +46,7 @@ import tensorflow as tf
 from recollect import errors
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
-from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.errors import InvalidArgumentError, NotEnoughDataError, StateError
 from recollect.prefetch import buffer_closed, flat_spec_of, outer_shape, sample_concurrent
 from recollect.specs import FlatSpec
 
@@ -139,10 +140,18 @@ def make_sample_fn(
     dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64, tf.bool]
     draws = batch * (chunk or 1)
 
+    def closed_output() -> list[np.ndarray]:
+        return [np.zeros(s, d.as_numpy_dtype) for s, d in zip(shapes, dtypes, strict=True)]
+
     def sample_numpy(_: Any) -> list[np.ndarray]:
         if stop_when_closed and buffer_closed(buffer):
-            return [np.zeros(s, d.as_numpy_dtype) for s, d in zip(shapes, dtypes, strict=True)]
-        s = sample_concurrent(buffer, draws, num_steps)
+            return closed_output()
+        try:  # a rate limiter may block the draw; closing the buffer wakes it
+            s = sample_concurrent(buffer, draws, num_steps)
+        except StateError:
+            if stop_when_closed and buffer_closed(buffer):
+                return closed_output()
+            raise
         leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
         leaves = [x.reshape(shape) for x, shape in zip(leaves, shapes, strict=False)]
         return [*leaves, np.ones(lead, bool)]

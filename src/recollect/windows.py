@@ -16,6 +16,11 @@ head of each row::
     segment after end e_prev, up to end e:  starts [max(lo, e_prev + 1), e - n + 1]
     open segment of row r:                  starts [max(lo, last_end[r] + 1), hi - n]
 
+Removed windows (a table's ``max_times_sampled``) split these segments: each
+row has a ``floor`` (every start below it is removed; FIFO consumption only
+moves it) and a sorted array of other removed start times, each of which cuts
+its segment in two. So a removed window is never drawn, by construction.
+
 A uniform draw over all valid windows is a draw over the concatenated
 segments: ``searchsorted`` on the cumulative segment sizes. Building the
 segment table costs O(episode ends stored + num_envs) and is cached until the
@@ -32,6 +37,7 @@ import numpy as np
 __all__ = ["Segments", "WindowIndex"]
 
 _EMPTY = np.empty(0, np.int64)
+_KEY_SHIFT = 42  # removed windows are keyed row << 42 | start time (times < 2**40)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +86,7 @@ class WindowIndex:
         t_clear: int64 ``[num_envs]`` each row's clock at the last :meth:`clear`.
         last_end: int64 ``[num_envs]`` time of each row's newest ``is_last`` step, -1 if none.
         generation: int, counts writes and clears (a cheap "did anything change" check).
+        removed: windows removed so far by :meth:`remove` (newly removed start times).
     """
 
     def __init__(self, num_envs: int, max_length: int) -> None:
@@ -90,8 +97,11 @@ class WindowIndex:
         self._base = 0
         self.t_clear = np.zeros(num_envs, np.int64)
         self._rows = np.arange(num_envs, dtype=np.int64)
+        #: int64 ``[num_envs]`` 0..num_envs-1 (read-only use)
+        self.all_rows = self._rows
         self._ends = np.zeros((num_envs, max_length), np.int64)  # per-row ring of end times
         self.generation = 0
+        self.removed = 0
         self.clear()
         self.generation = 0
 
@@ -145,6 +155,9 @@ class WindowIndex:
         self._end_start = np.zeros(self.num_envs, np.int64)
         self._end_n = np.zeros(self.num_envs, np.int64)
         self._cache: dict[tuple[int, bool], Segments] = {}
+        self._removing = False  # any removed window (skips the splitting below when not)
+        self._floor = np.zeros(self.num_envs, np.int64)
+        self._removed = _EMPTY
         self.generation += 1
 
     def advance(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
@@ -202,6 +215,65 @@ class WindowIndex:
         if self._cache:
             self._cache = {}
 
+    # -- removed windows --------------------------------------------------
+    def remove(self, rows: np.ndarray, times: np.ndarray) -> int:
+        """Makes the windows starting at ``(rows, times)`` unsampleable (any window length).
+
+        Returns:
+            How many of them were not removed already.
+        """
+        keys = np.unique((np.asarray(rows, np.int64) << _KEY_SHIFT) | np.asarray(times, np.int64))
+        key_rows, key_times = keys >> _KEY_SHIFT, keys & ((1 << _KEY_SHIFT) - 1)
+        keys = keys[key_times >= np.maximum(self._floor, self.lo)[key_rows]]
+        new = keys[~np.isin(keys, self._removed, assume_unique=True)]
+        if not len(new):
+            return 0
+        self._removing = True
+        self._removed = np.union1d(self._removed, new)
+        self._compact()
+        self._cache = {}
+        self.removed += len(new)
+        return len(new)
+
+    def _compact(self) -> None:
+        """Drops removed starts no longer stored; moves each row's leading run into its floor."""
+        floor = np.maximum(self._floor, self.lo)
+        removed = self._removed
+        rows, times = removed >> _KEY_SHIFT, removed & ((1 << _KEY_SHIFT) - 1)
+        alive = times >= floor[rows]
+        removed, rows, times = removed[alive], rows[alive], times[alive]
+        counts = np.bincount(rows, minlength=self.num_envs)
+        rank = np.arange(len(rows)) - (np.cumsum(counts) - counts)[rows]
+        lead = times - floor[rows] == rank  # t_i - i is nondecreasing: the leads are a prefix
+        run = np.bincount(rows[lead], minlength=self.num_envs)
+        self._floor = np.where(run > 0, floor + run, self._floor)
+        self._removed = removed[~lead]
+
+    def _split_removed(
+        self, rows: np.ndarray, starts: np.ndarray, counts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Segments without the removed starts: floors cut heads, removed starts split."""
+        cut = np.clip(self._floor[rows] - starts, 0, None)
+        starts, counts = starts + cut, counts - cut
+        removed = self._removed
+        if not len(removed):
+            return rows, starts, counts
+        base = rows << _KEY_SHIFT
+        first = np.searchsorted(removed, base | starts)
+        m = np.searchsorted(removed, base | np.maximum(starts + counts, starts)) - first
+        if not m.any():
+            return rows, starts, counts
+        pieces = m + 1
+        seg = np.repeat(np.arange(len(rows)), pieces)
+        j = np.arange(int(pieces.sum())) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        cut_times = removed & ((1 << _KEY_SHIFT) - 1)
+        at = first[seg] + j
+        last = len(removed) - 1
+        lo = np.where(j == 0, starts[seg], cut_times[np.clip(at - 1, 0, last)] + 1)
+        end = starts[seg] + counts[seg]
+        hi = np.where(j == m[seg], end, cut_times[np.clip(at, 0, last)])
+        return rows[seg], lo, hi - lo
+
     # -- episode ends -----------------------------------------------------
     def live_ends(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Logged episode ends still stored: ``(rows, times, previous end times)``, by row.
@@ -254,12 +326,16 @@ class WindowIndex:
     def state_dict(self) -> dict[str, Any]:
         """Clocks and live episode ends (int64 arrays), enough to restore the index exactly."""
         rows, times, _ = self.live_ends()
-        return {
+        state = {
             "t": self.t.copy(),
             "t_clear": self.t_clear.copy(),
             "end_rows": rows.copy(),
             "end_times": times.copy(),
         }
+        if self._removing:
+            state["removed_floor"] = self._floor.copy()
+            state["removed_keys"] = self._removed.copy()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict` output.
@@ -277,6 +353,13 @@ class WindowIndex:
         self._offsets, self._base, self.t_clear = t.copy(), 0, t_clear.copy()
         self.generation += 1
         self.set_ends(state["end_rows"], state["end_times"])
+        floor = state.get("removed_floor")
+        self._removing = floor is not None
+        self._floor = np.zeros(self.num_envs, np.int64)
+        self._removed = _EMPTY
+        if floor is not None:
+            self._floor[:] = np.asarray(floor, np.int64).reshape(-1)
+            self._removed = np.sort(np.asarray(state["removed_keys"], np.int64).reshape(-1))
 
     # -- valid windows ----------------------------------------------------
     def segments(self, num_steps: int, within_episode: bool) -> Segments:
@@ -296,6 +379,8 @@ class WindowIndex:
             starts = lo
             lasts = hi - num_steps
         counts = lasts - starts + 1
+        if self._removing:
+            rows, starts, counts = self._split_removed(rows, starts, np.maximum(counts, 0))
         keep = counts > 0
         if not keep.all():
             rows, starts, counts = rows[keep], starts[keep], counts[keep]

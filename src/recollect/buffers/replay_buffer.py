@@ -29,7 +29,8 @@ from recollect.storage.factory import bool_scalar, make_storage
 from recollect.storage.frame_store import FrameStack, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
 from recollect.storage.ring import RingStorage
-from recollect.table import Draw, Table
+from recollect.table import Draw, Table, TableInfo
+from recollect.table.rate_limiters import RateLimiter, rate_limiter_from_config
 from recollect.table.table import RngLike, positive_int
 from recollect.validation import check_structure, convert_step
 
@@ -94,6 +95,17 @@ class ReplayBuffer(TFAgentsReads):
             last flush (the process was killed) at its last flushed state, with
             a ``UserWarning``; :attr:`recovered_steps_dropped` says how many steps
             were lost (written since that flush, or flushed but overwritten since).
+        rate_limiter: a :class:`~recollect.RateLimiter` (``rc.MinSize(n)``,
+            ``rc.SampleToInsertRatio(...)``, ``rc.Queue(n)``, ...): ``add_batch``
+            and ``sample`` wait (argument ``timeout``) while it forbids them.
+            None (default): nothing waits; sampling without a valid window raises
+            NotEnoughDataError, as ``MinSize(1)`` would block.
+        max_times_sampled: remove a window once it was sampled this many times
+            (0: never). ``rc.Fifo()`` + ``max_times_sampled=1`` + ``rc.Queue(n)``
+            is a queue. Turns ``track_times_sampled`` on. Removal happens after a
+            batch: a random sampler may draw a window more than k times within one
+            batch. Adapters prefetch batches ahead, so with a queue the prefetched
+            (not yet consumed) batches are dropped when the iterator closes.
 
     Raises:
         InvalidArgumentError: ``capacity`` < ``num_envs``, not a multiple of it,
@@ -132,6 +144,8 @@ class ReplayBuffer(TFAgentsReads):
         shard: int = 0,
         track_times_sampled: bool = False,
         recover: bool = False,
+        rate_limiter: RateLimiter | None = None,
+        max_times_sampled: int = 0,
     ) -> None:
         capacity = positive_int("capacity", capacity)
         num_envs = positive_int("num_envs", num_envs)
@@ -158,6 +172,8 @@ class ReplayBuffer(TFAgentsReads):
             shard=shard,
             leaf_paths=self._flat.paths,
             track_times_sampled=track_times_sampled,
+            rate_limiter=rate_limiter,
+            max_times_sampled=max_times_sampled,
         )
         self._config = {
             "spec": describe_spec(self._flat.spec),
@@ -169,6 +185,13 @@ class ReplayBuffer(TFAgentsReads):
             "shard": shard,
             "track_times_sampled": bool(track_times_sampled),
         }
+        if rate_limiter is not None:
+            self._config["rate_limiter"] = {
+                "type": rate_limiter.name,
+                "config": json_safe(rate_limiter.get_config()),
+            }
+        if max_times_sampled:
+            self._config["max_times_sampled"] = self._table.max_times_sampled
         check_memory(
             estimate_memory(
                 self._flat.spec,
@@ -294,8 +317,10 @@ class ReplayBuffer(TFAgentsReads):
         )
 
     # -- writing ----------------------------------------------------------
-    def add(self, step: Any) -> None:
+    def add(self, step: Any, *, timeout: float | None = None) -> None:
         """Appends one step (a nest matching the spec, no env dim); only when ``num_envs == 1``.
+
+        ``timeout``: as in :meth:`add_batch`.
 
         Raises:
             InvalidArgumentError: the buffer has several env rows.
@@ -309,9 +334,9 @@ class ReplayBuffer(TFAgentsReads):
                 f"{self._num_envs}."
             )
         leaves = convert_step(self._flat, step, (), "add")
-        self.write_leaves([leaf[None] for leaf in leaves])
+        self.write_leaves([leaf[None] for leaf in leaves], timeout=timeout)
 
-    def add_batch(self, steps: Any, rows: Any = None) -> None:
+    def add_batch(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
         """Appends one step to every env row, or to the env rows ``rows`` only.
 
         Each row has its own clock: with ``rows``, only the listed rows advance,
@@ -323,6 +348,8 @@ class ReplayBuffer(TFAgentsReads):
             steps: a nest matching the spec; every leaf has leading dim
                 ``num_envs`` (``len(rows)`` with ``rows``).
             rows: None (every row) or distinct int row indices in ``[0, num_envs)``.
+            timeout: with a rate limiter, seconds to wait while it forbids the
+                insert (None: forever, 0: never); ignored without one.
 
         Raises:
             SpecError: a leaf is missing or extra.
@@ -330,12 +357,16 @@ class ReplayBuffer(TFAgentsReads):
             DTypeError: a dtype cannot be cast safely (e.g. float into an int leaf).
             CastError: a cast would lose values (out of range, overflow).
             InvalidArgumentError: ``rows`` empty, repeated, out of range or not integers.
+            RateLimiterTimeout: the rate limiter still forbids the insert after ``timeout``.
+            StateError: the buffer was closed while the insert waited.
         """
         if rows is None:
-            self.write_leaves(convert_step(self._flat, steps, (self._num_envs,), "add_batch"))
+            leaves = convert_step(self._flat, steps, (self._num_envs,), "add_batch")
+            self.write_leaves(leaves, timeout=timeout)
             return
         rows = self._check_rows(rows)
-        self.write_leaves(convert_step(self._flat, steps, (len(rows),), "add_batch"), rows)
+        leaves = convert_step(self._flat, steps, (len(rows),), "add_batch")
+        self.write_leaves(leaves, rows, timeout=timeout)
 
     def _check_rows(self, rows: Any) -> np.ndarray:
         array = np.asarray(rows)
@@ -355,15 +386,24 @@ class ReplayBuffer(TFAgentsReads):
             )
         return array
 
-    def write_leaves(self, leaves: list[np.ndarray], rows: np.ndarray | None = None) -> None:
+    def write_leaves(
+        self,
+        leaves: list[np.ndarray],
+        rows: np.ndarray | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
         """Writes already validated flat leaves (``recollect.validation.convert_step`` output).
 
         Leaves have leading dim ``num_envs`` (``len(rows)`` with ``rows``, distinct
-        rows). No check is made: use :meth:`add_batch` for user input.
+        rows). No check is made: use :meth:`add_batch` for user input. Waits on
+        the rate limiter as :meth:`add_batch` does.
         """
         is_last = None if self._is_last is None else leaves[self._is_last]
         table = self._table
         with table.lock:
+            if table.rate_limiter is not None:
+                table.await_insert(self._num_envs if rows is None else len(rows), timeout)
             clock = table.uniform_clock if rows is None else None
             if clock is not None:  # every row at one clock: scalar time and slot
                 if self._persist is not None:
@@ -378,14 +418,16 @@ class ReplayBuffer(TFAgentsReads):
             self._storage.write(rows, slots, leaves, times=times)
             table.insert(rows, slots, is_last)
 
-    def extend(self, steps: Any, rows: Any = None) -> None:
+    def extend(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
         """Appends ``T`` consecutive steps to every env row, or to the rows ``rows`` only.
 
         Equals ``T`` calls of :meth:`add_batch` with ``steps[:, t]`` (same
         stored data, ids, windows and later samples), validated as a whole
         before anything is written, and written with one numpy assignment per
         leaf for up to ``max_length`` steps at a time. Samplers that track each
-        write (prioritized) and frame-stack storage take the step-by-step path.
+        write (prioritized), frame-stack storage and rate-limited tables take the
+        step-by-step path (each step waits on the limiter as :meth:`add_batch`, with
+        ``timeout``).
 
         Args:
             steps: a nest matching the spec; every leaf ``[num_envs, T, *shape]``
@@ -411,9 +453,11 @@ class ReplayBuffer(TFAgentsReads):
         leaves = convert_step(self._flat, steps, (k, count), "extend")
         if not count:
             return
-        if not (self._table.block_writes and isinstance(self._storage, RingStorage)):
-            for j in range(count):  # step by step: the sampler or storage follows each write
-                self.write_leaves([leaf[:, j] for leaf in leaves], rows)
+        table = self._table
+        block = table.block_writes and table.rate_limiter is None
+        if not (block and isinstance(self._storage, RingStorage)):
+            for j in range(count):  # step by step: the sampler, storage or limiter follows
+                self.write_leaves([leaf[:, j] for leaf in leaves], rows, timeout=timeout)
             return
         for start in range(0, count, self._max_length):  # chunks of at most one ring
             self._write_block([leaf[:, start : start + self._max_length] for leaf in leaves], rows)
@@ -450,9 +494,11 @@ class ReplayBuffer(TFAgentsReads):
 
         Readers streaming from it (``recollect.tf_data.as_dataset``,
         ``recollect.torch.ReplayDataset``, ``recollect.jax.as_iterator``) then end
-        their iteration cleanly. Stored data stays readable and writable.
+        their iteration cleanly, and inserts and samples waiting on the rate
+        limiter raise StateError. Stored data stays readable and writable.
         """
         self._closed = True
+        self._table.close()
         self.flush()
 
     @property
@@ -467,6 +513,7 @@ class ReplayBuffer(TFAgentsReads):
         num_steps: int | None = None,
         *,
         within_episode: bool | None = None,
+        timeout: float | None = None,
         **sampler_options: Any,
     ) -> Sample:
         """Draws ``batch_size`` windows of ``num_steps`` consecutive steps of one row.
@@ -478,6 +525,8 @@ class ReplayBuffer(TFAgentsReads):
                 windows of that length with a time axis (as Reverb items).
             within_episode: override of episode-aware mode (default: on when
                 the spec has ``is_last``).
+            timeout: with a rate limiter, seconds to wait while it forbids the
+                sample (None: forever, 0: never); ignored without one.
             **sampler_options: passed to the sampler (e.g. the prioritized
                 sampler's ``importance_sampling_exponent``).
 
@@ -491,11 +540,17 @@ class ReplayBuffer(TFAgentsReads):
             InvalidArgumentError: ``batch_size`` or ``num_steps`` < 1,
                 ``num_steps`` > ``max_length``, or ``within_episode=True``
                 without an ``is_last`` leaf.
-            NotEnoughDataError: no valid window of that length is stored.
+            NotEnoughDataError: no valid window of that length is stored (no rate limiter).
+            RateLimiterTimeout: the rate limiter still forbids it after ``timeout``.
+            StateError: the buffer was closed while the sample waited.
         """
         with self._table.lock:
             draw = self._table.draw(
-                batch_size, num_steps, within_episode=within_episode, **sampler_options
+                batch_size,
+                num_steps,
+                within_episode=within_episode,
+                timeout=timeout,
+                **sampler_options,
             )
             return self.gather(draw)
 
@@ -582,6 +637,10 @@ class ReplayBuffer(TFAgentsReads):
                 )
             times = lo[:, None] + np.arange(count)
             return encode(np.arange(self._num_envs)[:, None], times, self._table.shard)
+
+    def info(self) -> TableInfo:
+        """Size, counters, rate limiter and sampler of the buffer's table (:class:`TableInfo`)."""
+        return self._table.info(self._config["sampler"]["config"])
 
     # -- state ------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -692,7 +751,11 @@ class ReplayBuffer(TFAgentsReads):
                 frame_stacks=frame_stacks_from_config(config.get("frame_stacks")),
                 shard=config.get("shard", 0),
                 track_times_sampled=config.get("track_times_sampled", False),
-                **kwargs,
+                **{
+                    "rate_limiter": rate_limiter_from_config(config.get("rate_limiter")),
+                    "max_times_sampled": config.get("max_times_sampled", 0),
+                    **kwargs,
+                },
             )
         except (CheckpointError, MemoryError):
             raise

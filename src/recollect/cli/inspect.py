@@ -188,6 +188,7 @@ def _report(path: str, loaded: Any, memmap: dict[str, Any] | None, output: Path 
         f"return       {_describe(stats['returns'])}",
         f"length       {_describe(stats['lengths'])}",
         f"sampler      {sampler}",
+        *(buffer.info().lines() if hasattr(buffer, "info") else []),
         "",
         _spec_table(flat),
     ]

@@ -163,6 +163,10 @@ class Sampler:
     def on_clear(self) -> None:
         """Called after the table forgot its steps."""
 
+    def on_remove(self, rows: np.ndarray, times: np.ndarray) -> None:
+        """Called after the table removed the windows starting at ``(rows, times)``
+        (``max_times_sampled``). Samplers drawing from ``index.segments`` see it there."""
+
     def sample(
         self,
         batch_size: int,

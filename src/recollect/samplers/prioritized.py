@@ -169,6 +169,16 @@ class Prioritized(Sampler):
         values = np.concatenate([np.zeros(len(gone)), np.full(len(new), value)])
         self._tree.set(np.concatenate([gone, new]), values)
 
+    def on_remove(self, rows: np.ndarray, times: np.ndarray) -> None:
+        """Zeroes the removed windows (each keyed by its first step's slot)."""
+        keys = np.unique(rows * self._length + times % self._length)
+        keys = keys[self._start[keys] >= 0]
+        self.num_valid -= len(keys)
+        self._start[keys] = -1
+        if len(self._priority):
+            self._priority[keys] = 0.0
+        self._tree.set(keys, np.zeros(len(keys)))
+
     def on_clear(self) -> None:
         self._tree.clear()
         self._start[:] = -1

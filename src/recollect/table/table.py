@@ -22,6 +22,9 @@ from recollect.samplers.uniform import Uniform
 from recollect.state.rng import decode_rng, encode_rng
 from recollect.storage.base import ColumnSource
 from recollect.table.draw import Draw
+from recollect.table.gate import Gate
+from recollect.table.info import TableInfo
+from recollect.table.rate_limiters import RateLimiter
 from recollect.windows import WindowIndex
 
 __all__ = ["Table", "positive_int"]
@@ -56,6 +59,12 @@ class Table:
         leaf_paths: the spec's leaf paths, named in error messages.
         track_times_sampled: count how often each window was drawn (``Draw.times_sampled``;
             about 14 us per draw of 256 on the W2 workload, so off unless asked for).
+        rate_limiter: a :class:`~recollect.table.rate_limiters.RateLimiter`; inserts
+            and draws it forbids wait (see :meth:`await_insert`). None: nothing waits
+            and a draw without a valid window raises NotEnoughDataError.
+        max_times_sampled: remove a window (its start step becomes unsampleable)
+            once it was drawn this many times; 0 keeps windows until overwritten.
+            Turns ``track_times_sampled`` on.
 
     Raises:
         InvalidArgumentError: a sampler already bound to another table, or a
@@ -74,8 +83,34 @@ class Table:
         shard: int = 0,
         leaf_paths: tuple[str, ...] | list[str] = (),
         track_times_sampled: bool = False,
+        rate_limiter: RateLimiter | None = None,
+        max_times_sampled: int = 0,
     ) -> None:
         id_layout.check_geometry(num_envs, shard)
+        if rate_limiter is not None and not isinstance(rate_limiter, RateLimiter):
+            raise InvalidArgumentError(
+                f"`rate_limiter` must be a recollect.RateLimiter (e.g. rc.MinSize(1)) or None; "
+                f"got {type(rate_limiter).__name__}."
+            )
+        mts = max_times_sampled
+        if isinstance(mts, bool) or not isinstance(mts, int | np.integer):
+            raise InvalidArgumentError(
+                f"`max_times_sampled` must be an int >= 0; got {max_times_sampled!r}."
+            )
+        if max_times_sampled < 0:
+            raise InvalidArgumentError(
+                f"`max_times_sampled` must be an int >= 0 (0: never remove); got "
+                f"max_times_sampled={max_times_sampled}."
+            )
+        self.rate_limiter = rate_limiter
+        self.max_times_sampled = int(max_times_sampled)
+        track_times_sampled = track_times_sampled or self.max_times_sampled > 0
+        #: steps written, windows drawn since construction (or the last clear); checkpointed
+        self.inserts = 0
+        self.samples = 0
+        self.closed = False
+        #: threads waiting on ``cond`` (notified only when some wait)
+        self.waiters = 0
         self.leaf_paths = list(leaf_paths)
         self.num_envs = num_envs
         self.max_length = max_length
@@ -88,6 +123,8 @@ class Table:
         self.rng = np.random.default_rng(rng)
         #: Hold it to make several table and storage calls one atomic step.
         self.lock = threading.RLock()
+        #: Waiters for the rate limiter wait on this condition of ``lock``.
+        self.cond = threading.Condition(self.lock)
         self.index = WindowIndex(num_envs, max_length)
         self.sampler = sampler if sampler is not None else Uniform()
         self.sampler.bind(self.index, sequence_length)
@@ -99,6 +136,10 @@ class Table:
         self.times_sampled = self._times_sampled.reshape(-1)
         self._ones: dict[int, np.ndarray] = {}
         self._recheck_clocks()
+        #: blocks inserts and draws while the rate limiter forbids them
+        self.gate = Gate(self)
+        if rate_limiter is not None:
+            self.gate.check_limits()
 
     def _recheck_clocks(self) -> None:
         """Caches whether all rows share one clock (the cheap write path) and its value."""
@@ -173,17 +214,20 @@ class Table:
         """Records that the steps at ``next_steps(rows)`` were written (storage first)."""
         if rows is None:
             if self.track_times_sampled:
-                if type(slots) is int:  # one clock: one contiguous line
-                    self._times_sampled[slots] = 0
+                if isinstance(slots, np.ndarray):  # rows at their own clocks: one slot each
+                    self._times_sampled[slots, self.index.all_rows] = 0
                 else:
-                    self._times_sampled[slots, np.arange(self.num_envs)] = 0
+                    self._times_sampled[slots] = 0
         else:
             if self.track_times_sampled:
                 self._times_sampled[slots, rows] = 0
             self._uniform = self._uniform and len(rows) == self.num_envs
         self._clock += 1
+        self.inserts += self.num_envs if rows is None else len(rows)
         self.index.advance(rows, is_last)
         self.sampler.on_add(rows, is_last)
+        if self.waiters:
+            self.cond.notify_all()
 
     @property
     def block_writes(self) -> bool:
@@ -203,7 +247,10 @@ class Table:
         if rows is not None:
             self._uniform = self._uniform and len(rows) == self.num_envs
         self._clock += count
+        self.inserts += count * (self.num_envs if rows is None else len(rows))
         self.index.advance_block(rows, count, is_last)
+        if self.waiters:
+            self.cond.notify_all()
 
     def clear(self) -> None:
         """Forgets every stored step; clocks (and so ids) keep increasing."""
@@ -211,6 +258,32 @@ class Table:
             self.index.clear()
             self.sampler.on_clear()
             self._recheck_clocks()
+            self.inserts = self.samples = 0  # as Reverb's reset: the balance starts over
+            if self.waiters:
+                self.cond.notify_all()
+
+    def close(self) -> None:
+        """Wakes every insert and draw waiting on the rate limiter with StateError; later
+        calls that would wait raise it at once. Calls the limiter allows still run."""
+        with self.lock:
+            self.closed = True
+            self.cond.notify_all()
+
+    # -- rate limiting (the caller holds ``lock``) -------------------------------
+    def size(self, num_steps: int | None = None, within: bool | None = None) -> int:
+        """Sampleable windows of ``num_steps`` (default: ``sequence_length`` or 1)."""
+        n = num_steps or self.sequence_length or 1
+        return self.index.count(n, self.episode_aware if within is None else within)
+
+    def await_insert(self, k: int, timeout: float | None) -> None:
+        """Waits until the rate limiter allows an insert of ``k`` steps (no-op without one).
+
+        See :meth:`Gate.await_insert <recollect.table.gate.Gate.await_insert>`.
+        """
+        limiter = self.rate_limiter
+        if limiter is None or limiter.balance_allows_insert(self.inserts, self.samples, k):
+            return  # the size is needed only when the balance forbids it (cheap common case)
+        self.gate.await_insert(k, timeout)
 
     # -- reading ------------------------------------------------------------
     @property
@@ -236,6 +309,7 @@ class Table:
         *,
         within_episode: bool | None = None,
         time_axis: bool | None = None,
+        timeout: float | None = None,
         **options: Any,
     ) -> Draw:
         """Draws ``batch_size`` valid windows (with replacement) under the table lock.
@@ -246,28 +320,40 @@ class Table:
             within_episode: override of episode-aware mode.
             time_axis: whether gathered leaves keep a time axis (default: when
                 ``num_steps`` was given or windows are longer than one step).
+            timeout: with a rate limiter, seconds to wait while it forbids the draw
+                (None: forever, 0: never); ignored without one.
             **options: passed to the sampler (e.g. ``importance_sampling_exponent``).
 
         Returns:
             :class:`~recollect.table.Draw`.
 
         Raises:
-            InvalidArgumentError: bad arguments (see :meth:`resolve_window`).
-            NotEnoughDataError: no valid window of that length is stored.
+            InvalidArgumentError: bad arguments (see :meth:`resolve_window`), or a
+                batch the rate limiter can never allow.
+            NotEnoughDataError: no valid window of that length is stored (no rate limiter).
+            RateLimiterTimeout: the rate limiter still forbids the draw after ``timeout``.
+            StateError: the table was closed while the draw waited.
         """
         batch_size = positive_int("batch_size", batch_size)
         n, within = self.resolve_window(num_steps, within_episode)
         if time_axis is None:
             time_axis = num_steps is not None or n > 1
         with self.lock:
-            if self.index.count(n, within) == 0:
+            if self.rate_limiter is not None:
+                self.gate.await_sample(batch_size, n, within, timeout)
+            elif self.index.count(n, within) == 0:
                 raise self.not_enough_data(n, within)
             w = self.sampler.sample(batch_size, n, within, self.rng, **options)
+            self.samples += batch_size
             times_sampled = None
             if self.track_times_sampled:
                 times_sampled = self._count_samples(
                     w.times % self.max_length * self.num_envs + w.rows
                 )
+                if self.max_times_sampled:
+                    self._remove_spent(w.rows, w.times, times_sampled)
+            if self.waiters:
+                self.cond.notify_all()
             generation = self.index.generation
         priorities = w.priorities if w.priorities is not None else self._unit(batch_size)
         return Draw(
@@ -313,6 +399,40 @@ class Table:
             time_axis=time_axis,
             generation=-1,
         )
+
+    def _remove_spent(self, rows: np.ndarray, times: np.ndarray, counts: np.ndarray) -> None:
+        """Removes the drawn windows sampled ``max_times_sampled`` times (index and sampler)."""
+        spent = counts >= self.max_times_sampled
+        if spent.any():
+            rows, times = rows[spent], times[spent]
+            self.index.remove(rows, times)
+            self.sampler.on_remove(rows, times)
+
+    def info(self, sampler_config: dict[str, Any] | None = None) -> TableInfo:
+        """A :class:`TableInfo` snapshot (``sampler_config``: the sampler's arguments)."""
+        with self.lock:
+            limiter = self.rate_limiter
+            counters = self._counters()
+            return TableInfo(
+                size=self.size(),
+                capacity=self.num_envs * self.max_length,
+                num_stored=self.num_stored,
+                num_episodes=len(self.index.live_ends()[0]),
+                inserts=self.inserts,
+                samples=self.samples,
+                deletes=self.index.removed,
+                samples_per_insert=self.samples / self.inserts if self.inserts else 0.0,
+                max_times_sampled=self.max_times_sampled,
+                rate_limiter=None if limiter is None else limiter.describe(),
+                insert_blocked_s=counters["insert_blocked_s"],
+                sample_blocked_s=counters["sample_blocked_s"],
+                sampler={"type": self.sampler.name, "config": sampler_config or {}},
+            )
+
+    @property
+    def deletes(self) -> int:
+        """Windows removed by ``max_times_sampled`` so far."""
+        return self.index.removed
 
     def _unit(self, batch_size: int) -> np.ndarray:
         """A read-only float64 ``[batch_size]`` of ones (the priority of unprioritized windows)."""
@@ -408,7 +528,18 @@ class Table:
                 if self.track_times_sampled
                 else {},
                 "rng": encode_rng(self.rng),
+                "counters": self._counters(),
             }
+
+    def _counters(self) -> dict[str, Any]:
+        limiter = self.rate_limiter
+        return {
+            "inserts": self.inserts,
+            "samples": self.samples,
+            "deletes": self.index.removed,
+            "insert_blocked_s": 0.0 if limiter is None else limiter.insert_blocked_s,
+            "sample_blocked_s": 0.0 if limiter is None else limiter.sample_blocked_s,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict` output (from a table of the same geometry).
@@ -436,4 +567,13 @@ class Table:
                 self._times_sampled[...] = rows.T
             if state.get("rng") is not None:
                 self.rng = decode_rng(state["rng"], "table state")
+            counters = state.get("counters") or {}
+            self.inserts = int(counters.get("inserts", 0))
+            self.samples = int(counters.get("samples", 0))
+            self.index.removed = int(counters.get("deletes", 0))
+            if self.rate_limiter is not None:
+                self.rate_limiter.insert_blocked_s = float(counters.get("insert_blocked_s", 0.0))
+                self.rate_limiter.sample_blocked_s = float(counters.get("sample_blocked_s", 0.0))
             self._recheck_clocks()
+            if self.waiters:
+                self.cond.notify_all()
