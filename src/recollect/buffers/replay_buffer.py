@@ -410,7 +410,7 @@ class ReplayBuffer(TFAgentsReads):
                     self._persist.before_write(None, clock)
                 slot = clock % self._max_length
                 self._storage.write(None, slot, leaves, times=clock)
-                table.insert(None, slot, is_last)
+                table.insert_all(slot, is_last)
                 return
             times, slots = table.next_steps(rows)
             if self._persist is not None:

@@ -21,6 +21,7 @@ probability, always, by construction.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -128,9 +129,9 @@ class Prioritized(Sampler):
         self._row_base = self._all_rows * index.max_length
         self._last_end = index.last_end.copy()
 
-    def _value(self, priorities: np.ndarray | float) -> np.ndarray:
-        with np.errstate(over="ignore"):  # an overflow is reported by _check_finite
-            return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
+    def _value(self, priorities: np.ndarray) -> np.ndarray:
+        """``(p + epsilon) ** alpha`` of priorities whose largest passed :meth:`_check_finite`."""
+        return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
 
     def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
         """Zeroes the windows whose first step was just overwritten; scores the new windows."""
@@ -153,7 +154,7 @@ class Prioritized(Sampler):
             self._last_end[rows] = index.last_end[rows]
         self.num_valid -= int(np.count_nonzero(self._start[gone] >= 0))
         self._start[gone] = -1
-        value = self._value(self.max_priority)
+        value = (self.max_priority + self.epsilon) ** self.priority_exponent  # finite: checked
         if n == 1:  # the new window is keyed by the overwritten slot: set each key once
             self._start[gone[ok]] = start[ok]
             if len(self._priority):
@@ -279,21 +280,30 @@ class Prioritized(Sampler):
             keys, priorities = keys[live], priorities[live]
             largest = float(priorities.max()) if len(keys) else -1.0
         if len(keys):
+            self._check_finite(largest, priorities, keys)
             values = self._value(priorities)
-            self._check_finite(values, priorities, keys)
             self._tree.set(keys, values)
             if len(self._priority):
                 self._priority[keys] = priorities
             self.max_priority = max(self.max_priority, largest)
         return skipped
 
-    def _check_finite(self, values: np.ndarray, priorities: np.ndarray, keys: np.ndarray) -> None:
-        """Refuses values whose ``(p + epsilon) ** alpha`` or whose sum with the tree overflows."""
-        with np.errstate(over="ignore"):
-            if np.isfinite(self._tree.total + float(values.sum())):  # an upper bound of the sum
-                return
-            bad = ~np.isfinite(values)
+    def _check_finite(self, largest: float, priorities: np.ndarray, keys: np.ndarray) -> None:
+        """Refuses priorities whose ``(p + epsilon) ** alpha`` or whose sum with the tree overflows.
+
+        Python float arithmetic on the largest priority decides it without a numpy
+        overflow warning: the new sum is at most ``total + len(keys) * top``.
+        """
+        try:
+            top = (largest + self.epsilon) ** self.priority_exponent
+        except OverflowError:
+            top = math.inf
+        if self._tree.total + len(keys) * top < math.inf:
+            return
+        with np.errstate(over="ignore"):  # the exact check, only near the float64 range
+            values = self._value(priorities)
             total = self._tree.total - float(self._tree[keys].sum()) + float(values.sum())
+        bad = ~np.isfinite(values)
         if not bad.any() and np.isfinite(total):
             return
         first = int(np.flatnonzero(bad)[0]) if bad.any() else int(np.argmax(priorities))

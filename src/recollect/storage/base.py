@@ -72,7 +72,7 @@ class Storage(Protocol):
         times: np.ndarray | None = None,
         leaf_ids: Sequence[int] | None = None,
     ) -> list[np.ndarray]:
-        """Leaves at ``(rows, slots)`` (any equal shapes): ``[*rows.shape, *leaf_shape]`` each."""
+        """Leaves at ``(rows, slots)`` (broadcasting shapes): ``[*shape, *leaf_shape]`` each."""
 
     def state_dict(self) -> dict[str, Any]:
         """Arrays that restore the stored bytes (see the module doc for ``columns``)."""

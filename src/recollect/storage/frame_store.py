@@ -350,8 +350,11 @@ class FrameStackStorage:
         wanted = [(pos, i) for pos, i in enumerate(ids) if i in self._leaves]
         if wanted and times is None:
             raise InvalidArgumentError("frame-stack storage needs the step times of a gather.")
+        if wanted:
+            times = np.asarray(times)
+            rows = np.broadcast_to(rows, times.shape)
         for pos, i in wanted:
-            out[pos] = self.stacks(i, rows, np.asarray(times))
+            out[pos] = self.stacks(i, rows, times)
         return out
 
     # -- state ----------------------------------------------------------------

@@ -49,9 +49,9 @@ class Draw:
         return len(self.rows)
 
     def steps(self, max_length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(rows, slots, times)`` of every drawn step: ``[B, num_steps]``, or ``[B]`` without
-        a time axis, ready for :meth:`~recollect.storage.base.Storage.gather`."""
+        """``(rows, slots, times)`` of every drawn step: ``[B, num_steps]`` (rows ``[B, 1]``,
+        broadcast), or ``[B]`` without a time axis, for :meth:`Storage.gather`."""
         if self.time_axis:
             times = self.times[:, None] + np.arange(self.num_steps)
-            return np.broadcast_to(self.rows[:, None], times.shape), times % max_length, times
+            return self.rows[:, None], times % max_length, times  # rows broadcast
         return self.rows, self.times % max_length, self.times
