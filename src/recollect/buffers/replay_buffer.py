@@ -216,6 +216,8 @@ class ReplayBuffer(TFAgentsReads):
             frame_stacks=frame_stacks,
             gatherer=gatherer,
         )
+        # no memmap bookkeeping and no rate limiter: writes to every row take the short path
+        self._plain_writes = self._persist is None and self._table.rate_limiter is None
         if self._persist is not None:
             self._persist.attach(self._storage, self._table, self._table.lock, self)
 
@@ -402,6 +404,12 @@ class ReplayBuffer(TFAgentsReads):
         is_last = None if self._is_last is None else leaves[self._is_last]
         table = self._table
         with table.lock:
+            if (
+                rows is None
+                and self._plain_writes
+                and table.write_all(self._storage, leaves, is_last)
+            ):
+                return  # the common case: every row at one clock, fewest checks
             if table.rate_limiter is not None:
                 table.await_insert(self._num_envs if rows is None else len(rows), timeout)
             clock = table.uniform_clock if rows is None else None

@@ -242,6 +242,17 @@ class Table:
         if self.waiters:
             self.cond.notify_all()
 
+    def write_all(self, storage: Any, leaves: Any, is_last: np.ndarray | None) -> bool:
+        """Writes one step to every row through ``storage`` and records it, when all rows
+        share one clock; returns False (writing nothing) otherwise. The caller holds ``lock``."""
+        if not self._uniform:
+            return False
+        clock = self._clock
+        slot = clock % self.max_length
+        storage.write(None, slot, leaves, times=clock)
+        self.insert_all(slot, is_last)
+        return True
+
     @property
     def block_writes(self) -> bool:
         """Whether :meth:`insert_block` applies: the sampler does not track single writes."""
