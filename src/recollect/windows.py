@@ -299,15 +299,6 @@ class WindowIndex:
         self._end_start += np.bincount(rows[~alive], minlength=self.num_envs)
         return rows[alive], times[alive], prev[alive]
 
-    def rebuild(self, is_last_rows: np.ndarray) -> None:
-        """Rebuilds the episode-end log from stored ``is_last`` ``[num_envs, stored]``.
-
-        For rows with one shared stored range (``uniform``), e.g. a format-1 checkpoint.
-        """
-        lo = int(self.lo[0])
-        times, rows = np.nonzero(np.asarray(is_last_rows, dtype=bool).T)
-        self.set_ends(rows, times + lo)
-
     def set_ends(self, rows: np.ndarray, times: np.ndarray) -> None:
         """Replaces the episode-end log by the ends ``(rows, times)`` (any order)."""
         rows, times = np.asarray(rows, np.int64), np.asarray(times, np.int64)

@@ -36,8 +36,6 @@ from recollect.validation import check_structure, convert_step
 
 __all__ = ["ReplayBuffer", "RngLike"]
 
-_positive_int = positive_int  # the name other modules of this package import
-
 
 def frame_stacks_config(frame_stacks: dict[str, Any] | None) -> dict[str, Any]:
     """JSON description of ``{leaf path: FrameStack}``."""
@@ -412,15 +410,7 @@ class ReplayBuffer(TFAgentsReads):
                 return  # the common case: every row at one clock, fewest checks
             if table.rate_limiter is not None:
                 table.await_insert(self._num_envs if rows is None else len(rows), timeout)
-            clock = table.uniform_clock if rows is None else None
-            if clock is not None:  # every row at one clock: scalar time and slot
-                if self._persist is not None:
-                    self._persist.before_write(None, clock)
-                slot = clock % self._max_length
-                self._storage.write(None, slot, leaves, times=clock)
-                table.insert_all(slot, is_last)
-                return
-            times, slots = table.next_steps(rows)
+            times, slots = table.next_steps(rows)  # scalars when every row shares one clock
             if self._persist is not None:
                 self._persist.before_write(rows, times)
             self._storage.write(rows, slots, leaves, times=times)

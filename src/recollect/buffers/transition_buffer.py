@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from recollect.buffers.nstep_transitions import n_step_fields
-from recollect.buffers.replay_buffer import ReplayBuffer, RngLike, _positive_int
+from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.sample import nest_repr
 from recollect.errors import CheckpointError, InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
@@ -28,6 +28,7 @@ from recollect.specs import ArraySpec, FlatSpec, spec_from_example
 from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.rng import decode_rng, encode_rng
 from recollect.storage.frame_store import FrameStack
+from recollect.table.table import positive_int
 from recollect.validation import convert_step
 
 __all__ = ["TransitionBuffer", "TransitionSample"]
@@ -164,8 +165,8 @@ class TransitionBuffer:
                 f"`frame_stack` must be a recollect.FrameStack or None; got {frame_stack!r}."
             )
         self._frame_stack = frame_stack
-        self._capacity = _positive_int("capacity", capacity)
-        self._num_envs = _positive_int("num_envs", num_envs)
+        self._capacity = positive_int("capacity", capacity)
+        self._num_envs = positive_int("num_envs", num_envs)
         if self._capacity < self._num_envs or self._capacity % self._num_envs:
             raise InvalidArgumentError(
                 f"`capacity` must be a positive multiple of `num_envs`; got "
@@ -418,7 +419,7 @@ class TransitionBuffer:
                 ``importance_sampling_exponent`` on a uniform buffer.
             NotEnoughDataError: the buffer is empty.
         """
-        batch_size = _positive_int("batch_size", batch_size)
+        batch_size = positive_int("batch_size", batch_size)
         n, gamma = _n_step_args(n_step, discount)
         options = {}
         if importance_sampling_exponent is not None:
@@ -699,7 +700,7 @@ def _prioritized_sampler(prioritized: Any) -> Prioritized | None:
 def _n_step_args(n_step: Any, discount: Any) -> tuple[int, float | None]:
     if n_step is None and discount is None:
         return 1, None
-    n = 1 if n_step is None else _positive_int("n_step", n_step)
+    n = 1 if n_step is None else positive_int("n_step", n_step)
     if discount is None:
         raise InvalidArgumentError(
             f"n-step sampling needs a discount; got n_step={n_step}, discount=None. Pass e.g. "

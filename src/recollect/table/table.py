@@ -206,11 +206,6 @@ class Table:
         t = self.index.t if rows is None else self.index.t[rows]
         return t, t % self.max_length
 
-    @property
-    def uniform_clock(self) -> int | None:
-        """The one step time every row writes next, or None when rows have their own."""
-        return self._clock if self._uniform else None
-
     def insert(self, rows: np.ndarray | None, slots: Any, is_last: np.ndarray | None) -> None:
         """Records that the steps at ``next_steps(rows)`` were written (storage first)."""
         if rows is None:
