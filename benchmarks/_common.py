@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import numpy as np
 
-__all__ = ["Row", "cycle", "measure", "parse_args", "print_table", "rss_bytes"]
+__all__ = ["Row", "cycle", "measure", "median_seconds", "parse_args", "print_table", "rss_bytes"]
 
 T = TypeVar("T")
 
@@ -85,6 +85,19 @@ def measure(rows: list[Row], repeats: int, repeat_s: float) -> list[Row]:
     for row, ts in zip(rows, times, strict=True):
         row.seconds = float(np.median(ts))
     return rows
+
+
+def median_seconds(rows: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of one call of each row (rows interleaved per repeat, after a warm-up)."""
+    for fn in rows.values():  # warm-up
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(repeats):
+        for name, fn in rows.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(ts)) for name, ts in times.items()}
 
 
 def print_table(title: str, rows: list[Row], limits: list[str]) -> None:

@@ -23,12 +23,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 import recollect as rc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import median_seconds
 
 NUM_ENVS = 8
 
@@ -61,18 +63,6 @@ def w2_buffer(steps: int, capacity: int) -> rc.ReplayBuffer:
 
 def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def timed(rows: dict, repeats: int) -> dict[str, float]:
-    for fn in rows.values():  # warm-up
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(repeats):
-        for name, fn in rows.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: float(np.median(ts)) for name, ts in times.items()}
 
 
 def np_save(arrays: list[np.ndarray], root: Path, fsync: bool) -> None:
@@ -174,7 +164,7 @@ def run(steps: int, repeats: int, work: Path) -> int:
             np.copyto(d, a) for d, a in zip(dest, arrays, strict=True)
         ],
     }
-    times = timed(rows, repeats)
+    times = median_seconds(rows, repeats)
     print(
         f"\nW2 checkpoint, {steps:,} steps ({NUM_ENVS} env rows), data {nbytes / 2**20:.1f} MiB,"
         f" median of {repeats}"

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import median_seconds
 
 OBS, ACT = 17, 6
 
@@ -119,18 +119,6 @@ def numpy_bulk(dataset: object) -> Callable[[], object]:
     return run
 
 
-def measure(rows: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    for fn in rows.values():  # warm-up
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(repeats):
-        for name, fn in rows.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200k steps, 3 repeats")
@@ -153,7 +141,7 @@ def main() -> None:
             "add_batch loop (writes only)": add_batch_loop(dataset),
             "numpy bulk copy (writes only)": numpy_bulk(dataset),
         }
-        seconds = measure(rows, repeats)
+        seconds = median_seconds(rows, repeats)
     ref = seconds["minari iterate"]
     print(f"\n{'row':32} {'seconds':>9} {'steps/s':>12} {'x minari iterate':>17}")
     for name, s in seconds.items():
