@@ -215,6 +215,35 @@ class WindowIndex:
         if self._cache:
             self._cache = {}
 
+    def end_episodes(self, rows: np.ndarray) -> np.ndarray:
+        """Ends the episode at the newest stored step of each row of ``rows`` (truncation).
+
+        Windows never cross that step afterwards, so the next step written to a
+        row starts a new episode (a replay service does it when a writer's rows
+        pass to another writer). Rows that hold no step, or whose newest step
+        already ends an episode, are left alone.
+
+        Args:
+            rows: int64 ``[k]`` distinct rows.
+
+        Returns:
+            int64 ``[m]`` the rows whose episode was ended.
+        """
+        rows = np.asarray(rows, np.int64)
+        last = self.t[rows] - 1
+        ended = rows[(last >= self.lo[rows]) & (self.last_end[rows] < last)]
+        if len(ended):
+            n = self._end_n[ended]
+            times = self.t[ended] - 1
+            self._ends[ended, n % self.max_length] = times
+            self._end_n[ended] = n + 1
+            self._end_start[ended] = np.maximum(self._end_start[ended], n + 1 - self.max_length)
+            self.last_end[ended] = times
+            self.generation += 1
+            if self._cache:
+                self._cache = {}
+        return ended
+
     # -- removed windows --------------------------------------------------
     def remove(self, rows: np.ndarray, times: np.ndarray) -> int:
         """Makes the windows starting at ``(rows, times)`` unsampleable (any window length).

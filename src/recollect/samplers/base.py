@@ -163,6 +163,20 @@ class Sampler:
     def on_clear(self) -> None:
         """Called after the table forgot its steps."""
 
+    def on_end_episodes(self, rows: np.ndarray) -> None:
+        """Called after the table ended the episode at the newest step of ``rows``
+        (:meth:`WindowIndex.end_episodes <recollect.windows.WindowIndex.end_episodes>`)."""
+
+    def sampling_weight(self, num_steps: int, within_episode: bool) -> tuple[float, int]:
+        """``(weight, table_size)``: this table's share of a draw over several shards.
+
+        A client splits a batch over shards in proportion to their weights
+        (uniform sampling: the number of valid windows, so the default returns
+        it twice; prioritized: the sum of the windows' sampling values).
+        """
+        size = self.index.count(num_steps, within_episode)
+        return float(size), size
+
     def on_remove(self, rows: np.ndarray, times: np.ndarray) -> None:
         """Called after the table removed the windows starting at ``(rows, times)``
         (``max_times_sampled``). Samplers drawing from ``index.segments`` see it there."""

@@ -170,6 +170,14 @@ class Prioritized(Sampler):
         values = np.concatenate([np.zeros(len(gone)), np.full(len(new), value)])
         self._tree.set(np.concatenate([gone, new]), values)
 
+    def on_end_episodes(self, rows: np.ndarray) -> None:
+        """Windows of later writes to ``rows`` start after the newly ended episode."""
+        self._last_end[rows] = self.index.last_end[rows]
+
+    def sampling_weight(self, num_steps: int, within_episode: bool) -> tuple[float, int]:
+        """``(sum of (p_i + epsilon)^alpha, number of valid windows)`` (see the base class)."""
+        return float(self._tree.total), int(self.num_valid)
+
     def on_remove(self, rows: np.ndarray, times: np.ndarray) -> None:
         """Zeroes the removed windows (each keyed by its first step's slot)."""
         keys = np.unique(rows * self._length + times % self._length)

@@ -281,6 +281,36 @@ class Table:
             if self.waiters:
                 self.cond.notify_all()
 
+    def end_episodes(self, rows: Any) -> np.ndarray:
+        """Ends the episode at the newest stored step of each row of ``rows``, so the
+        next step written to it starts a new one (episode-aware tables; a no-op otherwise).
+
+        Returns:
+            int64 ``[m]`` the rows whose episode was ended.
+        """
+        rows = np.unique(np.asarray(rows, np.int64))
+        with self.lock:
+            if not self.episode_aware or not len(rows):
+                return rows[:0]
+            ended = self.index.end_episodes(rows)
+            if len(ended):
+                self.sampler.on_end_episodes(ended)
+            return ended
+
+    def sampling_weight(
+        self, num_steps: int | None = None, within_episode: bool | None = None
+    ) -> tuple[float, int]:
+        """``(weight, table_size)`` of windows of ``num_steps``: the table's share of a draw
+        split over shards (number of valid windows, or priority sum for prioritized
+        sampling; see :meth:`Sampler.sampling_weight <recollect.samplers.Sampler.sampling_weight>`).
+
+        Raises:
+            InvalidArgumentError: as :meth:`resolve_window`.
+        """
+        n, within = self.resolve_window(num_steps, within_episode)
+        with self.lock:
+            return self.sampler.sampling_weight(n, within)
+
     def close(self) -> None:
         """Wakes every insert and draw waiting on the rate limiter with StateError; later
         calls that would wait raise it at once. Calls the limiter allows still run."""
