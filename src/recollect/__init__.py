@@ -27,7 +27,17 @@ from recollect.storage.frame_store import FrameStack
 from recollect.table import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack, TableInfo
 from recollect.version import __version__
 
-_LAZY_SUBMODULES = ("torch", "jax", "tf_data", "tf_agents", "datasets", "sb3", "drivers")
+_LAZY_SUBMODULES = (
+    "torch",
+    "jax",
+    "tf_data",
+    "tf_agents",
+    "datasets",
+    "sb3",
+    "drivers",
+    "service",
+    "ray",
+)
 
 
 def __getattr__(name: str):  # PEP 562: framework adapters load on first use

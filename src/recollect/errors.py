@@ -55,3 +55,7 @@ class StateError(RecollectError, RuntimeError):
 
 class RateLimiterTimeout(RecollectError, TimeoutError):
     """A rate limiter kept an insert or a sample blocked past its ``timeout``."""
+
+
+class ShardUnavailableError(RecollectError, ConnectionError):
+    """A replay-service shard is dead or unreachable (the message names table and shard)."""

@@ -26,6 +26,11 @@ class TableInfo:
         insert_blocked_s: seconds inserts waited on the rate limiter.
         sample_blocked_s: seconds samples waited on it.
         sampler: ``{"type": name, "config": arguments}`` of the sampler.
+        lost_steps: steps a replay-service shard lost in crashes (inserted after its
+            last checkpoint); 0 for a local buffer.
+        leased_rows: rows a replay-service shard has leased to writers; 0 locally.
+        shards: per-shard :class:`TableInfo` of a table served in shards (the
+            fields above are then their sums); empty for a local buffer.
     """
 
     size: int
@@ -41,6 +46,9 @@ class TableInfo:
     insert_blocked_s: float
     sample_blocked_s: float
     sampler: dict[str, Any]
+    lost_steps: int = 0
+    leased_rows: int = 0
+    shards: tuple[TableInfo, ...] = ()
 
     def lines(self) -> list[str]:
         """Human-readable ``name  value`` lines (``recollect inspect``)."""
@@ -53,6 +61,14 @@ class TableInfo:
             f"blocked      inserts {self.insert_blocked_s:.3f}s  samples "
             f"{self.sample_blocked_s:.3f}s",
             f"max sampled  {self.max_times_sampled or 'unlimited'}",
+            *(
+                [
+                    f"shards       {len(self.shards)}  lost steps {self.lost_steps}  leased rows "
+                    f"{self.leased_rows}"
+                ]
+                if self.shards
+                else []
+            ),
         ]
 
     def _limiter(self) -> str:

@@ -1,0 +1,177 @@
+"""Tables served as Ray actors, split into shards: ``serve`` and ``connect``.
+
+Install the extra (``pip install "recollect[ray]"``); ``import recollect``
+never imports Ray. Each table is split into ``num_shards`` actors (rows and
+capacity split evenly) that Ray places, optionally one per node
+(``placement="spread"``). The client is the one of the in-process
+:class:`~recollect.service.Server`; sampling over shards is exact.
+
+Example::
+
+    ray.init()
+    client = recollect.ray.serve({"replay": buf}, num_shards=4, name="apex")
+    # in any process of the cluster:
+    client = recollect.ray.connect("apex")
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import ray
+
+from recollect.buffers import ReplayBuffer
+from recollect.errors import InvalidArgumentError
+from recollect.ray.actor import NAMESPACE, Directory, RayEndpoint, ShardActor
+from recollect.service import Client
+from recollect.service.server import check_tables
+from recollect.service.split import shard_config
+
+__all__ = ["NAMESPACE", "connect", "serve", "shard_locations"]
+
+_ShardActor = ray.remote(ShardActor)
+_Directory = ray.remote(Directory)
+
+
+def _strategy(placement: Any) -> Any:
+    if placement is None or placement == "default":
+        return "DEFAULT"
+    if placement == "spread":
+        return "SPREAD"
+    if isinstance(placement, str):
+        raise InvalidArgumentError(
+            f"`placement` must be None, 'default', 'spread' or a Ray scheduling strategy; got "
+            f"{placement!r}."
+        )
+    return placement
+
+
+def serve(
+    tables: dict[str, ReplayBuffer],
+    num_shards: int = 1,
+    name: str | None = None,
+    placement: Any = None,
+    *,
+    checkpoint_dir: str | os.PathLike | None = None,
+    lease_timeout: float = 60.0,
+    max_restarts: int = 0,
+    detached: bool = False,
+    rng: Any = None,
+) -> Client:
+    """Starts each table as ``num_shards`` Ray actors; returns a client that owns them.
+
+    Args:
+        tables: ``{name: ReplayBuffer}``: each buffer's configuration (spec,
+            capacity, num_envs, sampler, rate limiter, ``max_times_sampled``)
+            is what is served; the buffer must be empty (to serve stored data,
+            checkpoint it and pass ``checkpoint_dir``).
+        num_shards: actors per table; ``num_envs`` must be a multiple of it.
+        name: the service's name for :func:`connect` (default: a unique one,
+            in ``client.name``).
+        placement: None (Ray decides), ``"spread"`` (shards on different nodes
+            where possible) or any Ray ``scheduling_strategy``.
+        checkpoint_dir: shards restore from it (at start and after a restart)
+            and ``client.checkpoint()`` writes there by default.
+        lease_timeout: seconds after which an idle writer's rows may pass on.
+        max_restarts: times Ray restarts a dead shard actor (from the last checkpoint).
+        detached: keep the actors alive after this driver exits (stop them with
+            ``client.close()`` from any process, or ``ray.kill``).
+        rng: seed of the client's split of batches over shards.
+
+    Returns:
+        A :class:`~recollect.service.Client`; its ``close()`` stops the actors.
+
+    Raises:
+        InvalidArgumentError: bad tables or arguments, a non-empty buffer, or a
+            name already in use.
+    """
+    tables = check_tables(tables)
+    if max_restarts < 0 and max_restarts != -1:
+        raise InvalidArgumentError(f"`max_restarts` must be >= 0 or -1; got {max_restarts!r}.")
+    for table, buf in tables.items():
+        if len(buf):
+            raise InvalidArgumentError(
+                f"table {table!r} holds {len(buf)} steps; serve() builds its shards empty from "
+                "the buffer's configuration. Checkpoint the data (client.checkpoint) and start "
+                "with checkpoint_dir=... to serve stored steps."
+            )
+    configs = {
+        table: [shard_config(buf.config(), num_shards, k, table) for k in range(num_shards)]
+        for table, buf in tables.items()
+    }
+    if not ray.is_initialized():
+        ray.init()
+    name = name or f"service-{uuid.uuid4().hex[:8]}"
+    try:
+        ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        pass
+    else:
+        raise InvalidArgumentError(
+            f"a recollect service named {name!r} already runs in this Ray cluster; connect to "
+            "it with recollect.ray.connect(name) or pick another name."
+        )
+    directory = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+    lifetime = "detached" if detached else None
+    actors: list[Any] = []
+    endpoints: dict[str, list[RayEndpoint]] = {}
+    for table, shard_configs in configs.items():
+        endpoints[table] = []
+        for k, config in enumerate(shard_configs):
+            actor = _ShardActor.options(
+                name=f"{name}/{table}/{k}",
+                namespace=NAMESPACE,
+                num_cpus=0,
+                max_concurrency=1000,
+                max_restarts=max_restarts,
+                lifetime=lifetime,
+                scheduling_strategy=_strategy(placement),
+            ).remote(table, config, directory, lease_timeout)
+            actors.append(actor)
+            endpoints[table].append(RayEndpoint(table, k, actor))
+    directory_actor = _Directory.options(
+        name=name, namespace=NAMESPACE, num_cpus=0, lifetime=lifetime
+    ).remote({t: len(e) for t, e in endpoints.items()}, directory)
+    actors.append(directory_actor)
+    ray.get([a.__ray_ready__.remote() for a in actors])
+
+    def stop() -> None:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+
+    return Client(endpoints, name=name, checkpoint_dir=directory, rng=rng, on_close=stop)
+
+
+def connect(name: str, *, rng: Any = None) -> Client:
+    """A client of the service ``name`` started by :func:`serve` (from any process of the
+    cluster; its ``close()`` leaves the service running).
+
+    Raises:
+        InvalidArgumentError: no service of that name runs in this Ray cluster.
+    """
+    if not ray.is_initialized():
+        ray.init()
+    try:
+        directory = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError as err:
+        raise InvalidArgumentError(
+            f"no recollect service named {name!r} runs in this Ray cluster (is this process "
+            "connected to the right cluster? ray.init(address=...))."
+        ) from err
+    layout = ray.get(directory.layout.remote())
+    endpoints = {
+        table: [
+            RayEndpoint(table, k, ray.get_actor(f"{name}/{table}/{k}", namespace=NAMESPACE))
+            for k in range(n)
+        ]
+        for table, n in layout["tables"].items()
+    }
+    return Client(endpoints, name=name, checkpoint_dir=layout["checkpoint_dir"], rng=rng)
+
+
+def shard_locations(client: Client, table: str) -> list[dict[str, Any]]:
+    """``[{"node_id", "pid"}]`` of each shard actor of ``table`` (where Ray placed them)."""
+    endpoints = client.endpoints(table)
+    return ray.get([e.actor.where.remote() for e in endpoints])
