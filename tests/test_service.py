@@ -1,0 +1,400 @@
+"""The in-process replay service: writers, exact sampling over shards, leases, limits, state."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import recollect as rc
+from recollect.errors import (
+    InvalidArgumentError,
+    NotEnoughDataError,
+    RateLimiterTimeout,
+    ShapeError,
+    StateError,
+)
+from recollect.service import Server
+
+P_MIN = 1e-4  # chi-square tests: a false alarm once in 10,000 runs
+
+SPEC = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
+
+
+def steps(value: float, num_envs: int, is_last: bool = False) -> dict:
+    return {
+        "obs": np.full((num_envs, 3), value, np.float32),
+        "is_last": np.full(num_envs, is_last),
+    }
+
+
+def test_writer_stores_what_a_local_add_batch_stores() -> None:
+    reference = rc.ReplayBuffer(SPEC, 400, 4)
+    served = rc.ReplayBuffer(SPEC, 400, 4)
+    client = Server({"t": served}).client()
+    rng = np.random.default_rng(0)
+    with client.writer("t", 4, chunk_length=7) as writer:
+        for i in range(30):
+            step = {
+                "obs": rng.normal(size=(4, 3)).astype(np.float32),
+                "is_last": rng.random(4) < 0.2,
+            }
+            reference.add_batch(step)
+            writer.add_batch(step)
+            if i == 10:
+                assert len(served) == 4 * 7  # one chunk sent, the rest pending
+    assert writer.rows.tolist() == [0, 1, 2, 3]
+    assert len(served) == len(reference) == 120
+    for row in range(4):
+        got, want = served.gather_row(row), reference.gather_row(row)
+        np.testing.assert_array_equal(got["obs"], want["obs"])
+        np.testing.assert_array_equal(got["is_last"], want["is_last"])
+
+
+def test_add_of_a_single_env_writer_and_its_refusal_with_several() -> None:
+    buf = rc.ReplayBuffer(SPEC, 40, 2)
+    client = Server({"t": buf}).client()
+    one = client.writer("t", 1, chunk_length=2)
+    one.add({"obs": np.ones(3, np.float32), "is_last": False})
+    one.add({"obs": np.ones(3, np.float32), "is_last": True})
+    assert buf.steps_per_row().tolist() == [2, 0]
+    two = client.writer("t", 1)
+    assert two.rows.tolist() == [1]
+    with pytest.raises(InvalidArgumentError, match="free row"):
+        client.writer("t", 1)
+    one.close()
+    client.writer("t", 1)  # the released row passes on
+    two.close()
+
+
+def _error(call) -> BaseException:
+    with pytest.raises(Exception) as info:
+        call()
+    return info.value
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"obs": np.zeros((2, 3), np.float32), "is_last": np.zeros(4, bool)},
+        {"obs": np.zeros((4, 3), np.float64) + 1e300, "is_last": np.zeros(4, bool)},
+        {"obs": np.zeros((4, 3), np.int64), "is_last": np.zeros(4, np.float32)},
+        {"obs": np.zeros((4, 3), np.float32)},
+        {"obs": np.zeros((4, 3), np.float32), "is_last": np.zeros(4, bool), "extra": 1},
+    ],
+)
+def test_bad_steps_fail_as_on_a_local_buffer_and_change_nothing(bad: dict) -> None:
+    local = rc.ReplayBuffer(SPEC, 40, 4)
+    served = rc.ReplayBuffer(SPEC, 40, 4)
+    client = Server({"t": served}).client()
+    writer = client.writer("t", 4, chunk_length=4)
+    writer.add_batch(steps(1.0, 4))
+    want = _error(lambda: local.add_batch(bad))
+    got = _error(lambda: writer.add_batch(bad))
+    assert type(got) is type(want) and str(got) == str(want)
+    assert writer.pending == 1
+    writer.flush()
+    assert len(served) == 4
+    # a bad block sent straight to the shard is refused by the shard the same way
+    endpoint = client.endpoints("t")[0]
+    block = {k: np.asarray(v)[:, None] if np.ndim(v) else v for k, v in bad.items()}
+    want = _error(lambda: local.extend(block, rows=[0, 1, 2, 3]))
+    got = _error(lambda: endpoint.result(endpoint.submit("extend", 1, block, None)))
+    assert type(got) is type(want) and str(got) == str(want)
+    assert len(served) == 4
+
+
+def test_bad_requests_fail_as_on_a_local_buffer_and_change_nothing() -> None:
+    local = rc.ReplayBuffer(SPEC, 40, 2, sampler=rc.Prioritized(), sequence_length=1)
+    served = rc.ReplayBuffer(SPEC, 40, 2, sampler=rc.Prioritized(), sequence_length=1)
+    client = Server({"t": served}).client()
+    want = _error(lambda: local.sample(4))
+    got = _error(lambda: client.sample("t", 4))
+    assert type(got) is NotEnoughDataError and str(got) == str(want)
+    for buf in (local, served):
+        buf.add_batch(steps(1.0, 2))
+    ids = client.sample("t", 2).ids
+    state = served.state_dict()["table"]["sampler"]["values"].copy()
+    for call_local, call_served in [
+        (lambda: local.sample(0), lambda: client.sample("t", 0)),
+        (lambda: local.sample(2, num_steps=3), lambda: client.sample("t", 2, num_steps=3)),
+        (
+            lambda: local.update_priorities(ids, [np.nan, 1.0]),
+            lambda: client.update_priorities("t", ids, [np.nan, 1.0], wait=True),
+        ),
+        (
+            lambda: local.update_priorities(ids, [-1.0, 1.0]),
+            lambda: client.update_priorities("t", ids, [-1.0, 1.0], wait=True),
+        ),
+    ]:
+        want, got = _error(call_local), _error(call_served)
+        assert type(got) is type(want) and str(got) == str(want)
+    np.testing.assert_array_equal(served.state_dict()["table"]["sampler"]["values"], state)
+    # an asynchronous update's error surfaces on the table's next call
+    client.update_priorities("t", ids, [np.inf, 1.0])
+    with pytest.raises(InvalidArgumentError):
+        client.sample("t", 2)
+    with pytest.raises(InvalidArgumentError, match="no table named 'x'"):
+        client.sample("x", 2)
+
+
+def _fill_unevenly(client: rc.service.Client, table: str, rng: np.random.Generator) -> None:
+    """Writers on 4 shards write 3, 9, 20 and 40 steps per row: shards of unequal size."""
+    for count in (3, 9, 20, 40):
+        with client.writer(table, 2, chunk_length=5) as writer:
+            for _ in range(count):
+                writer.add_batch(
+                    {
+                        "obs": rng.normal(size=(2, 3)).astype(np.float32),
+                        "is_last": rng.random(2) < 0.1,
+                    }
+                )
+
+
+def _counts(ids: np.ndarray, universe: np.ndarray) -> np.ndarray:
+    index = {int(i): k for k, i in enumerate(universe)}
+    return np.bincount([index[int(i)] for i in ids], minlength=len(universe))
+
+
+def _all_ids(server: Server, table: str) -> np.ndarray:
+    out = []
+    for shard in server.shards[table]:
+        buf = shard.buffer
+        for row in range(buf.num_envs):
+            lo, hi = buf.table.index.lo[row], buf.table.index.hi[row]
+            out.append(rc.ids.encode(np.full(hi - lo, row), np.arange(lo, hi), shard.index))
+    return np.concatenate(out)
+
+
+def test_uniform_sampling_over_four_shards_is_uniform_over_all_steps() -> None:
+    spec = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
+    server = Server({"t": rc.ReplayBuffer(spec, 8 * 64, 8)}, num_shards=4)
+    client = server.client(rng=0)
+    _fill_unevenly(client, "t", np.random.default_rng(1))
+    universe = _all_ids(server, "t")
+    assert len(universe) == 2 * (3 + 9 + 20 + 40)
+    ids = []
+    for _ in range(100):
+        sample = client.sample("t", 256)
+        assert sample.table_size == len(universe)
+        np.testing.assert_allclose(sample.probabilities, 1 / len(universe))
+        ids.append(sample.ids)
+    counts = _counts(np.concatenate(ids), universe)
+    assert stats.chisquare(counts).pvalue > P_MIN
+    # windows of 3 within episodes: the same over every valid window of every shard
+    sample = client.sample("t", 64, num_steps=3)
+    local_sizes = sum(s.buffer.table.sampling_weight(3)[1] for s in server.shards["t"])
+    assert sample.table_size == local_sizes
+    assert sample.data["obs"].shape == (64, 3, 3)
+    assert not sample.data["is_last"][:, :-1].any()
+
+
+def test_prioritized_sampling_over_four_shards_follows_the_global_priorities() -> None:
+    alpha, beta, eps = 0.6, 0.4, 1e-3
+    sampler = rc.Prioritized(
+        priority_exponent=alpha, importance_sampling_exponent=beta, epsilon=eps
+    )
+    server = Server(
+        {"t": rc.ReplayBuffer(SPEC, 8 * 64, 8, sampler=sampler, sequence_length=1)}, num_shards=4
+    )
+    client = server.client(rng=0)
+    _fill_unevenly(client, "t", np.random.default_rng(2))
+    universe = _all_ids(server, "t")
+    priorities = np.random.default_rng(3).uniform(0.0, 4.0, len(universe))
+    assert client.update_priorities("t", universe, priorities, wait=True) == 0
+    value = (priorities + eps) ** alpha
+    expected = value / value.sum()
+    ids = []
+    for _ in range(100):
+        sample = client.sample("t", 256)
+        k = np.searchsorted(universe, sample.ids, sorter=np.argsort(universe))
+        position = np.argsort(universe)[k]
+        np.testing.assert_allclose(sample.probabilities, expected[position], rtol=1e-9)
+        np.testing.assert_allclose(sample.priorities, priorities[position], rtol=1e-6, atol=1e-9)
+        assert sample.table_size == len(universe)
+        w = (len(universe) * expected[position]) ** -beta
+        np.testing.assert_allclose(sample.weights, w / w.max(), rtol=1e-9)
+        ids.append(sample.ids)
+    counts = _counts(np.concatenate(ids), universe)
+    assert stats.chisquare(counts, counts.sum() * expected).pvalue > P_MIN
+
+
+def test_priority_updates_go_to_the_shard_in_each_id() -> None:
+    sampler = rc.Prioritized()
+    server = Server(
+        {"t": rc.ReplayBuffer(SPEC, 4 * 8, 4, sampler=sampler, sequence_length=1)}, num_shards=4
+    )
+    client = server.client(rng=0)
+    writers = [client.writer("t", 1) for _ in range(4)]
+    assert sorted(w.shard for w in writers) == [0, 1, 2, 3]
+    for w in writers:
+        w.add_batch(steps(1.0, 1))
+        w.flush()
+    ids = rc.ids.encode(np.array([0]), np.array([0]), 2)
+    foreign = rc.ids.encode(np.array([0]), np.array([0]), 7)  # no such shard: skipped
+    assert client.update_priorities("t", np.r_[ids, foreign], [9.0, 1.0], wait=True) == 1
+    totals = [s.buffer.table.sampling_weight()[0] for s in server.shards["t"]]
+    assert totals[2] > totals[0] == totals[1] == totals[3]
+
+
+def test_info_sums_shards_and_lists_them() -> None:
+    server = Server({"t": rc.ReplayBuffer(SPEC, 8 * 16, 8)}, num_shards=4)
+    client = server.client()
+    _fill_unevenly(client, "t", np.random.default_rng(0))
+    client.sample("t", 10)
+    info = client.info("t")
+    assert len(info.shards) == 4
+    assert info.capacity == 128 and [s.capacity for s in info.shards] == [32] * 4
+    assert info.inserts == sum(s.inserts for s in info.shards) == 2 * (3 + 9 + 20 + 40)
+    assert info.samples == 10 and info.num_stored == 2 * (3 + 9 + 16 + 16)  # rows hold 16
+    assert info.leased_rows == 0
+    assert any("shards" in line for line in info.lines())
+
+
+def test_a_new_writer_on_released_rows_starts_a_new_episode() -> None:
+    buf = rc.ReplayBuffer(SPEC, 2 * 32, 2, sequence_length=2)
+    client = Server({"t": buf}).client(rng=0)
+    with client.writer("t", 2) as first:
+        for i in range(5):
+            first.add_batch(steps(i, 2))  # mid-episode when it closes
+    with client.writer("t", 2) as second:
+        for i in range(5, 10):
+            second.add_batch(steps(i, 2))
+    obs = client.sample("t", 2000).data["obs"][:, :, 0]
+    assert not ((obs[:, 0] == 4) & (obs[:, 1] == 5)).any()  # no window across the writers
+    assert ((obs[:, 0] == 3) & (obs[:, 1] == 4)).any() and (
+        (obs[:, 0] == 5) & (obs[:, 1] == 6)
+    ).any()
+    assert client.sample("t", 1).table_size == 2 * (4 + 4)
+
+
+def test_rows_of_a_dead_writer_process_pass_to_a_new_writer() -> None:
+    buf = rc.ReplayBuffer(SPEC, 2 * 8, 2)
+    server = Server({"t": buf})
+    shard = server.shards["t"][0]
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True
+    )
+    pid = int(dead.stdout)
+    shard.reserve(2, socket.gethostname(), pid)  # a writer whose process has exited
+    writer = server.client().writer("t", 2)
+    assert writer.rows.tolist() == [0, 1]
+    with pytest.raises(StateError, match="not held"):
+        shard.extend(1, {k: np.asarray(v)[:, None] for k, v in steps(1, 2).items()})
+    # an idle lease of a live process passes on only after lease_timeout
+    other = Server({"t": rc.ReplayBuffer(SPEC, 2 * 8, 2)}, lease_timeout=0.2)
+    client = other.client()
+    idle = client.writer("t", 2)
+    with pytest.raises(InvalidArgumentError, match="free row"):
+        client.writer("t", 2)
+    time.sleep(0.3)
+    assert client.writer("t", 2).rows.tolist() == [0, 1]
+    with pytest.raises(StateError, match="not held"):
+        idle.add_batch(steps(1, 2))
+        idle.flush()
+    # a writer dropped without close() gives its rows back when garbage collected
+    third = Server({"t": rc.ReplayBuffer(SPEC, 2 * 8, 2)}).client()
+    third.writer("t", 2)
+    assert third.writer("t", 2).rows.tolist() == [0, 1]
+
+
+def test_rate_limiters_hold_across_the_service() -> None:
+    buf = rc.ReplayBuffer(SPEC, 40, 2, rate_limiter=rc.MinSize(4))
+    client = Server({"t": buf}).client()
+    with pytest.raises(RateLimiterTimeout):
+        client.sample("t", 1, timeout=0.05)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(client.sample("t", 3, timeout=5)))
+    waiter.start()
+    time.sleep(0.05)
+    assert client.info("t").num_stored == 0  # other calls go on while a sample waits
+    with client.writer("t", 2, chunk_length=1) as writer:
+        writer.add_batch(steps(1, 2))
+        writer.add_batch(steps(2, 2))
+    waiter.join(5)
+    assert len(got) == 1 and len(got[0].ids) == 3
+    ratio = rc.ReplayBuffer(
+        SPEC, 40, 2, rate_limiter=rc.SampleToInsertRatio(1.0, 2, error_buffer=4.0)
+    )
+    client = Server({"t": ratio}).client()
+    writer = client.writer("t", 2, chunk_length=1, timeout=0.05)
+    with pytest.raises(RateLimiterTimeout):
+        for i in range(20):  # nobody samples: inserts block once the balance is spent
+            writer.add_batch(steps(i, 2))
+        writer.flush()
+
+
+def test_split_rate_limiters_keep_their_ratio() -> None:
+    limiter = rc.SampleToInsertRatio(2.0, 8, error_buffer=16.0)
+    server = Server({"t": rc.ReplayBuffer(SPEC, 64, 8, rate_limiter=limiter)}, num_shards=4)
+    configs = [s.buffer.config()["rate_limiter"]["config"] for s in server.shards["t"]]
+    assert (
+        configs == [{"samples_per_insert": 2.0, "min_size_to_sample": 2, "error_buffer": 4.0}] * 4
+    )
+    with pytest.raises(InvalidArgumentError, match="multiple of num_shards"):
+        Server({"t": rc.ReplayBuffer(SPEC, 60, 6)}, num_shards=4)
+    with pytest.raises(InvalidArgumentError, match="cannot be split"):
+        Server({"t": rc.ReplayBuffer(SPEC, 64, 8, sampler=rc.Fifo())}, num_shards=4)
+    full = rc.ReplayBuffer(SPEC, 64, 8)
+    full.add_batch(steps(1, 8))
+    with pytest.raises(InvalidArgumentError, match="built empty"):
+        Server({"t": full}, num_shards=2)
+
+
+def test_checkpoint_restores_and_counts_the_steps_lost_since(tmp_path) -> None:
+    def make() -> rc.ReplayBuffer:
+        return rc.ReplayBuffer(SPEC, 8 * 32, 8, sampler=rc.Prioritized(), sequence_length=1)
+
+    server = Server({"t": make()}, num_shards=2, checkpoint_dir=tmp_path)
+    client = server.client()
+    _fill = [client.writer("t", 4, chunk_length=1) for _ in range(2)]
+    for i in range(5):
+        for w in _fill:
+            w.add_batch(steps(i, 4))
+    sample = client.sample("t", 8)
+    client.update_priorities("t", sample.ids, np.full(8, 7.0), wait=True)
+    assert client.checkpoint() == tmp_path
+    assert (tmp_path / "service.json").exists()
+    before = {s.index: s.buffer.state_dict() for s in server.shards["t"]}
+    for w in _fill:
+        w.add_batch(steps(9, 4))  # after the checkpoint: lost in the "crash" below
+    # a new server on the same directory restores the checkpoint
+    restored = Server({"t": make()}, num_shards=2, checkpoint_dir=tmp_path)
+    info = restored.client().info("t")
+    assert info.num_stored == 2 * 4 * 5 and info.lost_steps == 8
+    for shard in restored.shards["t"]:
+        tree = shard.buffer.state_dict()["table"]["sampler"]["values"]
+        np.testing.assert_array_equal(tree, before[shard.index]["table"]["sampler"]["values"])
+    client.reset("t")
+    assert client.info("t").num_stored == 0
+    with pytest.raises(InvalidArgumentError, match="needs a directory"):
+        Server({"u": make()}).client().checkpoint()
+
+
+def test_a_closed_client_and_writer_refuse_calls() -> None:
+    client = Server({"t": rc.ReplayBuffer(SPEC, 8, 2)}).client()
+    writer = client.writer("t", 2)
+    writer.close()
+    writer.close()
+    with pytest.raises(StateError, match="closed"):
+        writer.add_batch(steps(1, 2))
+    client.close()
+    with pytest.raises(StateError, match="closed"):
+        client.info("t")
+
+
+def test_bad_tables_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="non-empty dict"):
+        Server({})
+    with pytest.raises(InvalidArgumentError, match="ReplayBuffer"):
+        Server({"t": object()})
+    with pytest.raises(InvalidArgumentError, match="without '/'"):
+        Server({"a/b": rc.ReplayBuffer(SPEC, 8, 2)})
+    with pytest.raises(ShapeError):
+        Server({"t": rc.ReplayBuffer(SPEC, 8, 2)}).client().writer("t", 2).add_batch(steps(1, 3))
