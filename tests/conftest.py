@@ -1,10 +1,72 @@
-"""Shared pytest set-up: slow tests run only in CI (CI=true) or with --run-slow."""
+"""Shared pytest set-up.
+
+- Slow tests run only in CI (CI=true) or with --run-slow.
+- The run re-executes itself in a loopback-only network namespace (``unshare -rn``,
+  then ``ip link set lo up``) when the machine allows it, so the servers and Ray
+  clusters tests start can reach nothing but 127.0.0.1 (RECOLLECT_NO_NETNS=1 opts out).
+- ``ray_session``: one loopback-only Ray session per test module.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
+
+LOOPBACK = "RECOLLECT_LOOPBACK_NETNS"
+
+
+def _reexec_in_loopback_namespace(config: pytest.Config) -> None:
+    if os.environ.get(LOOPBACK) or os.environ.get("RECOLLECT_NO_NETNS") or sys.platform != "linux":
+        return
+    unshare, ip = shutil.which("unshare"), shutil.which("ip")
+    if unshare is None or ip is None:
+        return
+    probe = subprocess.run(
+        [unshare, "-rn", "sh", "-c", "ip link set lo up"], capture_output=True, check=False
+    )
+    if probe.returncode != 0:
+        return
+    os.environ[LOOPBACK] = "1"
+    os.chdir(config.invocation_params.dir)
+    command = [sys.executable, "-m", "pytest", *config.invocation_params.args]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(
+        unshare, [unshare, "-rn", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _reexec_in_loopback_namespace(config)
+    config.addinivalue_line("markers", "ray: starts a loopback-only Ray session")
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One Ray session for the test module, on 127.0.0.1 only (no dashboard, no usage stats)."""
+    ray = pytest.importorskip("ray")
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    if ray.is_initialized():
+        ray.shutdown()
+    # workers import the test modules that define remote classes
+    path = os.pathsep.join(
+        p for p in (os.path.dirname(__file__), os.environ.get("PYTHONPATH")) if p
+    )
+    ray.init(
+        runtime_env={"env_vars": {"PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0"}},
+        address="local",
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        num_cpus=2,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    yield ray
+    ray.shutdown()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

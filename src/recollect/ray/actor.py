@@ -109,21 +109,20 @@ class RayEndpoint:
         )
 
     def result(self, handle: Any, timeout: float | None = None) -> Any:
-        return self.results([handle], timeout)[0]
-
-    def results(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
         try:
-            values = ray.get(handles, timeout=timeout)
+            value = ray.get(handle, timeout=timeout)
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
         except ray_errors.GetTimeoutError as err:
             raise ShardUnavailableError(
                 f"table {self.table!r} shard {self.shard} did not answer within {timeout:g} s."
             ) from err
-        for value in values:
-            if type(value) is Raised:
-                raise value.error
-        return values
+        if type(value) is Raised:
+            raise value.error
+        return value
+
+    def wait(self, handles: list[Any], timeout: float | None = None) -> None:
+        ray.wait(handles, num_returns=len(handles), timeout=timeout)
 
     def done(self, handle: Any) -> bool:
         ready, _ = ray.wait([handle], timeout=0)

@@ -459,7 +459,7 @@ class TableHandle:
 def _gather(endpoints: list[Endpoint], handles: list[Any], timeout: float | None) -> list[Any]:
     """Results of one handle per endpoint, waited for together when the endpoints allow."""
     if len(handles) > 1 and all(type(e) is type(endpoints[0]) for e in endpoints):
-        return endpoints[0].results(handles, timeout)
+        endpoints[0].wait(handles, timeout)
     return [e.result(h, timeout) for e, h in zip(endpoints, handles, strict=True)]
 
 

@@ -48,8 +48,9 @@ class Endpoint(Protocol):
         """
         ...
 
-    def results(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
-        """:meth:`result` of several handles of this kind of endpoint, waited for together."""
+    def wait(self, handles: list[Any], timeout: float | None = None) -> None:
+        """Waits until every call of ``handles`` (of any endpoint of this kind) finished,
+        or ``timeout`` seconds passed; raises nothing (:meth:`result` does)."""
         ...
 
     def done(self, handle: Any) -> bool:
@@ -80,8 +81,8 @@ class LocalEndpoint:
             raise handle.error
         return handle
 
-    def results(self, handles: list[Any], timeout: float | None = None) -> list[Any]:
-        return [self.result(h) for h in handles]
+    def wait(self, handles: list[Any], timeout: float | None = None) -> None:
+        return None
 
     def done(self, handle: Any) -> bool:
         return True

@@ -162,7 +162,9 @@ class Writer:
         self._send()
         handles, self._in_flight = list(self._in_flight), collections.deque()
         if handles:
-            self._endpoint.results(handles, timeout)
+            self._endpoint.wait(handles, timeout)
+            for handle in handles:
+                self._endpoint.result(handle, timeout)
 
     def close(self) -> None:
         """Flushes, then releases the rows (idempotent)."""
