@@ -35,11 +35,17 @@ _ShardActor = ray.remote(ShardActor)
 _Directory = ray.remote(Directory)
 
 
-def _strategy(placement: Any) -> Any:
+def _strategy(placement: Any, shard: int) -> Any:
+    """The Ray scheduling strategy of shard ``shard``: "spread" pins shard ``k`` to the
+    ``k % num_nodes``-th alive node (Ray's soft affinity and SPREAD both let shards of
+    ``num_cpus=0`` actors share a node)."""
     if placement is None or placement == "default":
         return "DEFAULT"
     if placement == "spread":
-        return "SPREAD"
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+        return NodeAffinitySchedulingStrategy(node_id=nodes[shard % len(nodes)], soft=False)
     if isinstance(placement, str):
         raise InvalidArgumentError(
             f"`placement` must be None, 'default', 'spread' or a Ray scheduling strategy; got "
@@ -70,8 +76,9 @@ def serve(
         num_shards: actors per table; ``num_envs`` must be a multiple of it.
         name: the service's name for :func:`connect` (default: a unique one,
             in ``client.name``).
-        placement: None (Ray decides), ``"spread"`` (shards on different nodes
-            where possible) or any Ray ``scheduling_strategy``.
+        placement: None (Ray decides), ``"spread"`` (shard ``k`` on the
+            ``k % num_nodes``-th alive node, one per node while there are enough)
+            or any Ray ``scheduling_strategy`` (for every shard).
         checkpoint_dir: shards restore from it (at start and after a restart)
             and ``client.checkpoint()`` writes there by default.
         lease_timeout: seconds after which an idle writer's rows may pass on.
@@ -127,7 +134,7 @@ def serve(
                 max_concurrency=1000,
                 max_restarts=max_restarts,
                 lifetime=lifetime,
-                scheduling_strategy=_strategy(placement),
+                scheduling_strategy=_strategy(placement, k),
             ).remote(table, config, directory, lease_timeout)
             actors.append(actor)
             endpoints[table].append(RayEndpoint(table, k, actor))
