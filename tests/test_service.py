@@ -398,3 +398,32 @@ def test_bad_tables_are_refused() -> None:
         Server({"a/b": rc.ReplayBuffer(SPEC, 8, 2)})
     with pytest.raises(ShapeError):
         Server({"t": rc.ReplayBuffer(SPEC, 8, 2)}).client().writer("t", 2).add_batch(steps(1, 3))
+
+
+def test_a_manager_backed_by_the_service_has_the_same_methods(tmp_path) -> None:
+    server = Server({"replay": rc.ReplayBuffer(SPEC, 4 * 32, 4)}, checkpoint_dir=tmp_path)
+    client = server.client()
+    with rc.ReplayBufferManager(SPEC, checkpoint_dir=tmp_path, num_envs=2, service=client) as m:
+        handle, observer = m.create_or_load_replay_buffer()
+        assert isinstance(handle, rc.service.TableHandle)
+        for i in range(3):
+            observer(steps(i, 2))
+        observer({k: np.stack([v, v], axis=1) for k, v in steps(5, 2).items()})  # [envs, T]
+        m.checkpoint()  # flushes the writer, checkpoints the service
+        assert m.num_frames() == 2 * 5 and m.has_checkpoint()
+        batch = next(m.get_dataset(batch_size=8))
+        assert batch.data["obs"].shape == (8, 3)
+        with pytest.raises(rc.errors.CheckpointError, match="service checkpoint"):
+            m.create_replay_buffer()
+        m.create_replay_buffer(overwrite=True)
+        assert m.num_frames() == 0
+    # another manager on the same table: its own rows; the first one's were released
+    second = rc.ReplayBufferManager(checkpoint_dir=tmp_path, num_envs=4, service=client)
+    second.load_replay_buffer()
+    with pytest.raises(InvalidArgumentError, match="has leaves"):
+        rc.ReplayBufferManager(
+            {"x": rc.ArraySpec((), np.float32)}, service=client
+        ).create_or_load_replay_buffer()
+    second.close()
+    with pytest.raises(InvalidArgumentError, match=r"must be a recollect\.service\.Client"):
+        rc.ReplayBufferManager(SPEC, service=object())

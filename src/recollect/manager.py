@@ -20,6 +20,8 @@ from recollect.checkpoint import load_buffer, save_buffer
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
 from recollect.observers import Observer
 from recollect.samplers.base import Sampler
+from recollect.service import Client, TableHandle, Writer
+from recollect.service.client import MANIFEST as SERVICE_MANIFEST
 from recollect.specs import FlatSpec
 from recollect.state.atomic import resolve_checkpoint
 from recollect.state.manifest import MANIFEST
@@ -81,6 +83,16 @@ class ReplayBufferManager:
             must be of the same class.
         rng: seed or generator for sampling (a loaded buffer continues the
             checkpoint's RNG state).
+        service: a :class:`~recollect.service.Client`: the manager then backs
+            onto the served table ``table`` instead of a local buffer, with the
+            same methods: ``replay_buffer`` is the table's
+            :class:`~recollect.service.TableHandle`, the observer writes through a
+            :class:`~recollect.service.Writer` of ``num_envs`` rows, ``checkpoint``
+            checkpoints the service to ``checkpoint_dir``, ``clear`` resets the
+            table, and ``create_replay_buffer`` empties it. A service restores its
+            tables from its own ``checkpoint_dir`` when it starts; loading attaches
+            to the table as the service holds it.
+        table: the served table's name (with ``service``).
 
     Raises:
         InvalidArgumentError: from the methods, when an argument they need is
@@ -110,7 +122,14 @@ class ReplayBufferManager:
         sequence_length: int | None = None,
         sampler: Sampler | Callable[[], Sampler] | None = None,
         rng: RngLike = None,
+        service: Client | None = None,
+        table: str = "replay",
     ) -> None:
+        if service is not None and not isinstance(service, Client):
+            raise InvalidArgumentError(
+                f"`service` must be a recollect.service.Client (server.client(), "
+                f"recollect.ray.connect(name)); got {type(service).__name__}."
+            )
         self._data_spec = data_spec
         self._capacity = capacity
         self._checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
@@ -118,7 +137,10 @@ class ReplayBufferManager:
         self._sequence_length = sequence_length
         self._sampler = sampler
         self._rng = rng
-        self._buffer: ReplayBuffer | None = None
+        self._service = service
+        self._table = table
+        self._buffer: ReplayBuffer | TableHandle | None = None
+        self._writer: Writer | None = None
         self._observer: Observer | None = None
         self._closed = False
 
@@ -134,8 +156,8 @@ class ReplayBufferManager:
         return self._checkpoint_dir
 
     @property
-    def replay_buffer(self) -> ReplayBuffer:
-        """The current buffer.
+    def replay_buffer(self) -> ReplayBuffer | TableHandle:
+        """The current buffer (the served table's handle when backed by a service).
 
         Raises:
             StateError: closed, or no buffer created or loaded yet.
@@ -165,6 +187,30 @@ class ReplayBufferManager:
         self._buffer, self._observer = buffer, Observer(buffer)
         return buffer, self._observer
 
+    def _attach(self, reset: bool) -> tuple[TableHandle, Observer]:
+        """Backs onto the served table (emptied first with ``reset``); one writer of
+        ``num_envs`` rows feeds the observer."""
+        assert self._service is not None
+        handle = self._service.table(self._table)
+        if self._data_spec is not None:
+            want, got = FlatSpec(self._data_spec), FlatSpec(handle.data_spec)
+            if (want.paths, want.shapes, want.dtypes) != (got.paths, got.shapes, got.dtypes):
+                raise InvalidArgumentError(
+                    f"the served table {self._table!r} has leaves "
+                    f"{list(zip(got.paths, got.shapes, map(str, got.dtypes), strict=True))}, "
+                    "the manager's data_spec "
+                    f"{list(zip(want.paths, want.shapes, map(str, want.dtypes), strict=True))}."
+                )
+        if reset:
+            self._service.reset(self._table)
+        if self._writer is not None:
+            self._writer.close()
+        if self._observer is not None:
+            self._observer.close()
+        self._writer = handle.writer(1 if self._num_envs is None else self._num_envs)
+        self._buffer, self._observer = handle, Observer(self._writer)
+        return handle, self._observer
+
     def _new_sampler(self) -> Sampler | None:
         if self._sampler is None or isinstance(self._sampler, Sampler):
             return copy.deepcopy(self._sampler)
@@ -175,6 +221,8 @@ class ReplayBufferManager:
         """Whether ``checkpoint_dir`` holds a checkpoint (False without a ``checkpoint_dir``)."""
         if self._checkpoint_dir is None:
             return False
+        if self._service is not None:
+            return (self._checkpoint_dir / SERVICE_MANIFEST).is_file()
         return (resolve_checkpoint(self._checkpoint_dir) / MANIFEST).is_file()
 
     def create_replay_buffer(self, *, overwrite: bool = False) -> tuple[ReplayBuffer, Observer]:
@@ -194,6 +242,15 @@ class ReplayBufferManager:
                 or :meth:`load_replay_buffer` to continue it).
         """
         self._check_open()
+        if self._service is not None:
+            if not overwrite and self.has_checkpoint():
+                raise CheckpointError(
+                    f"{self._checkpoint_dir} already holds a service checkpoint; emptying "
+                    f"table {self._table!r} would lose what it restored. Call "
+                    "create_or_load_replay_buffer() to continue, or "
+                    "create_replay_buffer(overwrite=True) to start over."
+                )
+            return self._attach(reset=True)
         if self._data_spec is None or self._capacity is None:
             raise InvalidArgumentError(
                 "create_replay_buffer needs data_spec and capacity; pass them to "
@@ -235,6 +292,8 @@ class ReplayBufferManager:
         """
         self._check_open()
         directory = self._require_dir("load_replay_buffer")
+        if self._service is not None:
+            return self._attach(reset=False)
         if not self.has_checkpoint():
             raise CheckpointError(
                 f"no checkpoint in {directory} (it is empty or missing); call "
@@ -259,6 +318,8 @@ class ReplayBufferManager:
                 :meth:`load_replay_buffer`.
             CheckpointError: a damaged checkpoint.
         """
+        if self._service is not None:
+            return self._attach(reset=False)
         if self.has_checkpoint():
             return self.load_replay_buffer(mmap=mmap)
         return self.create_replay_buffer()
@@ -318,16 +379,28 @@ class ReplayBufferManager:
 
     def num_frames(self) -> int:
         """Steps currently stored."""
-        return self.replay_buffer.num_frames()
+        buffer = self.replay_buffer
+        if isinstance(buffer, TableHandle):
+            return buffer.info().num_stored
+        return buffer.num_frames()
 
     def checkpoint(self) -> Path:
-        """Atomically writes the buffer to ``checkpoint_dir``; returns the path."""
+        """Atomically writes the buffer (the whole service, when backed by one) to
+        ``checkpoint_dir``; returns the path."""
         buffer = self.replay_buffer
+        if isinstance(buffer, TableHandle):
+            assert self._writer is not None and self._service is not None
+            self._writer.flush()
+            return self._service.checkpoint(self._require_dir("checkpoint"))
         return save_buffer(buffer, self._require_dir("checkpoint"))
 
     def clear(self) -> None:
-        """Forgets every stored step (ids keep increasing)."""
-        self.replay_buffer.clear()
+        """Forgets every stored step (ids keep increasing); resets a served table."""
+        buffer = self.replay_buffer
+        if isinstance(buffer, TableHandle):
+            buffer.client.reset(buffer.name)
+            return
+        buffer.clear()
 
     def close(self) -> None:
         """Releases the buffer; idempotent. Does not checkpoint (call :meth:`checkpoint`)."""
@@ -336,9 +409,11 @@ class ReplayBufferManager:
         self._closed = True
         if self._observer is not None:
             self._observer.close()
-        if self._buffer is not None:
+        if self._writer is not None:
+            self._writer.close()  # flushes and releases the rows; the service runs on
+        elif self._buffer is not None:
             self._buffer.close()  # stops datasets/iterators reading from it
-        self._buffer = self._observer = None
+        self._buffer = self._observer = self._writer = None
 
     def __enter__(self) -> ReplayBufferManager:
         return self

@@ -85,6 +85,11 @@ class Writer:
         self._pos = 0
 
     @property
+    def flat_spec(self) -> FlatSpec:
+        """The table's flattened spec (what an :class:`~recollect.Observer` feeds)."""
+        return self._flat
+
+    @property
     def pending(self) -> int:
         """Steps per row added but not yet sent."""
         return self._pos
