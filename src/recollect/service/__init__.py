@@ -10,6 +10,7 @@ from recollect.service.client import Client, TableHandle
 from recollect.service.endpoint import Endpoint, LocalEndpoint, Raised
 from recollect.service.server import Server
 from recollect.service.shard import Shard, ShardDescription
+from recollect.service.stream import SampleStream
 from recollect.service.writer import Writer
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "Endpoint",
     "LocalEndpoint",
     "Raised",
+    "SampleStream",
     "Server",
     "Shard",
     "ShardDescription",

@@ -1,0 +1,110 @@
+"""SampleStream: an endless iterator of a served table's samples, requests kept in flight."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+from collections.abc import Iterator
+from typing import Any
+
+from recollect.buffers import Sample
+from recollect.errors import InvalidArgumentError, StateError
+from recollect.service.client import TableHandle
+
+__all__ = ["SampleStream"]
+
+
+class SampleStream(Iterator[Sample]):
+    """Samples ``batch_size`` windows of a served table per ``next()``, keeping up to
+    ``max_in_flight`` sample requests outstanding (Reverb's
+    ``max_in_flight_samples_per_worker``), so the learner overlaps the network
+    round trip and the shard's work with its own step.
+
+    Requests run on ``max_in_flight`` threads; batches come back in request
+    order. An error of a request (e.g. ``RateLimiterTimeout``) is raised by the
+    ``next()`` that would have returned its batch.
+
+    Args:
+        table: a :class:`~recollect.service.TableHandle` (``client.table(name)``).
+        batch_size: windows per batch.
+        num_steps: window length (as ``ReplayBuffer.sample``).
+        max_in_flight: outstanding requests, >= 1.
+        timeout: rate-limiter wait of each request (None: forever).
+        **options: sampler options (``importance_sampling_exponent``).
+
+    Raises:
+        InvalidArgumentError: not a table handle, or ``max_in_flight`` < 1.
+    """
+
+    def __init__(
+        self,
+        table: TableHandle,
+        batch_size: int,
+        num_steps: int | None = None,
+        *,
+        max_in_flight: int = 2,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> None:
+        if not isinstance(table, TableHandle):
+            raise InvalidArgumentError(
+                f"SampleStream reads a served table: pass client.table(name); got "
+                f"{type(table).__name__}."
+            )
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
+            raise InvalidArgumentError(
+                f"`max_in_flight` must be an int >= 1; got {max_in_flight!r}."
+            )
+        if max_in_flight < 1:
+            raise InvalidArgumentError(f"`max_in_flight` must be an int >= 1; got {max_in_flight}.")
+        self.table = table
+        self.max_in_flight = max_in_flight
+        self._request = (batch_size, num_steps, timeout, options)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_in_flight, thread_name_prefix="recollect-sample"
+        )
+        self._pending: collections.deque = collections.deque()
+        self._closed = False
+
+    def _submit(self) -> None:
+        batch_size, num_steps, timeout, options = self._request
+        self._pending.append(
+            self._pool.submit(self.table.sample, batch_size, num_steps, timeout, **options)
+        )
+
+    def __iter__(self) -> SampleStream:
+        return self
+
+    def __next__(self) -> Sample:
+        if self._closed:
+            raise StopIteration
+        while len(self._pending) < self.max_in_flight:
+            self._submit()
+        future = self._pending.popleft()
+        try:
+            sample = future.result()
+        except StateError:
+            if self._closed:
+                raise StopIteration from None
+            raise
+        if not self._closed:
+            self._submit()
+        return sample
+
+    def close(self) -> None:
+        """Stops issuing requests; outstanding ones finish in the background (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            for future in self._pending:
+                future.cancel()
+            self._pending.clear()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> SampleStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
