@@ -427,3 +427,27 @@ def test_a_manager_backed_by_the_service_has_the_same_methods(tmp_path) -> None:
     second.close()
     with pytest.raises(InvalidArgumentError, match=r"must be a recollect\.service\.Client"):
         rc.ReplayBufferManager(SPEC, service=object())
+
+
+def test_a_sample_stream_keeps_requests_in_flight_and_raises_their_errors() -> None:
+    buf = rc.ReplayBuffer(SPEC, 40, 2, rate_limiter=rc.MinSize(2))
+    client = Server({"t": buf}).client()
+    with rc.service.SampleStream(client.table("t"), 4, max_in_flight=1, timeout=0.1) as early:
+        with pytest.raises(RateLimiterTimeout):
+            next(early)
+    with client.writer("t", 2) as writer:
+        writer.add_batch(steps(1, 2))
+    before = buf.info().samples
+    stream = rc.service.SampleStream(client.table("t"), 4, max_in_flight=3, timeout=5)
+    batches = [next(stream) for _ in range(6)]
+    assert all(b.data["obs"].shape == (4, 3) for b in batches)
+    deadline = time.monotonic() + 10
+    while buf.info().samples - before < 4 * (6 + 3):  # three more requests are in flight
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert buf.info().samples - before == 4 * (6 + 3)  # and no more
+    stream.close()
+    assert list(stream) == []
+    with pytest.raises(InvalidArgumentError, match="served table"):
+        rc.service.SampleStream(buf, 4)

@@ -107,4 +107,5 @@ class SampleStream(Iterator[Sample]):
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        if hasattr(self, "_pool"):  # not for an instance whose __init__ raised
+            self.close()
