@@ -32,6 +32,7 @@ import queue
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +42,7 @@ import torch
 
 import recollect
 import recollect.ray
-from recollect.errors import RateLimiterTimeout
+from recollect.errors import RateLimiterTimeout, StateError
 from recollect.examples import dqn
 from recollect.table import TableInfo
 
@@ -189,7 +190,14 @@ class SamplePrefetcher:
         return self
 
     def __next__(self) -> recollect.Sample:
-        item = self._queue.get()
+        return self.get()
+
+    def get(self, timeout_s: float | None = None) -> recollect.Sample | None:
+        """The next sample, or None when none came within ``timeout_s`` (None: wait)."""
+        try:
+            item = self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
         if isinstance(item, Exception):
             raise item
         return item
@@ -234,8 +242,8 @@ def _start_actors(cfg: ApexConfig, service: str) -> list[Any]:
 class _Run:
     """The learner's loop state: logs, rates, the best evaluated network."""
 
-    def __init__(self, cfg: ApexConfig, client: Any, actors: list[Any]):
-        self.cfg, self.client, self.actors = cfg, client, actors
+    def __init__(self, cfg: ApexConfig, client: Any, actors: list[Any], runs: list[Any]):
+        self.cfg, self.client, self.actors, self.runs = cfg, client, actors, runs
         self.start = time.perf_counter()
         self.episodes: list[tuple[int, float, int]] = []
         self.evaluations: list[tuple[int, float]] = []
@@ -249,6 +257,17 @@ class _Run:
         for eps in ray.get([a.episodes.remote() for a in self.actors]):
             self.episodes.extend((info.inserts, r, n) for r, n in eps)
         return info
+
+    def check_actors(self) -> None:
+        """Raises the error of an actor whose run ended (they run until stopped).
+
+        Raises:
+            StateError: an actor's run returned early.
+        """
+        ended, _ = ray.wait(self.runs, num_returns=len(self.runs), timeout=0)
+        if ended:
+            ray.get(ended)  # raises the actor's error
+            raise StateError(f"{len(ended)} actor(s) stopped before the learner did.")
 
     def evaluate(self, q: torch.nn.Module, inserts: int, stop_return: float | None) -> None:
         cfg = self.cfg
@@ -284,22 +303,26 @@ def train(cfg: ApexConfig, progress: Callable[[dict[str, Any]], None] | None = N
     env.close()
     client = recollect.ray.serve({TABLE: table}, name=f"apex-{uuid.uuid4().hex[:8]}",
                                  rng=cfg.seed)  # fmt: skip
-    actors, prefetch = [], None
+    # the sampling thread gets a Client of its own: a Client is not thread-safe (its queue
+    # of pending priority updates is shared by sample and update_priorities)
+    actors, prefetch, sampler_client = [], None, recollect.ray.connect(client.name)
     try:
         actors = _start_actors(cfg, client.name)
         ray.get([a.set_weights.remote(_state_arrays(learner.q)) for a in actors])
-        runs = [a.run.remote() for a in actors]
-        # a Client of its own: one Client's priority-update queue is not thread-safe
-        prefetch = SamplePrefetcher(recollect.ray.connect(client.name), TABLE, cfg.batch_size, 2)
-        run = _learn(cfg, learner, client, actors, prefetch, stop_return, progress)
+        run = _Run(cfg, client, actors, [a.run.remote() for a in actors])
+        prefetch = SamplePrefetcher(sampler_client, TABLE, cfg.batch_size, 2)
+        with warnings.catch_warnings():  # samples from Ray are read-only; torch only reads them
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            _learn(run, learner, prefetch, stop_return, progress)
         info = run.poll()
         ray.get([a.stop.remote() for a in actors])
-        ray.wait(runs, num_returns=len(runs), timeout=2.0)
+        ray.wait(run.runs, num_returns=len(run.runs), timeout=2.0)
     finally:
         if prefetch is not None:
             prefetch.close()
         for a in actors:
             ray.kill(a)
+        sampler_client.close()
         client.close()
     if run.best_state is not None:
         learner.q.load_state_dict(run.best_state)
@@ -307,12 +330,22 @@ def train(cfg: ApexConfig, progress: Callable[[dict[str, Any]], None] | None = N
                       run.solved, time.perf_counter() - run.start, run.rates, info)  # fmt: skip
 
 
-def _learn(cfg: ApexConfig, learner: dqn.Learner, client: Any, actors: list[Any],
-           prefetch: SamplePrefetcher, stop_return: float | None,
-           progress: Callable[[dict[str, Any]], None] | None) -> _Run:  # fmt: skip
-    run = _Run(cfg, client, actors)
+Progress = Callable[[dict[str, Any]], None]
+
+
+def _learn(
+    run: _Run, learner: dqn.Learner, prefetch: SamplePrefetcher, stop_return: float | None,
+    progress: Progress | None,
+) -> None:  # fmt: skip
+    cfg, client, actors = run.cfg, run.client, run.actors
     info, last_poll, inserts = run.poll(), time.perf_counter(), 0
-    for sample in prefetch:
+    while True:
+        sample = prefetch.get(timeout_s=1.0)
+        if sample is None:  # actors blocked or gone: check, and keep the time limit
+            run.check_actors()
+            if time.perf_counter() - run.start > cfg.max_seconds:
+                break
+            continue
         td = learner.learn(sample.data, sample.weights)
         if cfg.prioritized:
             client.update_priorities(TABLE, sample.ids, td.cpu().numpy() + 1e-3)
@@ -331,7 +364,6 @@ def _learn(cfg: ApexConfig, learner: dqn.Learner, client: Any, actors: list[Any]
         done = inserts >= cfg.total_steps or now - run.start > cfg.max_seconds
         if run.solved or done:
             break
-    return run
 
 
 def _progress_info(run: _Run, info: TableInfo, learner: dqn.Learner) -> dict[str, Any]:
