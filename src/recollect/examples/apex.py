@@ -57,8 +57,12 @@ class ApexConfig(dqn.Config):
     """:class:`~recollect.examples.dqn.Config` plus the distributed knobs.
 
     ``total_steps`` bounds the env steps of all actors together;
-    ``exploration_steps`` counts each actor's own steps; ``eval_every``
-    counts learner updates here.
+    ``exploration_steps`` counts each actor's own steps (its epsilon falls
+    from ``epsilon_start`` to its Ape-X value over them); ``eval_every``
+    counts learner updates here. ``learning_starts``, ``train_every``,
+    ``gradient_steps`` and ``epsilon_end`` are not used: the rate limiter
+    (``min_size_to_sample``, ``samples_per_insert``) and the per-actor
+    epsilons take their place.
     """
 
     num_actors: int = 4
@@ -71,7 +75,6 @@ class ApexConfig(dqn.Config):
     chunk_length: int = 8  # steps per env row sent in one writer request
     weights_every: int = 50  # actor vector steps between weight pulls
     publish_every: int = 50  # learner updates between weight broadcasts
-    learning_starts: int = 0  # the rate limiter's min_size_to_sample gates learning
     exploration_steps: int = 2_000
     eval_every: int = 1_000  # learner updates between evaluations
     max_seconds: float = 900.0
@@ -147,7 +150,9 @@ class Actor:
                     weights = self._weights
                     self.q.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
                 steps = it * cfg.envs_per_actor
-                eps = float(np.interp(steps, [0, cfg.exploration_steps], [1.0, self.epsilon]))
+                eps = np.interp(
+                    steps, [0, cfg.exploration_steps], [cfg.epsilon_start, self.epsilon]
+                )
                 driver.step(dqn.epsilon_greedy(self.q, driver.obs, eps, rng))
                 it += 1
         return self.stats.env_steps
