@@ -1,6 +1,6 @@
 """Scenario of ``test_cli_serve``: ``recollect serve`` in a subprocess, a client in this one.
 
-Run as ``python serve_scenario.py CONFIG`` (inside the loopback namespace);
+Run as ``python serve_scenario.py CONFIG [SERVE OPTIONS]`` (inside the loopback namespace);
 prints ``SCENARIO OK inserts=... samples=...`` and exits 0 on success.
 """
 
@@ -30,8 +30,8 @@ def _wait_for_address(proc: subprocess.Popen, timeout_s: float) -> tuple[str, li
     raise SystemExit("serve printed no address:\n" + "".join(lines))
 
 
-def main(config: str) -> None:
-    cmd = [sys.executable, "-m", "recollect", "serve", "--config", config]
+def main(config: str, extra: list[str]) -> None:
+    cmd = [sys.executable, "-m", "recollect", "serve", "--config", config, *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
         address, lines = _wait_for_address(proc, 120)
@@ -63,4 +63,4 @@ def main(config: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])

@@ -137,12 +137,15 @@ def test_scenario_file_is_valid():
     tomllib.loads((HERE / "scenario_tables.toml").read_text())
 
 
-def test_serve_on_loopback_ray_accepts_a_connected_client():
+def test_serve_on_loopback_ray_accepts_a_client_and_checkpoints_on_ctrl_c(tmp_path):
     pytest.importorskip("ray")
     from loopback import run_in_loopback
 
-    argv = [sys.executable, str(HERE / "serve_scenario.py"), str(HERE / "scenario_tables.toml")]
+    scenario, tables = HERE / "serve_scenario.py", HERE / "scenario_tables.toml"
+    argv = [sys.executable, str(scenario), str(tables), "--checkpoint-dir", str(tmp_path / "ck")]
     result = run_in_loopback(argv, timeout_s=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "SCENARIO OK inserts=24 samples=8" in result.stdout
-    assert "stopped." in result.stdout and "serve exited 0" in result.stdout
+    assert "checkpointing to" in result.stdout and "serve exited 0" in result.stdout
+    assert (tmp_path / "ck" / "service.json").is_file()
+    assert (tmp_path / "ck" / "steps" / "shard-0").is_dir()
