@@ -14,4 +14,4 @@ def main() -> None:
 
 
 # Last, as each command module imports ``main`` to register its subcommand (in this order).
-from recollect.cli import demo, populate, inspect, datasets  # noqa: E402, F401, I001
+from recollect.cli import demo, populate, inspect, datasets, serve  # noqa: E402, F401, I001

@@ -19,7 +19,7 @@ import numpy as np
 from recollect.cli import main
 from recollect.errors import RecollectError
 
-__all__ = ["buffer_summary", "demo"]
+__all__ = ["Progress", "buffer_summary", "demo", "out_summary", "report", "write_outputs"]
 
 _DEFAULTS = {"steps": 100_000, "num_envs": 4, "batch_size": 64, "capacity": 100_000, "seed": 2}
 
@@ -54,7 +54,7 @@ def _check_device(device: str) -> None:
         raise click.BadParameter("CUDA is not available on this machine.", param_hint="--device")
 
 
-class _Progress:
+class Progress:
     """tqdm bar over env steps; shows episodes, recent mean return, loss and steps/s.
 
     The bar opens on the first step, so set-up errors print without a bar.
@@ -77,6 +77,10 @@ class _Progress:
         if now - self._last_postfix > 0.5:
             self._last_postfix = now
             postfix = {"episodes": info["episodes"], "return": f"{info['recent_return']:.1f}"}
+            if "samples_per_insert" in info:  # the distributed demo's table rates
+                postfix["ins/s"] = f"{info['inserts_per_s']:,.0f}"
+                postfix["smp/s"] = f"{info['samples_per_s']:,.0f}"
+                postfix["smp/ins"] = f"{info['samples_per_insert']:.1f}"
             self.bar.set_postfix(postfix, loss=f"{info['loss']:.3f}", refresh=False)
 
     def close(self) -> None:
@@ -118,7 +122,7 @@ def _plot(path: Path, result: Any, env_id: str, threshold: float | None) -> None
     plt.close(fig)
 
 
-def _report(out: Path, summary: dict[str, Any]) -> None:
+def report(out: Path, summary: dict[str, Any]) -> None:
     b, e = summary["buffer"], summary["evaluation"]
     stop = "stopped early: solved" if summary["stopped_early"] else "ran all steps"
     mean_return = "n/a" if b["mean_return"] is None else f"{b['mean_return']:.1f}"
@@ -186,6 +190,19 @@ def _report(out: Path, summary: dict[str, Any]) -> None:
     help="Output directory  [default: runs/demo-<timestamp>/]",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option(
+    "--distributed",
+    is_flag=True,
+    help="Ape-X: --actors Ray actor processes write to a served prioritized table "
+    "(needs recollect[ray]); --num-envs is then per actor.",
+)
+@click.option(
+    "--actors",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Actor processes of --distributed.",
+)
 def demo(
     env_id: str,
     steps: int,
@@ -196,20 +213,33 @@ def demo(
     device: str,
     out: Path | None,
     quiet: bool,
+    distributed: bool,
+    actors: int,
 ) -> None:
     """Train a Double DQN on CartPole from a recollect ReplayBuffer, end to end.
 
     Collects from NUM_ENVS parallel envs into a ReplayBuffer through an
     observer, trains on windows of 2 steps, evaluates 20 greedy episodes and
     writes learning_curve.png, metrics.csv and summary.json into OUT.
+
+    With --distributed, ACTORS Ray actor processes collect into a prioritized
+    table served by recollect.ray.serve on a local Ray (loopback only) and the
+    learner samples it (Ape-X); samples_per_insert.png is written too.
     """
     wall_start = time.perf_counter()
     import torch
 
-    from recollect.examples import dqn
-
     _check_device(device)
     torch.set_num_threads(1)  # a small MLP trains fastest on one thread
+    args = dict(env_id=env_id, total_steps=steps, num_envs=num_envs, batch_size=batch_size,
+                capacity=capacity, seed=seed, device=device)  # fmt: skip
+    if distributed:
+        from recollect.cli.demo_distributed import run_distributed
+
+        run_distributed(args, actors, out, quiet, wall_start)
+        return
+    from recollect.examples import dqn
+
     cfg = dqn.Config(
         env_id=env_id,
         total_steps=steps,
@@ -222,7 +252,7 @@ def demo(
     try:
         dqn.make_env(env_id, 1).close()  # fail fast, before creating the output directory
         header = f"recollect demo: Double DQN on {env_id}, {num_envs} envs, seed {seed}"
-        progress = _Progress(steps, quiet, header)
+        progress = Progress(steps, quiet, header)
         try:
             result = dqn.train(cfg, progress)
         finally:
@@ -230,14 +260,27 @@ def demo(
         returns = dqn.evaluate(result.q_network, env_id, 20, seed + 10_000, device)
     except RecollectError as err:
         raise click.ClickException(str(err)) from None
+    out = write_outputs(out, cfg, result, returns, buffer_summary(result.buffer), wall_start)
+    report(out, out_summary(out))
+
+
+def write_outputs(out: Path | None, cfg: Any, result: Any, returns: np.ndarray,
+                  buffer: dict[str, Any], wall_start: float) -> Path:  # fmt: skip
+    """Writes metrics.csv, learning_curve.png and summary.json; returns the directory."""
     out = out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    threshold = _threshold(env_id)
+    threshold = _threshold(cfg.env_id)
     _write_metrics(out / "metrics.csv", result)
-    _plot(out / "learning_curve.png", result, env_id, threshold)
+    _plot(out / "learning_curve.png", result, cfg.env_id, threshold)
     summary = _summary(cfg, result, returns, threshold, time.perf_counter() - wall_start)
+    summary["buffer"] = buffer
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    _report(out, summary)
+    return out
+
+
+def out_summary(out: Path) -> dict[str, Any]:
+    """The summary.json written by :func:`write_outputs`."""
+    return json.loads((out / "summary.json").read_text())
 
 
 def _threshold(env_id: str) -> float | None:
@@ -263,7 +306,6 @@ def _summary(cfg: Any, result: Any, returns: np.ndarray, threshold: Any, wall: f
             "max_return": float(returns.max()),
             "solved_threshold": threshold,
         },
-        "buffer": buffer_summary(result.buffer),
         "wall_seconds": wall,
         "config": dataclasses.asdict(cfg),
     }

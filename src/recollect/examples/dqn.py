@@ -60,6 +60,8 @@ __all__ = [
     "Learner",
     "Result",
     "double_dqn_loss",
+    "double_dqn_td",
+    "epsilon_greedy",
     "evaluate",
     "make_env",
     "q_network",
@@ -194,16 +196,33 @@ def q_network(obs_dim: int, num_actions: int, hidden: int) -> nn.Module:
     )  # fmt: skip
 
 
-def double_dqn_loss(q: nn.Module, target: nn.Module, batch: dict, gamma: float) -> torch.Tensor:
-    """Huber TD loss on windows of two steps; leaves are ``[batch, 2, ...]`` tensors."""
+def double_dqn_td(
+    q: nn.Module, target: nn.Module, batch: dict, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(Q(o_t, a_t), TD target)``, float ``[batch]`` each, on windows of two steps."""
     obs, next_obs = batch["observation"][:, 0], batch["observation"][:, 1]
     action = batch["action"][:, 0]
     with torch.no_grad():
         next_action = q(next_obs).argmax(dim=1, keepdim=True)
         next_q = target(next_obs).gather(1, next_action).squeeze(1)
         td_target = batch["reward"][:, 0] + gamma * batch["discount"][:, 0] * next_q
-    q_taken = q(obs).gather(1, action.unsqueeze(1)).squeeze(1)
-    return F.smooth_l1_loss(q_taken, td_target)
+    return q(obs).gather(1, action.unsqueeze(1)).squeeze(1), td_target
+
+
+def double_dqn_loss(q: nn.Module, target: nn.Module, batch: dict, gamma: float) -> torch.Tensor:
+    """Huber TD loss on windows of two steps; leaves are ``[batch, 2, ...]`` tensors."""
+    return F.smooth_l1_loss(*double_dqn_td(q, target, batch, gamma))
+
+
+@torch.no_grad()
+def epsilon_greedy(
+    q: nn.Module, obs: np.ndarray, epsilon: float, rng: np.random.Generator, device: str = "cpu"
+) -> np.ndarray:
+    """Epsilon-greedy actions int64 [num_envs] of ``q`` for observations [num_envs, *obs_shape]."""
+    x = torch.as_tensor(np.asarray(obs, np.float32), device=device)
+    greedy = q(x).argmax(dim=1).cpu().numpy()
+    random = rng.integers(0, q[-1].out_features, size=greedy.shape)
+    return np.where(rng.random(greedy.shape) < epsilon, random, greedy)
 
 
 @torch.no_grad()
@@ -239,19 +258,32 @@ class Learner:
         """The last update's loss (nan before the first update)."""
         return float("nan") if self._loss is None else float(self._loss)
 
-    @torch.no_grad()
     def act(self, obs: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
         """Epsilon-greedy actions int64 [num_envs] for observations [num_envs, *obs_shape]."""
-        x = torch.as_tensor(np.asarray(obs, np.float32), device=self.cfg.device)
-        greedy = self.q(x).argmax(dim=1).cpu().numpy()
-        random = rng.integers(0, self.q[-1].out_features, size=greedy.shape)
-        return np.where(rng.random(greedy.shape) < epsilon, random, greedy)
+        return epsilon_greedy(self.q, obs, epsilon, rng, self.cfg.device)
 
     def update(self, buffer: recollect.ReplayBuffer) -> None:
         """One gradient step on a batch of windows of two steps sampled from ``buffer``."""
-        sample = buffer.sample(self.cfg.batch_size, num_steps=2)
-        batch = recollect.torch.as_tensors(sample.data, device=self.cfg.device)
-        loss = double_dqn_loss(self.q, self.target, batch, self.cfg.gamma)
+        self.learn(buffer.sample(self.cfg.batch_size, num_steps=2).data)
+
+    def learn(self, data: Any, weights: np.ndarray | None = None) -> torch.Tensor:
+        """One gradient step on ``data`` (windows of two steps, numpy leaves ``[batch, 2, ...]``).
+
+        Args:
+            data: the sample's data.
+            weights: importance weights float ``[batch]`` of a prioritized sample
+                (None: every window weighs 1).
+
+        Returns:
+            The absolute TD errors float32 ``[batch]`` (new priorities), on the device.
+        """
+        batch = recollect.torch.as_tensors(data, device=self.cfg.device)
+        q_taken, td_target = double_dqn_td(self.q, self.target, batch, self.cfg.gamma)
+        if weights is None:
+            loss = F.smooth_l1_loss(q_taken, td_target)
+        else:
+            w = torch.as_tensor(weights, dtype=q_taken.dtype, device=self.cfg.device)
+            loss = (w * F.smooth_l1_loss(q_taken, td_target, reduction="none")).mean()
         self.optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(self.q.parameters(), self.cfg.max_grad_norm)
@@ -260,6 +292,7 @@ class Learner:
         self._loss = loss.detach()  # read lazily: no device sync per update
         if self.updates % self.cfg.target_update_every == 0:
             self.target.load_state_dict(self.q.state_dict())
+        return (td_target - q_taken).detach().abs()
 
 
 def _due(steps_done: int, every: int, num_envs: int) -> bool:
