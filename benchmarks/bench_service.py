@@ -380,11 +380,14 @@ def report(results: dict[str, dict[str, float]]) -> None:
 
 
 def main() -> None:
+    global CHUNK  # read by write_loop, which the writer actors receive pickled by value
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 repeat of 2 s windows, 200k fill")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--only", default="local,embedded,ray1,ray4")
+    parser.add_argument("--chunk-length", type=int, default=CHUNK, help="steps per row per chunk")
     args = parser.parse_args()
+    CHUNK = args.chunk_length
     args.repeats = args.repeats or (1 if args.quick else 3)
     args.window_s = 2.0 if args.quick else 5.0
     args.fill = 200_000 if args.quick else W2_CAPACITY
@@ -392,7 +395,7 @@ def main() -> None:
     reexec_in_loopback()
     print(
         f"# loopback-only namespace: {only_loopback()}; {os.cpu_count()} cores; "
-        f"{args.repeats} repeat(s) of {args.window_s:g} s windows",
+        f"{args.repeats} repeat(s) of {args.window_s:g} s windows; chunks of {CHUNK} steps",
         flush=True,
     )
     steps = w2_steps(np.random.default_rng(2), (ENVS,))
