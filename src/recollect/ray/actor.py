@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import functools
 import os
+import pickle
 from typing import Any
 
 import ray
@@ -25,10 +26,16 @@ NAMESPACE = "recollect"
 class ShardActor:
     """One shard in a Ray actor process (asynchronous: calls never wait for each other).
 
-    Calls that may wait on the rate limiter run on a thread pool, so a blocked
-    insert or sample never blocks the actor's other calls; the rest run on the
-    actor's event loop. Exceptions come back as :class:`Raised` values, so the
-    client raises the shard's own error (type and message).
+    Ray starts the calls of an asynchronous actor in no guaranteed order, so a
+    writer's chunks in flight could be stored out of order (seen: chunk 1 before
+    chunk 0 of a row). Each ``extend`` carries its number in its lease (set by
+    :class:`RayEndpoint`); the actor holds a chunk until the one before it has
+    gone to the shard's insert thread, which stores chunks one at a time in that
+    order. Samples and priority updates run on the event loop meanwhile, so
+    they never queue behind every chunk in flight. A sample that may wait on
+    the rate limiter runs on a thread pool, so it never blocks the actor's other
+    calls. Exceptions come back as :class:`Raised` values, so the client raises
+    the shard's own error (type and message).
 
     Args:
         table: the table's name.
@@ -49,19 +56,51 @@ class ShardActor:
         self.shard = open_shard(
             table, buffer, checkpoint_dir=checkpoint_dir, lease_timeout=lease_timeout
         )
+        self._inserts = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-insert")
+        self._turns: dict[int, int] = {}  # lease id -> number of its next extend
+        self._turn_taken = asyncio.Condition()
         self._pool = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="shard-wait")
 
-    async def call(self, method: str, args: tuple) -> Any:
-        """``Shard.<method>(*args)``; an exception is returned as :class:`Raised`."""
+    async def call(self, method: str, args: bytes, seq: int | None = None) -> bytes:
+        """``Shard.<method>(*args)`` with ``args`` and the result pickled (see
+        :class:`RayEndpoint`); ``seq``: the number of an ``extend`` in its lease.
+        An exception is returned as :class:`Raised`."""
         shard = self.shard
         try:
-            if shard.may_block(method):
-                loop = asyncio.get_running_loop()
-                call = functools.partial(getattr(shard, method), *args)
-                return await loop.run_in_executor(self._pool, call)
-            return getattr(shard, method)(*args)
+            args = pickle.loads(args)
+            call = functools.partial(getattr(shard, method), *args)
+            if method == "extend":
+                value = await self._extend_in_turn(args[0], seq, call)
+            elif shard.may_block(method):
+                value = await asyncio.get_running_loop().run_in_executor(self._pool, call)
+            else:
+                value = call()
+                if method == "reserve":
+                    self._turns[value[0]] = 0
+                elif method == "release":
+                    await self._take_turn(args[0], None)
         except Exception as err:  # carried to the client and raised there
-            return Raised(err)
+            value = Raised(err)
+        return pickle.dumps(value, _PROTOCOL)
+
+    async def _extend_in_turn(self, lease_id: int, seq: int | None, call: Any) -> Any:
+        """Runs ``call`` on the insert thread after the lease's earlier extends were queued."""
+        if seq is not None and lease_id in self._turns:
+            async with self._turn_taken:
+                await self._turn_taken.wait_for(lambda: self._turns.get(lease_id, seq) == seq)
+        stored = asyncio.get_running_loop().run_in_executor(self._inserts, call)
+        if seq is not None and lease_id in self._turns:
+            await self._take_turn(lease_id, seq + 1)
+        return await stored
+
+    async def _take_turn(self, lease_id: int, turn: int | None) -> None:
+        """Sets the number of the lease's next extend (None: the lease is gone)."""
+        if turn is None:
+            self._turns.pop(lease_id, None)
+        else:
+            self._turns[lease_id] = turn
+        async with self._turn_taken:
+            self._turn_taken.notify_all()
 
     async def where(self) -> dict[str, Any]:
         """``{"node_id", "pid"}`` of the actor's process."""
@@ -79,6 +118,9 @@ class Directory:
         return {"tables": self._layout, "checkpoint_dir": self._checkpoint_dir}
 
 
+#: pickle protocol of requests and results: arrays in band, one buffer per call
+_PROTOCOL = 5
+
 _UNAVAILABLE = (ray_errors.RayActorError, ray_errors.ActorUnavailableError)
 
 
@@ -93,10 +135,17 @@ class RayEndpoint:
         self.table = table
         self.shard = shard
         self.actor = actor
+        self._seq: dict[int, int] = {}  # lease id -> number of its next extend
 
     def submit(self, method: str, *args: Any) -> Any:
+        seq = None
+        if method == "extend":  # numbered, so the actor stores a lease's chunks in order
+            seq = self._seq.get(args[0], 0)
+            self._seq[args[0]] = seq + 1
+        elif method == "release":
+            self._seq.pop(args[0], None)
         try:
-            return self.actor.call.remote(method, args)
+            return self.actor.call.remote(method, pickle.dumps(args, _PROTOCOL), seq)
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
 
@@ -117,6 +166,7 @@ class RayEndpoint:
             raise ShardUnavailableError(
                 f"table {self.table!r} shard {self.shard} did not answer within {timeout:g} s."
             ) from err
+        value = pickle.loads(value)
         if type(value) is Raised:
             raise value.error
         return value
