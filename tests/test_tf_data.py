@@ -304,3 +304,57 @@ def test_a_fixed_sequence_length_gives_the_time_axis_as_sample_does(single_deter
     assert x.shape == (4, 3, 2)
     np.testing.assert_array_equal(np.diff(x[..., 0], axis=1), 1.0)  # consecutive steps
     local.close()
+
+
+def _graph_elements(dataset, count):
+    """``count`` elements of ``dataset`` pulled by a ``tf.function`` (the tf.data pipeline)."""
+    iterator = iter(dataset)
+
+    @tf.function
+    def pull():
+        return [next(iterator) for _ in range(count)]
+
+    return pull()
+
+
+@pytest.mark.parametrize(("batch", "steps"), [(5, 2), (4, None), (None, 3)])
+def test_graph_pipeline_elements_are_one_seeded_chunk_sample_split_in_order(batch, steps):
+    """Inside a tf.function a chunk of elements is one draw: ``buf.sample(k * batch)`` split."""
+    reference, local = _filled(), _filled()
+    dataset = tf_data.as_dataset(local, sample_batch_size=batch, num_steps=steps)
+    chunk = tf_data.MAX_CHUNK  # the elements are far below CHUNK_BYTES: full chunks
+    want = reference.sample(chunk * (batch or 1), steps)
+    got = _graph_elements(dataset, chunk)
+    split = (chunk, batch) if batch is not None else (chunk,)
+    for k, (items, info) in enumerate(got):
+        ids = want.ids.reshape(split)[k]
+        np.testing.assert_array_equal(info.ids.numpy(), ids)
+        np.testing.assert_array_equal(
+            info.probabilities.numpy(), want.probabilities.reshape(split)[k]
+        )
+        for name, leaf in items.items():
+            expected = want.data[name].reshape((*split, *want.data[name].shape[1:]))[k]
+            np.testing.assert_array_equal(leaf.numpy(), expected)
+
+
+def test_a_rate_limited_buffer_draws_smaller_chunks_in_the_pipeline():
+    """A chunk is one draw the rate limiter gates as a whole; with one the chunks stay small."""
+    from recollect import MinSize
+
+    local = ReplayBuffer(SPEC, 3000, num_envs=NUM_ENVS, rng=0, rate_limiter=MinSize(1))
+    free = _filled()
+    for t in range(12):
+        local.add_batch(_step(t))
+    sizes = []
+    for buf_ in (local, free):
+        drawn = []
+        original = buf_.table.draw
+
+        def draw(batch_size, *args, original=original, drawn=drawn, **kwargs):
+            drawn.append(batch_size)
+            return original(batch_size, *args, **kwargs)
+
+        buf_.table.draw = draw
+        _graph_elements(tf_data.as_dataset(buf_, sample_batch_size=2, num_steps=2), 1)
+        sizes.append(drawn[0])
+    assert sizes == [2 * tf_data.RATE_LIMITED_MAX_CHUNK, 2 * tf_data.MAX_CHUNK]
