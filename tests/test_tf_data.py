@@ -222,6 +222,16 @@ def test_kept_batches_are_never_overwritten_by_later_samples():
         assert_window_pixels_match_ids(items["obs"].numpy(), info.ids.numpy())
 
 
+def test_graph_pipeline_batches_kept_as_slices_of_a_chunk_keep_their_values():
+    """The pipeline's elements share their chunk's (recycled) gather memory; held ones stay put."""
+    big = image_buffer_with_id_pixels()
+    dataset = tf_data.as_dataset(big, sample_batch_size=32, num_steps=2, num_parallel_calls=2)
+    it = iter(dataset.map(lambda items, info: (items, info)))  # the plain pipeline
+    kept = [next(it) for _ in range(40)]  # several chunks, so gather blocks get reused
+    for items, info in kept:
+        assert_window_pixels_match_ids(items["obs"].numpy(), info.ids.numpy())
+
+
 def test_eager_iteration_takes_the_python_path_with_the_element_spec(buf):
     ds = tf_data.as_dataset(buf, sample_batch_size=4, num_steps=2).prefetch(2)
     it = iter(ds)

@@ -8,8 +8,9 @@ argument is None), ``ids`` int64 and ``probabilities`` float64, both
 spec.
 
 Sampling runs in ``tf.numpy_function`` inside ``Dataset.map``, drawing a
-chunk of up to ``MAX_CHUNK`` elements per call (split with ``unbatch``, the
-only per-element step) to amortise the call's overhead; with
+chunk of up to ``MAX_CHUNK`` elements per call to amortise the call's
+overhead (split with ``from_tensor_slices``, the only per-element step: its
+slices share the chunk's memory where ``unbatch`` copies them); with
 ``num_parallel_calls`` several samples are drawn at once: windows are drawn
 under the buffer lock and gathered outside it (numpy releases the GIL while
 gathering), see :func:`recollect.prefetch.sample_concurrent`.
@@ -217,8 +218,8 @@ def as_dataset(
         buffer, sample_batch_size, num_steps, stop_when_closed=True, chunk=chunk
     )
     dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
-    # The end check and the drop of ``ok`` run once per chunk; only ``unbatch`` runs per element.
-    dataset = dataset.take_while(_chunk_ok).map(_drop_ok).unbatch()
+    # The end check and the drop of ``ok`` run once per chunk; only the split runs per element.
+    dataset = dataset.take_while(_chunk_ok).map(_drop_ok).flat_map(_split_chunk)
     if _tf_eager is None:
         return dataset
     return _tf_eager.SampledDataset(dataset, buffer, sample_batch_size, num_steps)
@@ -229,6 +230,11 @@ def map_element(dataset: tf.data.Dataset, fn: Callable[..., Any]) -> tf.data.Dat
     if _tf_eager is not None and isinstance(dataset, _tf_eager.SampledDataset):
         return dataset.map_element(fn)
     return dataset.map(fn)
+
+
+def _split_chunk(items: Any, info: BufferInfo) -> tf.data.Dataset:
+    """The elements of a chunk, slices along its first axis that share its memory."""
+    return tf.data.Dataset.from_tensor_slices((items, info))
 
 
 def _chunk_ok(items: Any, info: BufferInfo, ok: Any) -> Any:
