@@ -368,3 +368,44 @@ def test_a_rate_limited_buffer_draws_smaller_chunks_in_the_pipeline():
         _graph_elements(tf_data.as_dataset(buf_, sample_batch_size=2, num_steps=2), 1)
         sizes.append(drawn[0])
     assert sizes == [2 * tf_data.RATE_LIMITED_MAX_CHUNK, 2 * tf_data.MAX_CHUNK]
+
+
+@pytest.fixture(params=["inline", "prefetched"])
+def eager_mode(request, monkeypatch):
+    """Both eager paths: inline ``next()`` (small elements) and the Prefetcher (large ones)."""
+    threshold = 1 << 40 if request.param == "inline" else 0
+    monkeypatch.setattr(_tf_eager, "INLINE_BELOW_BYTES", threshold)
+    return request.param
+
+
+def test_both_eager_paths_follow_the_sequence_of_buf_sample(eager_mode):
+    reference, local = _filled(), _filled()
+    expected = [reference.sample(5, 2) for _ in range(20)]
+    it = iter(tf_data.as_dataset(local, sample_batch_size=5, num_steps=2))
+    assert it._inline == (eager_mode == "inline")
+    for want in expected:
+        items, info = next(it)
+        np.testing.assert_array_equal(info.ids.numpy(), want.ids)
+        np.testing.assert_array_equal(info.probabilities.numpy(), want.probabilities)
+        for name, leaf in items.items():
+            np.testing.assert_array_equal(leaf.numpy(), want.data[name])
+
+
+def test_both_eager_paths_end_when_the_buffer_is_closed(eager_mode):
+    local = _filled()
+    it = iter(tf_data.as_dataset(local, sample_batch_size=2, num_steps=2))
+    next(it)
+    local.close()
+    assert sum(1 for _ in it) <= _tf_eager.EAGER_PREFETCH + 1
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_both_eager_paths_raise_the_sampling_error_then_end(eager_mode):
+    empty = ReplayBuffer(SPEC, 30, num_envs=NUM_ENVS, rng=0)
+    it = iter(tf_data.as_dataset(empty, sample_batch_size=2, num_steps=2))
+    with pytest.raises(tf.errors.UnknownError, match="NotEnoughDataError") as raised:
+        next(it)
+    assert isinstance(tf_data.unwrap_error(raised.value), errors.NotEnoughDataError)
+    with pytest.raises(StopIteration):
+        next(it)
