@@ -1,4 +1,12 @@
-"""Adapter throughput: batches/s through tf.data, torch and jax vs ``buf.sample`` (W1, batch 32).
+"""Adapter throughput: batches/s through tf.data, torch and jax vs ``buf.sample`` (W1, W2).
+
+The first table holds the issue-17 target rows, timed interleaved in this one
+process (one repeat of every row, then the next; medians): ``buf.sample``
+itself, :func:`recollect.tf_data.as_dataset` iterated eagerly and consumed by
+a ``tf.function`` (16 batches per call, rate per batch), and
+:func:`recollect.jax.as_iterator`, for W1 batch 32 (windows of 2) and W2
+batch 256 (``num_steps=None``, the W2 spec with ``next_observation`` and
+``is_last`` leaves, capacity 1M). ``--detail`` adds the W1 tables below.
 
 W1 atari data (WORKLOADS.md): observation uint8 [84, 84, 4], action int64,
 reward float32, is_last bool (episode ends with probability 0.01), filled with
@@ -180,9 +188,137 @@ def _in_graph(buf: ReplayBuffer, tf: object) -> Callable[[], object]:
     return next_batch
 
 
+W2_FIELDS = {
+    "observation": ((17,), np.float32),
+    "action": ((6,), np.float32),
+    "reward": ((), np.float32),
+    "next_observation": ((17,), np.float32),
+    "is_last": ((), np.bool_),
+}
+W2_BATCH = 256
+GRAPH_PER_CALL = 16  # batches a tf.function call consumes
+
+
+def make_w2_buffer(capacity: int) -> ReplayBuffer:
+    """The W2 buffer: 8 envs, filled to ``capacity`` from a pool of 256 random steps."""
+    spec = {k: ArraySpec(shape, dtype) for k, (shape, dtype) in W2_FIELDS.items()}
+    buf = ReplayBuffer(spec, capacity, num_envs=NUM_ENVS, rng=0)
+    rng = np.random.default_rng(2)
+    pool = [
+        {
+            k: (
+                rng.random(NUM_ENVS) < 1e-3
+                if d == np.bool_
+                else rng.standard_normal((NUM_ENVS, *s))
+            )
+            for k, (s, d) in W2_FIELDS.items()
+        }
+        for _ in range(256)
+    ]
+    pool = [{k: np.asarray(v, W2_FIELDS[k][1]) for k, v in step.items()} for step in pool]
+    for t in range(capacity // NUM_ENVS):
+        buf.add_batch(pool[t % 256])
+    return buf
+
+
+def in_tf_function(dataset: object, tf: object) -> Callable[[], object]:
+    """``next_batch`` served by a ``tf.function`` consuming ``GRAPH_PER_CALL`` batches a call."""
+    iterator = iter(dataset)
+
+    @tf.function
+    def steps() -> object:
+        total = tf.constant(0, tf.int64)
+        for _ in tf.range(GRAPH_PER_CALL):
+            items, info = next(iterator)
+            first = tf.cast(tf.reshape(items["observation"], [-1])[0], tf.int64)
+            total += tf.reduce_sum(info.ids) + first
+        return total
+
+    state = {"left": 0}
+
+    def next_batch() -> object:
+        if state["left"] == 0:
+            steps()
+            state["left"] = GRAPH_PER_CALL
+        state["left"] -= 1
+        return None
+
+    return next_batch
+
+
+def target_rows(
+    name: str, buf: ReplayBuffer, batch: int, num_steps: int | None, skip: set[str]
+) -> tuple[dict[str, Callable[[], object]], list[Callable[[], None]]]:
+    """The issue-17 rows of one workload: ``buf.sample`` first, then each adapter."""
+    rows: dict[str, Callable[[], object]] = {
+        f"{name} buf.sample({batch}, {num_steps})": lambda: buf.sample(batch, num_steps)
+    }
+    closers: list[Callable[[], None]] = []
+    if "tf" not in skip:
+        import tensorflow as tf
+
+        from recollect.tf_data import as_dataset
+
+        eager = iter(as_dataset(buf, batch, num_steps).prefetch(4))
+        rows[f"{name} tf.data eager"] = lambda: next(eager)
+        graph = as_dataset(buf, batch, num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+        rows[f"{name} tf.data in tf.function"] = in_tf_function(graph.prefetch(4), tf)
+    if "jax" not in skip and name == "W1":
+        import jax
+
+        from recollect.jax import as_iterator
+
+        it = as_iterator(buf, batch, num_steps)
+        rows[f"{name} jax as_iterator"] = lambda: jax.block_until_ready(next(it)[0])
+        closers.append(it.close)
+    return rows, closers
+
+
+def interleaved(rows: dict[str, Callable[[], object]], batches: int, repeats: int) -> dict:
+    """Median batches/s of every row, timed interleaved (one repeat of each row, then the next)."""
+    for fn in rows.values():  # warm-up (traces the tf.functions, starts the threads)
+        for _ in range(max(5, batches // 10)):
+            fn()
+    rates: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(repeats):
+        for name, fn in rows.items():
+            start = time.perf_counter()
+            for _ in range(batches):
+                fn()
+            rates[name].append(batches / (time.perf_counter() - start))
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
+def print_targets(args: argparse.Namespace, skip: set[str]) -> None:
+    """The issue-17 table: W1 batch 32 and W2 batch 256 through the adapters vs ``buf.sample``."""
+    print(
+        f"issue-17 rows: W1 capacity={args.w1_capacity}, W2 capacity={args.w2_capacity}, "
+        f"{NUM_ENVS} envs; {args.batches} batches x {args.repeats} repeats, interleaved, medians"
+    )
+    print(f"{'row':36s} {'batches/s':>10s} {'x buf.sample':>13s}")
+    workloads = [("W1", args.w1_capacity, make_buffer, BATCH, NUM_STEPS)]
+    workloads.append(("W2", args.w2_capacity, make_w2_buffer, W2_BATCH, None))
+    for name, capacity, make, batch, num_steps in workloads:
+        if name.lower() not in args.workloads:
+            continue
+        buf = make(capacity)
+        rows, closers = target_rows(name, buf, batch, num_steps, skip)
+        results = interleaved(rows, args.batches, args.repeats)
+        for close in closers:
+            close()
+        base = next(iter(results.values()))
+        for row, rate in results.items():
+            print(f"{row:36s} {rate:10.0f} {rate / base:13.2f}", flush=True)
+        del rows, buf
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--capacity", type=int, default=20_000)
+    parser.add_argument("--w1-capacity", type=int, default=100_000)
+    parser.add_argument("--w2-capacity", type=int, default=1_000_000)
+    parser.add_argument("--workloads", default="w1,w2", help="comma list of w1,w2")
+    parser.add_argument("--detail", action="store_true", help="also the W1 detail tables")
+    parser.add_argument("--capacity", type=int, default=20_000, help="W1 detail tables")
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="8k capacity, 100 batches x 3")
@@ -194,6 +330,13 @@ def main() -> None:
     if args.quick:
         args.capacity, args.batches, args.repeats = 8_000, 100, 3
     skip = set(filter(None, args.skip.split(",")))
+    print_targets(args, skip)
+    if args.detail:
+        print_detail(args, skip)
+
+
+def print_detail(args: argparse.Namespace, skip: set[str]) -> None:
+    """The W1 detail table (limits, every adapter variant) and the simulated-step table."""
     buf = make_buffer(args.capacity)
     print(
         f"W1 adapters: capacity={args.capacity}, num_envs={NUM_ENVS}, batch={BATCH}, "

@@ -222,6 +222,16 @@ def test_kept_batches_are_never_overwritten_by_later_samples():
         assert_window_pixels_match_ids(items["obs"].numpy(), info.ids.numpy())
 
 
+def test_graph_pipeline_batches_kept_as_slices_of_a_chunk_keep_their_values():
+    """The pipeline's elements share their chunk's (recycled) gather memory; held ones stay put."""
+    big = image_buffer_with_id_pixels()
+    dataset = tf_data.as_dataset(big, sample_batch_size=32, num_steps=2, num_parallel_calls=2)
+    it = iter(dataset.map(lambda items, info: (items, info)))  # the plain pipeline
+    kept = [next(it) for _ in range(40)]  # several chunks, so gather blocks get reused
+    for items, info in kept:
+        assert_window_pixels_match_ids(items["obs"].numpy(), info.ids.numpy())
+
+
 def test_eager_iteration_takes_the_python_path_with_the_element_spec(buf):
     ds = tf_data.as_dataset(buf, sample_batch_size=4, num_steps=2).prefetch(2)
     it = iter(ds)
@@ -304,3 +314,98 @@ def test_a_fixed_sequence_length_gives_the_time_axis_as_sample_does(single_deter
     assert x.shape == (4, 3, 2)
     np.testing.assert_array_equal(np.diff(x[..., 0], axis=1), 1.0)  # consecutive steps
     local.close()
+
+
+def _graph_elements(dataset, count):
+    """``count`` elements of ``dataset`` pulled by a ``tf.function`` (the tf.data pipeline)."""
+    iterator = iter(dataset)
+
+    @tf.function
+    def pull():
+        return [next(iterator) for _ in range(count)]
+
+    return pull()
+
+
+@pytest.mark.parametrize(("batch", "steps"), [(5, 2), (4, None), (None, 3)])
+def test_graph_pipeline_elements_are_one_seeded_chunk_sample_split_in_order(batch, steps):
+    """Inside a tf.function a chunk of elements is one draw: ``buf.sample(k * batch)`` split."""
+    reference, local = _filled(), _filled()
+    dataset = tf_data.as_dataset(local, sample_batch_size=batch, num_steps=steps)
+    chunk = tf_data.MAX_CHUNK  # the elements are far below CHUNK_BYTES: full chunks
+    want = reference.sample(chunk * (batch or 1), steps)
+    got = _graph_elements(dataset, chunk)
+    split = (chunk, batch) if batch is not None else (chunk,)
+    for k, (items, info) in enumerate(got):
+        ids = want.ids.reshape(split)[k]
+        np.testing.assert_array_equal(info.ids.numpy(), ids)
+        np.testing.assert_array_equal(
+            info.probabilities.numpy(), want.probabilities.reshape(split)[k]
+        )
+        for name, leaf in items.items():
+            expected = want.data[name].reshape((*split, *want.data[name].shape[1:]))[k]
+            np.testing.assert_array_equal(leaf.numpy(), expected)
+
+
+def test_a_rate_limited_buffer_draws_smaller_chunks_in_the_pipeline():
+    """A chunk is one draw the rate limiter gates as a whole; with one the chunks stay small."""
+    from recollect import MinSize
+
+    local = ReplayBuffer(SPEC, 3000, num_envs=NUM_ENVS, rng=0, rate_limiter=MinSize(1))
+    free = _filled()
+    for t in range(12):
+        local.add_batch(_step(t))
+    sizes = []
+    for buf_ in (local, free):
+        drawn = []
+        original = buf_.table.draw
+
+        def draw(batch_size, *args, original=original, drawn=drawn, **kwargs):
+            drawn.append(batch_size)
+            return original(batch_size, *args, **kwargs)
+
+        buf_.table.draw = draw
+        _graph_elements(tf_data.as_dataset(buf_, sample_batch_size=2, num_steps=2), 1)
+        sizes.append(drawn[0])
+    assert sizes == [2 * tf_data.RATE_LIMITED_MAX_CHUNK, 2 * tf_data.MAX_CHUNK]
+
+
+@pytest.fixture(params=["inline", "prefetched"])
+def eager_mode(request, monkeypatch):
+    """Both eager paths: inline ``next()`` (small elements) and the Prefetcher (large ones)."""
+    threshold = 1 << 40 if request.param == "inline" else 0
+    monkeypatch.setattr(_tf_eager, "INLINE_BELOW_BYTES", threshold)
+    return request.param
+
+
+def test_both_eager_paths_follow_the_sequence_of_buf_sample(eager_mode):
+    reference, local = _filled(), _filled()
+    expected = [reference.sample(5, 2) for _ in range(20)]
+    it = iter(tf_data.as_dataset(local, sample_batch_size=5, num_steps=2))
+    assert it._inline == (eager_mode == "inline")
+    for want in expected:
+        items, info = next(it)
+        np.testing.assert_array_equal(info.ids.numpy(), want.ids)
+        np.testing.assert_array_equal(info.probabilities.numpy(), want.probabilities)
+        for name, leaf in items.items():
+            np.testing.assert_array_equal(leaf.numpy(), want.data[name])
+
+
+def test_both_eager_paths_end_when_the_buffer_is_closed(eager_mode):
+    local = _filled()
+    it = iter(tf_data.as_dataset(local, sample_batch_size=2, num_steps=2))
+    next(it)
+    local.close()
+    assert sum(1 for _ in it) <= _tf_eager.EAGER_PREFETCH + 1
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_both_eager_paths_raise_the_sampling_error_then_end(eager_mode):
+    empty = ReplayBuffer(SPEC, 30, num_envs=NUM_ENVS, rng=0)
+    it = iter(tf_data.as_dataset(empty, sample_batch_size=2, num_steps=2))
+    with pytest.raises(tf.errors.UnknownError, match="NotEnoughDataError") as raised:
+        next(it)
+    assert isinstance(tf_data.unwrap_error(raised.value), errors.NotEnoughDataError)
+    with pytest.raises(StopIteration):
+        next(it)

@@ -1,10 +1,13 @@
 """The eager fast path of :func:`recollect.tf_data.as_dataset` (builds on TensorFlow internals).
 
 Iterating a sampling dataset eagerly (``for items, info in dataset``)
-takes a faster path: the iterator samples in Python with the adapters'
+takes a faster path: the iterator samples in Python, with the adapters'
 :class:`~recollect.prefetch.Prefetcher` (a producer thread, and the consumer
-itself when the next batch is not ready) and wraps the gathered arrays as
-tensors without copying (DLPack; the gather output is 64-byte aligned). TF's
+itself when the next batch is not ready) for elements of at least
+``INLINE_BELOW_BYTES`` and inline in ``next()`` for smaller ones (whose
+Python-bound sampling holds the GIL, so a thread only adds hand-offs), and
+wraps the gathered arrays as tensors without copying (DLPack; the gather
+output is 64-byte aligned). TF's
 own eager iterator spends about 15 us of Python per tensor repacking each
 element, and a ``tf.numpy_function`` call inside tf.data about 100 us (2-core
 machine), together more than the sample itself. Inside a ``tf.function``, in
@@ -34,6 +37,7 @@ from tensorflow.python.data.ops import dataset_ops, iterator_ops
 from tensorflow.python.eager import context
 
 from recollect.buffers.sample import BufferInfo
+from recollect.errors import StateError
 from recollect.prefetch import (
     Prefetcher,
     buffer_closed,
@@ -43,29 +47,42 @@ from recollect.prefetch import (
 )
 from recollect.specs import FlatSpec
 
-__all__ = ["EAGER_PREFETCH", "SampleIterator", "SampledDataset", "as_tensor"]
+__all__ = ["EAGER_PREFETCH", "INLINE_BELOW_BYTES", "SampleIterator", "SampledDataset", "as_tensor"]
 
 
 #: Batches an eager iterator keeps ready (its producer thread draws this far ahead).
 EAGER_PREFETCH = 2
+#: Elements smaller than this (bytes) are sampled inline by an eager ``next()``, not prefetched.
+INLINE_BELOW_BYTES = 1 << 18
 #: Arrays smaller than this are copied into aligned memory to be wrapped; larger
 #: unaligned ones are converted by ``tf.convert_to_tensor`` (a copy either way).
 _SMALL_BYTES = 1 << 16
 _ALIGN = 64
 
 
+def _address(x: np.ndarray) -> int:
+    """The address of ``x``'s first byte (``__array_interface__``: half the cost of ``ctypes``)."""
+    return x.__array_interface__["data"][0]
+
+
 def as_tensor(x: np.ndarray) -> tf.Tensor:
-    """``x`` as an eager CPU tensor, sharing its memory when it is aligned and contiguous."""
-    if x.size and x.flags.c_contiguous and x.dtype.kind in "biuf":
-        if x.ctypes.data % _ALIGN and x.nbytes <= _SMALL_BYTES:
-            raw = np.empty(x.nbytes + _ALIGN, np.uint8)
-            start = -raw.ctypes.data % _ALIGN
-            aligned = raw[start : start + x.nbytes].view(x.dtype).reshape(x.shape)
-            aligned[...] = x
-            x = aligned
-        if x.ctypes.data % _ALIGN == 0:  # TF kernels require aligned buffers
-            return tf.experimental.dlpack.from_dlpack(x.__dlpack__())
-    return tf.convert_to_tensor(x)
+    """``x`` as an eager CPU tensor, sharing its memory when it is aligned and contiguous.
+
+    An aligned contiguous array (the gather's output) is wrapped through DLPack
+    (about 1 us); a small unaligned one is first copied into aligned memory;
+    anything else goes through ``tf.convert_to_tensor`` (a copy).
+    """
+    if not (x.size and x.flags.c_contiguous and x.dtype.kind in "biuf"):
+        return tf.convert_to_tensor(x)
+    if _address(x) % _ALIGN:
+        if x.nbytes > _SMALL_BYTES:
+            return tf.convert_to_tensor(x)
+        raw = np.empty(x.nbytes + _ALIGN, np.uint8)
+        start = -_address(raw) % _ALIGN
+        aligned = raw[start : start + x.nbytes].view(x.dtype).reshape(x.shape)
+        aligned[...] = x
+        x = aligned
+    return tf.experimental.dlpack.from_dlpack(x.__dlpack__())  # TF kernels need aligned buffers
 
 
 def _eager_element(
@@ -90,6 +107,11 @@ def _apply(fn: Callable[..., Any], element: Any) -> Any:
 class SampleIterator(iterator_ops.OwnedIterator):
     """A tf.data iterator whose eager ``next()`` samples in Python (see the module docstring).
 
+    Elements of at least ``INLINE_BELOW_BYTES`` are prefetched by a
+    :class:`~recollect.prefetch.Prefetcher` (its gathers release the GIL and
+    overlap); smaller ones are sampled inline by ``next()``: their sampling is
+    Python bound and holds the GIL, so a producer thread only adds hand-offs.
+    Both give the sequence of ``buffer.sample`` calls and end, or raise, alike.
     Graph-mode calls (the iterator passed into a ``tf.function``) use the
     dataset's own pipeline through the inherited resource.
     """
@@ -113,24 +135,44 @@ class SampleIterator(iterator_ops.OwnedIterator):
         def draw() -> Callable[[], Any]:
             return functools.partial(finish, draw_concurrent(buffer, batch, num_steps))
 
-        self._start = functools.partial(
-            Prefetcher, draw, EAGER_PREFETCH, functools.partial(buffer_closed, buffer)
-        )
+        self._draw = draw
+        self._should_stop = functools.partial(buffer_closed, buffer)
+        self._inline = flat.nbytes * batch * (num_steps or 1) < INLINE_BELOW_BYTES
+        self._ended = False
         self._prefetcher: Prefetcher | None = None
 
     def _next_internal(self) -> Any:
         if not context.executing_eagerly():
             return super()._next_internal()
-        if self._prefetcher is None:  # started on first use: graph-mode use needs no thread
-            self._prefetcher = self._start()
         try:
-            return next(self._prefetcher)
+            return self._next_inline() if self._inline else self._next_prefetched()
         except StopIteration:
             raise tf.errors.OutOfRangeError(None, None, "End of sequence") from None
         except tf.errors.OpError:
             raise
         except Exception as err:  # as the tf.data pipeline reports it
             raise tf.errors.UnknownError(None, None, f"{type(err).__name__}: {err}") from err
+
+    def _next_prefetched(self) -> Any:
+        if self._prefetcher is None:  # started on first use: graph-mode use needs no thread
+            self._prefetcher = Prefetcher(self._draw, EAGER_PREFETCH, self._should_stop)
+        return next(self._prefetcher)
+
+    def _next_inline(self) -> Any:
+        """One element sampled now; ends and raises as a :class:`Prefetcher` does."""
+        if self._ended or self._should_stop():
+            self._ended = True
+            raise StopIteration
+        try:
+            return self._draw()()
+        except StateError:  # a close woke a draw blocked on the rate limiter
+            self._ended = True
+            if self._should_stop():
+                raise StopIteration from None
+            raise
+        except BaseException:
+            self._ended = True  # an error ends the iteration, as with the Prefetcher
+            raise
 
     def __del__(self) -> None:
         if getattr(self, "_prefetcher", None) is not None:

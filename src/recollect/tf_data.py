@@ -8,8 +8,9 @@ argument is None), ``ids`` int64 and ``probabilities`` float64, both
 spec.
 
 Sampling runs in ``tf.numpy_function`` inside ``Dataset.map``, drawing a
-chunk of up to 16 elements per call (split with ``unbatch``) to amortise the
-call's overhead; with
+chunk of up to ``MAX_CHUNK`` elements per call to amortise the call's
+overhead (split with ``from_tensor_slices``, the only per-element step: its
+slices share the chunk's memory where ``unbatch`` copies them); with
 ``num_parallel_calls`` several samples are drawn at once: windows are drawn
 under the buffer lock and gathered outside it (numpy releases the GIL while
 gathering), see :func:`recollect.prefetch.sample_concurrent`.
@@ -48,7 +49,6 @@ from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError, NotEnoughDataError, StateError
 from recollect.prefetch import buffer_closed, flat_spec_of, outer_shape, sample_concurrent
-from recollect.specs import FlatSpec
 
 try:  # the eager fast path builds on TensorFlow internals; without them the pipeline serves
     from recollect import _tf_eager
@@ -106,13 +106,18 @@ def _time_steps(buffer: Any, num_steps: int | None) -> int | None:
 #: Bytes of sampled data one ``tf.numpy_function`` call may produce in a chunk.
 CHUNK_BYTES = 16 << 20
 #: At most this many elements are sampled per ``tf.numpy_function`` call.
-MAX_CHUNK = 16
+MAX_CHUNK = 64
+#: The cap with a rate limiter: a chunk is one draw, which the limiter gates as a whole.
+RATE_LIMITED_MAX_CHUNK = 16
 
 
-def _chunk_size(flat: FlatSpec, sample_batch_size: int | None, num_steps: int | None) -> int:
-    """Elements per numpy call: amortises tf.numpy_function's ~100 us per call overhead."""
-    element = flat.nbytes * (sample_batch_size or 1) * (num_steps or 1)
-    return int(max(1, min(MAX_CHUNK, CHUNK_BYTES // max(element, 1))))
+def _chunk_size(buffer: Any, sample_batch_size: int | None, num_steps: int | None) -> int:
+    """Elements per numpy call: amortises tf.numpy_function's ~100-200 us per call overhead."""
+    element = flat_spec_of(buffer).nbytes * (sample_batch_size or 1) * (num_steps or 1)
+    table = getattr(buffer, "table", None)
+    limited = getattr(table, "rate_limiter", None) is not None
+    most = RATE_LIMITED_MAX_CHUNK if limited else MAX_CHUNK
+    return int(max(1, min(most, CHUNK_BYTES // max(element, 1))))
 
 
 def make_sample_fn(
@@ -208,12 +213,13 @@ def as_dataset(
     num_steps = _time_steps(buffer, num_steps)  # sampled alike; gives the static shape
     if single_deterministic_pass:
         return _deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
-    chunk = _chunk_size(flat_spec_of(buffer), sample_batch_size, num_steps)
+    chunk = _chunk_size(buffer, sample_batch_size, num_steps)
     sample = make_sample_fn(
         buffer, sample_batch_size, num_steps, stop_when_closed=True, chunk=chunk
     )
     dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
-    dataset = dataset.unbatch().take_while(_is_ok).map(_drop_ok)
+    # The end check and the drop of ``ok`` run once per chunk; only the split runs per element.
+    dataset = dataset.take_while(_chunk_ok).map(_drop_ok).flat_map(_split_chunk)
     if _tf_eager is None:
         return dataset
     return _tf_eager.SampledDataset(dataset, buffer, sample_batch_size, num_steps)
@@ -226,8 +232,14 @@ def map_element(dataset: tf.data.Dataset, fn: Callable[..., Any]) -> tf.data.Dat
     return dataset.map(fn)
 
 
-def _is_ok(items: Any, info: BufferInfo, ok: Any) -> Any:
-    return ok
+def _split_chunk(items: Any, info: BufferInfo) -> tf.data.Dataset:
+    """The elements of a chunk, slices along its first axis that share its memory."""
+    return tf.data.Dataset.from_tensor_slices((items, info))
+
+
+def _chunk_ok(items: Any, info: BufferInfo, ok: Any) -> Any:
+    """Whether a chunk was sampled (its ``ok`` are all True, or all False once closed)."""
+    return tf.reduce_all(ok)
 
 
 def _drop_ok(items: Any, info: BufferInfo, ok: Any) -> tuple[Any, BufferInfo]:
