@@ -13,16 +13,25 @@ Rows measured in the same process:
 * ``limit: gather``           ``rng.integers`` + ``store[idx]`` per field (uniform, no priorities).
 * ``limit: copy``             ``np.copyto`` of the same bytes as one gather.
 * ``naive numpy PER``         ``rng.choice(N, 256, p=p)`` + ``p[idx] = ...`` (O(N) per step).
+* ``cpprb PER``               (when cpprb is installed; ``--no-peers`` skips it)
+  ``cpprb.PrioritizedReplayBuffer(alpha=0.6)`` on the same data, its default way
+  (next observations a second copy): ``sample(256, beta=0.4)`` + ``update_priorities``.
 
-Usage: ``python benchmarks/bench_prioritized.py [--quick] [--repeats 5]``.
+Rows are timed interleaved (one repeat of every row, then the next repeat), so
+load from other processes hits all rows alike; ratios are to rows of this run.
+
+Usage: ``python benchmarks/bench_prioritized.py [--quick] [--repeats 5] [--no-peers]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import math
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,25 +57,49 @@ def fill(capacity: int, num_envs: int = 8) -> rc.ReplayBuffer:
     return buf
 
 
-def rate(fn: Callable[[], object], calls: int, repeats: int) -> tuple[float, float]:
-    """Median calls/s over ``repeats`` runs of ``calls`` calls: by wall clock and by CPU time.
+def cpprb_fill(capacity: int) -> Any:
+    """cpprb's PrioritizedReplayBuffer (alpha 0.6) with ``capacity`` W2 transitions, or None."""
+    if importlib.util.find_spec("cpprb") is None:
+        return None
+    import cpprb
+
+    shapes = {"obs": 17, "act": 6, "rew": 1, "next_obs": 17, "done": 1}
+    env_dict = {k: {"shape": v, "dtype": np.float32} for k, v in shapes.items()}
+    per = cpprb.PrioritizedReplayBuffer(capacity, env_dict, alpha=0.6, eps=1e-6)
+    rng = np.random.default_rng(0)
+    chunk = {k: rng.random((8192, v)).astype(np.float32) for k, v in shapes.items()}
+    for _ in range(-(-capacity // 8192)):
+        per.add(**chunk)
+    return per
+
+
+def rates(
+    fns: list[Callable[[], object]], calls: list[int], repeats: int
+) -> list[tuple[float, float]]:
+    """Median calls/s of each ``fns[k]`` over ``repeats`` runs of ``calls[k]`` calls, by wall
+    clock and by CPU time, the functions interleaved (one run of each per repeat).
 
     The CPU-time rate (``time.process_time``) is what an idle machine would give
     a single-threaded loop; on a shared machine the wall-clock rate is lower.
     """
-    for _ in range(max(1, calls // 10)):
-        fn()
-    wall, cpu = [], []
-    for _ in range(repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        for _ in range(calls):
+    for fn, n in zip(fns, calls, strict=True):
+        for _ in range(max(1, n // 10)):
             fn()
-        wall.append(calls / (time.perf_counter() - start))
-        cpu.append(calls / max(time.process_time() - start_cpu, 1e-9))
-    return statistics.median(wall), statistics.median(cpu)
+    wall: list[list[float]] = [[] for _ in fns]
+    cpu: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for k, (fn, n) in enumerate(zip(fns, calls, strict=True)):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            for _ in range(n):
+                fn()
+            wall[k].append(n / (time.perf_counter() - start))
+            cpu[k].append(n / max(time.process_time() - start_cpu, 1e-9))
+    return [(statistics.median(w), statistics.median(c)) for w, c in zip(wall, cpu, strict=True)]
 
 
-def rows(buf: rc.ReplayBuffer, calls: int, repeats: int) -> list[tuple[str, float]]:
+def rows(
+    buf: rc.ReplayBuffer, calls: int, repeats: int, per: Any = None
+) -> list[tuple[str, tuple[float, float]]]:
     rng = np.random.default_rng(1)
     capacity = buf.capacity
     prios = [rng.random(BATCH) * 2 for _ in range(64)]
@@ -109,14 +142,24 @@ def rows(buf: rc.ReplayBuffer, calls: int, repeats: int) -> list[tuple[str, floa
         idx = rng.choice(capacity, BATCH, p=p / p.sum())
         p[idx] = prios[2] / capacity
 
-    return [
-        ("recollect W3 (sample 256 + weights + update 256)", rate(learner_step, calls, repeats)),
-        ("  sampler only (no data gather)", rate(sampler_step, calls, repeats)),
-        ("  sum tree only (find 256 + set 256)", rate(tree_step, calls, repeats)),
-        ("limit: gather (uniform idx, store[idx] per field)", rate(gather, calls, repeats)),
-        ("limit: copy (np.copyto, same bytes)", rate(copy, calls, repeats)),
-        ("naive numpy PER (rng.choice p=, O(N))", rate(naive, max(3, calls // 200), repeats)),
+    table = [
+        ("recollect W3 (sample 256 + weights + update 256)", learner_step, calls),
+        ("  sampler only (no data gather)", sampler_step, calls),
+        ("  sum tree only (find 256 + set 256)", tree_step, calls),
+        ("limit: gather (uniform idx, store[idx] per field)", gather, calls),
+        ("limit: copy (np.copyto, same bytes)", copy, calls),
+        ("naive numpy PER (rng.choice p=, O(N))", naive, max(3, calls // 200)),
     ]
+    if per is not None:
+
+        def cpprb_step() -> None:
+            s = per.sample(BATCH, beta=0.4)
+            k[0] = (k[0] + 1) % 64
+            per.update_priorities(s["indexes"], prios[k[0]])
+
+        table.append(("cpprb PER (sample 256 + weights + update 256)", cpprb_step, calls))
+    measured = rates([fn for _, fn, _ in table], [n for _, _, n in table], repeats)
+    return [(name, r) for (name, _, _), r in zip(table, measured, strict=True)]
 
 
 def main() -> None:
@@ -124,13 +167,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="capacity 100k, fewer calls")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--capacity", type=int, default=None)
+    parser.add_argument("--no-peers", action="store_true", help="skip the cpprb row")
     args = parser.parse_args()
     capacity = args.capacity or (100_000 if args.quick else 1_000_000)
     calls = 300 if args.quick else 1000
     start = time.perf_counter()
     buf = fill(capacity)
     fill_s = time.perf_counter() - start
-    results = rows(buf, calls, args.repeats)
+    per = None if args.no_peers else cpprb_fill(capacity)
+    results = rows(buf, calls, args.repeats, per)
     gather, copy = results[3][1], results[4][1]
     print(f"W3 prioritized, capacity {capacity:,}, batch {BATCH}, alpha 0.6, beta 0.4")
     print(
@@ -139,13 +184,14 @@ def main() -> None:
     )
     print(f"median of {args.repeats} repeats x {calls} calls; cpu = rate by process CPU time")
     print(
-        f"{'row':52s} {'steps/s':>10s} {'x gather':>9s} {'x copy':>8s} {'cpu steps/s':>12s} "
-        f"{'cpu x gather':>12s}"
+        f"{'row':52s} {'steps/s':>10s} {'x gather':>9s} {'x copy':>8s} {'x cpprb':>8s} "
+        f"{'cpu steps/s':>12s} {'cpu x gather':>12s} {'cpu x cpprb':>12s}"
     )
+    peer = results[-1][1] if per is not None else (math.nan, math.nan)
     for name, (wall, cpu) in results:
         print(
             f"{name:52s} {wall:10,.0f} {wall / gather[0]:9.3f} {wall / copy[0]:8.4f} "
-            f"{cpu:12,.0f} {cpu / gather[1]:12.3f}"
+            f"{wall / peer[0]:8.2f} {cpu:12,.0f} {cpu / gather[1]:12.3f} {cpu / peer[1]:12.2f}"
         )
 
 

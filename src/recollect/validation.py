@@ -9,6 +9,7 @@ stay in range, floats stay finite, integers converted to floats stay exact).
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import optree
 from recollect.errors import CastError, DTypeError, ShapeError, SpecError
 from recollect.specs import FlatSpec, leaf_paths
 
-__all__ = ["as_numpy", "check_structure", "convert_leaf", "convert_step"]
+__all__ = ["as_numpy", "check_structure", "convert_leaf", "convert_step", "exact_matcher"]
 
 
 def as_numpy(value: Any, path: str, what: str) -> np.ndarray:
@@ -168,6 +169,64 @@ def _fast_plan(flat: FlatSpec, leading: tuple[int, ...]) -> tuple[Any, int, list
         expected = [(leading + s, d) for s, d in zip(flat.shapes, flat.dtypes, strict=True)]
         plan = plans[leading] = (getter, len(keys), expected)
     return plan
+
+
+def exact_matcher(flat: FlatSpec, leading: tuple[int, ...]) -> Callable[[Any], Any]:
+    """A per-spec check of the common case: ``match(data)`` returns the flat leaves of ``data``
+    when it needs no conversion, else None (then :func:`convert_step` decides and raises).
+
+    The common case: ``data`` has the spec's nest structure (for a flat dict spec: a plain
+    dict with exactly its keys) and every leaf is a ``numpy.ndarray`` (no subclass) of exactly
+    ``leading + leaf shape`` and of the spec's dtype object (native byte order). Those leaves
+    are exactly what :func:`convert_step` returns for the same ``data`` (the same objects,
+    nothing copied); anything else returns None, writes nothing and raises nothing.
+
+    The check is one generated expression per spec, ``type(v0) is ndarray and v0.shape ==
+    s0 and v0.dtype is d0 and ...`` (no loop: a third cheaper than one over the leaves, the
+    difference that matters on ``add_batch``'s ~3 us). Only leaf numbers are formatted into
+    its source; shapes, dtypes and the getter are bound as names.
+
+    Args:
+        flat: the flattened spec.
+        leading: env dims in front of every leaf's shape (``(num_envs,)`` for ``add_batch``).
+
+    Returns:
+        ``match(data) -> tuple | list | None`` of ``np.ndarray``.
+    """
+    getter, n, expected = _fast_plan(flat, leading)
+    names: dict[str, Any] = {"ndarray": np.ndarray, "getter": getter}
+    names["flatten_up_to"] = flat.treedef.flatten_up_to
+    checks = []
+    for i, (shape, dtype) in enumerate(expected):
+        names[f"s{i}"], names[f"d{i}"] = shape, dtype
+        checks.append(f"type(v{i}) is ndarray and v{i}.shape == s{i} and v{i}.dtype is d{i}")
+    unpack = "".join(f"v{i}, " for i in range(n))
+    if getter is not None:  # same key set as the spec: what flatten_up_to returns, sans optree
+        flatten = (
+            f"    if type(data) is not dict or len(data) != {n}:\n"
+            "        return None\n"
+            "    try:\n"
+            "        values = getter(data)\n"
+            "    except KeyError:\n"
+            "        return None\n"
+        )
+    else:
+        flatten = (
+            "    try:\n"
+            "        values = flatten_up_to(data)\n"
+            "    except (ValueError, TypeError):\n"
+            "        return None\n"
+        )
+    source = (
+        "def match(data):\n"
+        + flatten
+        + f"    ({unpack}) = values\n"
+        + f"    if {' and '.join(checks) or 'True'}:\n"
+        + "        return values\n"
+        + "    return None\n"
+    )
+    exec(source, names)  # generated from leaf numbers only (see above)
+    return names["match"]
 
 
 def convert_step(

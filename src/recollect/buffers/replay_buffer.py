@@ -32,7 +32,7 @@ from recollect.storage.ring import RingStorage
 from recollect.table import Draw, Table, TableInfo
 from recollect.table.rate_limiters import RateLimiter, rate_limiter_from_config
 from recollect.table.table import RngLike, positive_int
-from recollect.validation import check_structure, convert_step
+from recollect.validation import check_structure, convert_step, exact_matcher
 
 __all__ = ["ReplayBuffer", "RngLike"]
 
@@ -214,6 +214,8 @@ class ReplayBuffer(TFAgentsReads):
             frame_stacks=frame_stacks,
             gatherer=gatherer,
         )
+        # add_batch input that needs no conversion (exact dtypes and shapes) skips convert_step
+        self._match_batch = exact_matcher(self._flat, (num_envs,))
         # no memmap bookkeeping and no rate limiter: writes to every row take the short path
         self._plain_writes = self._persist is None and self._table.rate_limiter is None
         if self._persist is not None:
@@ -361,7 +363,15 @@ class ReplayBuffer(TFAgentsReads):
             StateError: the buffer was closed while the insert waited.
         """
         if rows is None:
-            leaves = convert_step(self._flat, steps, (self._num_envs,), "add_batch")
+            leaves = self._match_batch(steps)  # the common case, checked per leaf in one pass
+            if leaves is not None and self._plain_writes:
+                table = self._table
+                with table.lock:  # every row at one clock: the short path of write_leaves
+                    is_last = None if self._is_last is None else leaves[self._is_last]
+                    if table.write_all(self._storage, leaves, is_last):
+                        return
+            if leaves is None:  # anything unusual: the full check (casts, or the error)
+                leaves = convert_step(self._flat, steps, (self._num_envs,), "add_batch")
             self.write_leaves(leaves, timeout=timeout)
             return
         rows = self._check_rows(rows)

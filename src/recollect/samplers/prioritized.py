@@ -37,7 +37,7 @@ __all__ = ["Prioritized"]
 
 def _check_exponent(name: str, value: Any) -> float:
     value = float(value)
-    if not np.isfinite(value) or value < 0:
+    if not math.isfinite(value) or value < 0:
         raise InvalidArgumentError(f"`{name}` must be a finite float >= 0; got {name}={value!r}.")
     return value
 
@@ -336,7 +336,7 @@ class Prioritized(Sampler):
                 f"update_priorities needs integer ids (Sample.ids); got dtype {ids.dtype}."
             )
         largest = float(priorities.max()) if len(priorities) else 0.0
-        if np.isfinite(largest) and (priorities >= 0).all():  # fast path: no nan, inf, < 0
+        if math.isfinite(largest) and (priorities >= 0).all():  # fast path: no nan, inf, < 0
             return ids.astype(np.int64, copy=False), priorities, largest
         bad = ~np.isfinite(priorities) | (priorities < 0)
         if bad.any():

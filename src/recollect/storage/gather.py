@@ -327,6 +327,6 @@ def gather_leaves(
         elif view.ndim == 1:
             dst[...] = view[flat]
         else:  # internal, in-range indices: "clip" skips the bounds pass (and a copy of out)
-            np.take(view, flat, axis=0, out=dst, mode="clip")
+            view.take(flat, axis=0, out=dst, mode="clip")
         out.append(dst.reshape((*index.shape, *view.shape[1:])))
     return out

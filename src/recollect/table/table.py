@@ -135,6 +135,8 @@ class Table:
         shape = (max_length, num_envs) if self.track_times_sampled else (0, num_envs)
         self._times_sampled = np.zeros(shape, np.int32)
         self.times_sampled = self._times_sampled.reshape(-1)
+        # a write tells only the index (no counts to reset, no sampler following writes)
+        self._lean_inserts = not (self.track_times_sampled or self._sampler_tracks_writes)
         self._ones: dict[int, np.ndarray] = {}
         self._recheck_clocks()
         #: blocks inserts and draws while the rate limiter forbids them
@@ -245,7 +247,12 @@ class Table:
         clock = self._clock
         slot = clock % self.max_length
         storage.write(None, slot, leaves, times=clock)
-        self.insert_all(slot, is_last)
+        if self._lean_inserts and not self.waiters:  # insert_all with nothing else to tell
+            self._clock = clock + 1
+            self.inserts += self.num_envs
+            self.index.advance(None, is_last)
+        else:
+            self.insert_all(slot, is_last)
         return True
 
     @property
