@@ -50,6 +50,10 @@ class _Heap(Prioritized):
         self.max_priority = self.initial_priority
         super().on_add(rows, is_last)
 
+    def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
+        self.max_priority = self.initial_priority
+        super().on_add_block(rows, count, is_last)
+
     def sample(
         self,
         batch_size: int,

@@ -172,6 +172,42 @@ class Prioritized(Sampler):
         values = np.concatenate([np.zeros(len(gone)), np.full(len(new), value)])
         self._tree.set(np.concatenate([gone, new]), values)
 
+    def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
+        """:meth:`on_add` of ``count`` (<= ``max_length``) steps per row, in one pass.
+
+        Equals ``count`` calls of :meth:`on_add`: every overwritten slot loses its
+        window, then every window completed by the block is scored, except those
+        crossing an episode end, cleared, or whose first step the block overwrote.
+        """
+        if self.episode_aware is None:
+            self.episode_aware = is_last is not None
+        index, n, length = self.index, self.sequence_length, self._length
+        row_ids = self._all_rows if rows is None else rows
+        t = index.t[row_ids]  # after the block
+        times = (t - count)[:, None] + np.arange(count)  # [k, count] the written times
+        base = self._row_base[row_ids][:, None]
+        gone = (base + times % length).reshape(-1)
+        start = times - (n - 1)  # the window each written step completes
+        ok = (start >= index.t_clear[row_ids][:, None]) & (start >= (t - length)[:, None])
+        if is_last is not None:  # the newest end before each written step
+            ends = np.where(is_last, times, -1)
+            before = np.empty_like(ends)
+            before[:, 0] = self._last_end[row_ids]
+            np.maximum.accumulate(ends[:, :-1], axis=1, out=before[:, 1:])
+            np.maximum(before[:, 1:], before[:, :1], out=before[:, 1:])
+            ok &= before < start
+            self._last_end[row_ids] = index.last_end[row_ids]
+        self.num_valid -= int(np.count_nonzero(self._valid[gone]))
+        self._valid[gone] = False
+        self._tree.set(gone, np.zeros(len(gone)))
+        new = (base + start % length)[ok]
+        self._valid[new] = True
+        if len(self._priority):
+            self._priority[new] = self.max_priority
+        self.num_valid += len(new)
+        value = (self.max_priority + self.epsilon) ** self.priority_exponent
+        self._tree.set(new, np.full(len(new), value))
+
     def on_end_episodes(self, rows: np.ndarray) -> None:
         """Windows of later writes to ``rows`` start after the newly ended episode."""
         self._last_end[rows] = self.index.last_end[rows]
