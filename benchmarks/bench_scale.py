@@ -22,6 +22,11 @@ of a batch of 256):
 
 Prints the table (us per sample call, ratio to the 1M figure, and the row's
 ratio to the limit) and draws the curve (log x) into ``--out``.
+
+A second table times ``Table.draw`` of tables without storage (window index
+and sampler only, so every size fits in RAM), all sizes interleaved in ONE
+``measure`` call: the sampler's own growth, without the data's cache misses
+and without the noise of separate runs.
 Target (issue 17): each sampler's time grows <= 2x from 1M to 100M.
 """
 
@@ -42,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import recollect as rc
 from _common import Row, measure
+from recollect.table import Table
 
 E = 8
 BATCH = 256
@@ -133,12 +139,39 @@ def time_size(capacity: int, directory: Path | None, args) -> dict[str, float]:
     return result
 
 
+def draw_table(sizes: list[int], args) -> None:
+    """``Table.draw(256)`` per sampler on storage-less tables of every size, interleaved."""
+    rows = []
+    for n in sizes:
+        for kind in SAMPLERS:
+            per = kind == "prioritized"
+            sampler = rc.Prioritized(0.6, importance_sampling_exponent=0.4) if per else None
+            length = n // E
+            table = Table(E, length, sampler=sampler, sequence_length=1 if per else None, rng=0)
+            for done in range(0, length, 1 << 16):
+                count = min(1 << 16, length - done)
+                slots = (table.index.t[:, None] + np.arange(count)) % length
+                table.insert_block(None, slots, count, None)
+            steps = 2 if kind == "windows" else None
+            rows.append(Row(f"{kind} {n:.0e}", lambda t=table, k=steps: t.draw(BATCH, k), BATCH))
+    measure(rows, args.repeats, args.repeat_s)
+    print(f"\n## Table.draw({BATCH}) without storage, all sizes interleaved: us (x the first size)")
+    by = {r.name: r.seconds for r in rows}
+    for kind in SAMPLERS:
+        base = by[f"{kind} {sizes[0]:.0e}"]
+        cells = [
+            f"{by[f'{kind} {n:.0e}'] * 1e6:8.1f} ({by[f'{kind} {n:.0e}'] / base:.2f}x)"
+            for n in sizes
+        ]
+        print(f"{kind:<14}" + "".join(f" {c:>20}" for c in cells))
+
+
 def print_table(sizes: list[int], where: list[str], table: list[dict[str, float]]) -> None:
     names = ["limit", *SAMPLERS, "limit (prioritized buffer)", *[f"{n} draw" for n in SAMPLERS]]
     head = f"{'row':<28}" + "".join(
         f" {f'{n:,} {w}':>24}" for n, w in zip(sizes, where, strict=True)
     )
-    print(f"\n## W2 sample({BATCH}) vs stored steps: us/call (x its 1M figure; x limit)")
+    print(f"\n## W2 sample({BATCH}) vs stored steps: us/call (x the first size; x limit)")
     print(f"{head}\n{'-' * len(head)}")
     for name in names:
         line = f"{name:<28}"
@@ -210,6 +243,7 @@ def main() -> None:
             where.append("memmap" if memmap else "RAM")
             table.append(time_size(n, Path(tmp) if memmap else None, args))
     print_table(sizes, where, table)
+    draw_table(sizes, args)
     plot(sizes, where, table, args.out)
     print(f"\ncurve: {args.out}")
 
