@@ -104,3 +104,65 @@ def test_extend_validates_the_whole_block_first():
     buf.extend(block(1, 30, 100, np.zeros((1, 30), bool)), rows=[1])  # wraps row 1 several times
     assert buf.steps_per_row().tolist() == [5, 20]
     assert buf.gather_row(1)["action"].tolist() == list(range(110, 130))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    num_envs=st.integers(1, 3),
+    max_length=st.integers(1, 6),
+    seq=st.integers(1, 3),
+    kind=st.sampled_from(["prioritized", "prioritized0", "minheap"]),
+    writes=st.lists(
+        st.tuples(
+            st.integers(0, 13),
+            st.integers(0, 2**31 - 1),
+            st.sampled_from(["all", "some", "clear", "end"]),
+        ),
+        max_size=6,
+    ),
+)
+def test_prioritized_block_hook_equals_one_step_at_a_time(num_envs, max_length, seq, kind, writes):
+    """``on_add_block`` (extend) leaves the sampler as ``on_add`` per step (add_batch) does:
+    the same valid windows, tree values, counts and episode ends."""
+    seq = min(seq, max_length)
+
+    def sampler():
+        if kind == "minheap":
+            return rc.MinHeap(initial_priority=0.5)
+        return rc.Prioritized(0.0 if kind == "prioritized0" else 0.6)
+
+    fast, slow = (
+        rc.ReplayBuffer(
+            SPEC, num_envs * max_length, num_envs, sampler=sampler(), sequence_length=seq
+        )
+        for _ in range(2)
+    )
+    for count, seed, how in writes:
+        gen = np.random.default_rng(seed)
+        if how in ("clear", "end"):
+            for buf in (fast, slow):
+                buf.clear() if how == "clear" else buf.table.end_episodes(np.arange(num_envs))
+            continue
+        rows = None
+        if how == "some":
+            rows = sorted(gen.choice(num_envs, gen.integers(1, num_envs + 1), replace=False))
+        k = num_envs if rows is None else len(rows)
+        steps = block(k, count, 0, gen.random((k, count)) < 0.3)
+        fast.extend(steps, rows=rows)
+        for j in range(count):
+            slow.add_batch(optree.tree_map(lambda x, j=j: x[:, j], steps), rows=rows)
+        a, b = fast.sampler.state_dict(), slow.sampler.state_dict()
+        assert a.keys() == b.keys()
+        valid = b["start"] >= 0  # raw priorities (alpha 0) of invalid slots are unused
+        for key in a:
+            x, y = (a[key], b[key]) if key != "priority" else (a[key][valid], b[key][valid])
+            np.testing.assert_array_equal(x, y, err_msg=key)
+        if fast.table.can_sample(1):
+            ids = slow.sample(8).ids
+            assert fast.update_priorities(ids, np.arange(len(ids), dtype=float)) == 0
+            assert slow.update_priorities(ids, np.arange(len(ids), dtype=float)) == 0
+
+
+def test_prioritized_extend_takes_the_block_path():
+    buf = rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Prioritized(), sequence_length=2)
+    assert buf.table.block_writes

@@ -152,5 +152,7 @@ def test_estimate_counts_every_allocation_of_the_buffer(kw):
         tracemalloc.stop()
     assert buf.nbytes == estimate
     assert abs(allocated - estimate) <= 0.1 * estimate, (allocated, estimate)
-    # the table is counted: the episode-end log alone is 8 bytes per slot
-    assert estimate >= capacity * (17 + 8)
+    # the table is counted, and its episode-end log grows with the ends (none yet)
+    assert estimate > capacity * 17
+    if kind is None:
+        assert estimate - capacity * 17 < 1024

@@ -307,3 +307,51 @@ def test_updating_no_priorities_returns_zero_skipped():
     buf = make_buffer()
     assert buf.update_priorities([], []) == 0
     assert buf.update_priorities(np.zeros(0, np.int64), np.zeros(0)) == 0
+
+
+@st.composite
+def row_histories(draw):
+    num_envs = draw(st.integers(1, 3))
+    max_length = draw(st.integers(1, 9))
+    seq = draw(st.integers(1, max_length))
+    event = st.one_of(
+        st.just("clear"),
+        st.tuples(st.just("end"), st.lists(st.integers(0, num_envs - 1), max_size=num_envs)),
+        st.tuples(
+            st.lists(st.integers(0, num_envs - 1), min_size=1, max_size=num_envs, unique=True),
+            st.lists(st.booleans(), min_size=num_envs, max_size=num_envs),
+        ),
+    )
+    return num_envs, max_length, seq, draw(st.lists(event, max_size=40))
+
+
+@settings(max_examples=100, deadline=None)
+@given(row_histories())
+def test_valid_flags_give_the_start_times_a_start_array_would(history):
+    """Rows at their own clocks, truncations, clears: the start times derived from the
+    valid flags and the clocks are those of the window index's valid windows, and
+    exactly the ids of valid windows update (a lap older or newer is stale)."""
+    num_envs, max_length, seq, events = history
+    spec = {"observation": rc.ArraySpec((), np.float16), "is_last": rc.ArraySpec((), bool)}
+    buf = rc.ReplayBuffer(
+        spec, num_envs * max_length, num_envs, sampler=rc.Prioritized(), sequence_length=seq
+    )
+    for event in events:
+        if event == "clear":
+            buf.clear()
+        elif event[0] == "end":
+            buf.table.end_episodes(event[1])
+        else:
+            rows, flags = event
+            step = {"observation": np.zeros(len(rows), np.float16), "is_last": np.array(flags)}
+            buf.add_batch({k: v[: len(rows)] for k, v in step.items()}, rows=rows)
+        valid = valid_ids(buf)
+        _, rows, times = rc.ids.decode(valid)
+        expected = np.full(num_envs * max_length, -1, np.int64)
+        expected[rows * max_length + times % max_length] = times
+        np.testing.assert_array_equal(buf.sampler.state_dict()["start"], expected)
+        assert buf.update_priorities(valid, np.ones(len(valid))) == 0
+        older = rc.ids.encode(rows, times - max_length)[times >= max_length]
+        newer = rc.ids.encode(rows, times + max_length)
+        assert buf.update_priorities(older, np.ones(len(older))) == len(older)
+        assert buf.update_priorities(newer, np.ones(len(newer))) == len(newer)

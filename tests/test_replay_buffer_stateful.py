@@ -403,3 +403,65 @@ def test_window_index_state_round_trip_equals_incremental_log(num_envs, max_leng
         rebuilt.advance(None, np.array(flags))
         for n in range(1, max_length + 1):
             assert _windows(rebuilt, n, True) == _windows(index, n, True)
+
+
+# -- the episode-end log grows with the ends stored ------------------------------
+block_ops = st.lists(
+    st.one_of(
+        st.just("clear"),
+        st.just("segments"),
+        st.tuples(st.just("end"), st.lists(st.integers(0, 3), max_size=4, unique=True)),
+        st.tuples(
+            st.just("block"),
+            st.integers(1, 40),
+            st.floats(0.0, 1.0),
+            st.integers(0, 2**31 - 1),
+        ),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(num_envs=st.integers(1, 4), max_length=st.integers(1, 40), operations=block_ops)
+def test_growing_end_log_equals_brute_force(num_envs, max_length, operations):
+    """Blocks with dense or sparse ends, truncations and clears: the ring regrows and
+    drops dead ends at any moment, and the windows still equal the brute-force ones."""
+    index, ref = WindowIndex(num_envs, max_length), ReferenceWindows(num_envs, max_length)
+    for op in operations:
+        if op == "clear":
+            index.clear()
+            ref.clear()
+        elif op == "segments":
+            assert _windows(index, 2, True) == ref.windows(2, True)
+        elif op[0] == "end":
+            rows = np.array([r for r in op[1] if r < num_envs], np.int64)
+            ended = index.end_episodes(rows)
+            expected = [r for r in rows.tolist() if ref.flags[r] and not ref.flags[r][-1]]
+            assert sorted(ended.tolist()) == sorted(expected)
+            for r in expected:
+                ref.flags[r][-1] = True
+        else:
+            count = min(op[1], max_length)
+            flags = np.random.default_rng(op[3]).random((num_envs, count)) < op[2]
+            index.advance_block(None, count, flags)
+            for j in range(count):
+                ref.advance(flags[:, j].tolist())
+        assert index.hi.tolist() == ref.times
+        slots = index.nbytes // 8 - 6 * num_envs  # ring slots of all rows
+        assert slots <= num_envs * max_length  # never more than the old fixed ring
+    for n in range(1, max_length + 2):
+        for within in (True, False):
+            assert _windows(index, n, within) == ref.windows(n, within)
+    rebuilt = WindowIndex(num_envs, max_length)
+    rebuilt.load_state_dict(index.state_dict())
+    assert _windows(rebuilt, 2, True) == _windows(index, 2, True)
+
+
+def test_end_log_stays_small_without_episode_ends():
+    index = WindowIndex(8, 125_000)
+    for _ in range(20):
+        index.advance_block(None, 50_000, np.zeros((8, 50_000), bool))
+    index.advance_block(None, 1000, np.eye(8, 1000, dtype=bool))
+    assert index.nbytes <= 8 * 8 * (4 + 6)
+    assert index.count(2, True) == 8 * 125_000 - 8 * 2

@@ -35,8 +35,9 @@ def estimate_memory(
     """Bytes a buffer with these arguments allocates: its steps plus its table.
 
     The table's bookkeeping is the window index (clocks and an int64
-    episode-end log, 8 bytes per slot), the sampler's arrays (prioritized: a
-    sum tree and window starts, about 16.5 bytes per slot) and, with
+    episode-end log that grows with the episode ends stored: up to 16 bytes
+    per stored end, not counted here), the sampler's arrays (prioritized: a
+    float64 sum tree and a validity flag, about 9.5 bytes per slot) and, with
     ``track_times_sampled``, an int32 count per slot. For ``storage="numpy"``
     everything lives in RAM; for ``"memmap"`` the steps live in files (RAM then
     holds only the pages in use) and the table in RAM.
@@ -53,7 +54,7 @@ def estimate_memory(
         track_times_sampled: as passed to the buffer.
 
     Returns:
-        int bytes; equals ``buf.nbytes`` of the constructed buffer
+        int bytes; equals ``buf.nbytes`` of the constructed (empty) buffer
         (``buf.storage.nbytes + buf.table.nbytes``).
 
     Raises:

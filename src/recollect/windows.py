@@ -8,8 +8,11 @@ starting at ``s`` is valid when ``lo[r] <= s`` and ``s + n <= hi[r]`` and, in
 episode-aware mode, no step but its last has ``is_last``.
 
 Validity is decided by construction (no resample-until-valid loop): episode
-ends are logged per row at write time, in a ring of ``max_length`` times per
-row (a row never stores more ends than steps). The valid starts of a row are a
+ends are logged per row at write time, in a ring of end times per row. The
+ring grows with the ends actually stored (it starts at ``_MIN_ENDS`` slots per
+row and doubles, up to ``max_length``: a row never stores more ends than
+steps), so a buffer of long episodes, or without episodes, spends almost no
+memory on it (8 B per stored end, not per stored step). The valid starts of a row are a
 union of segments, one per logged episode end plus one open segment at the
 head of each row::
 
@@ -38,6 +41,7 @@ __all__ = ["Segments", "WindowIndex"]
 
 _EMPTY = np.empty(0, np.int64)
 _KEY_SHIFT = 42  # removed windows are keyed row << 42 | start time (times < 2**40)
+_MIN_ENDS = 4  # initial slots per row of the episode-end ring
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +104,9 @@ class WindowIndex:
         self._no_ends = bytes(num_envs)  # the raw bytes of a bool [num_envs] without an end
         #: int64 ``[num_envs]`` 0..num_envs-1 (read-only use)
         self.all_rows = self._rows
-        self._ends = np.zeros((num_envs, max_length), np.int64)  # per-row ring of end times
+        # per-row ring of end times: end number j of row r at [r, j % width], j in
+        # [_end_start[r], _end_n[r]); grows (see _reserve_ends) with the ends stored
+        self._ends = np.zeros((num_envs, min(_MIN_ENDS, max_length)), np.int64)
         self.generation = 0
         self.removed = 0
         self.clear()
@@ -108,12 +114,16 @@ class WindowIndex:
 
     @staticmethod
     def estimate_nbytes(num_envs: int, max_length: int) -> int:
-        """Bytes an index of that geometry allocates (:attr:`nbytes`), before building it."""
-        return 8 * num_envs * (max_length + 6)
+        """Bytes an index of that geometry allocates (:attr:`nbytes`), before building it.
+
+        The episode-end log then grows by 8 B per stored episode end (at most
+        8 B per stored step, with episodes of one step).
+        """
+        return 8 * num_envs * (min(_MIN_ENDS, max_length) + 6)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the clocks and the episode-end log (int64 ``[num_envs, max_length]``)."""
+        """Bytes of the clocks and the episode-end log (int64 ``[num_envs, width]``)."""
         arrays = (self._offsets, self.t_clear, self._rows, self._ends)
         small = (self.last_end, self._end_start, self._end_n)
         return sum(a.nbytes for a in arrays) + sum(a.nbytes for a in small)
@@ -176,12 +186,7 @@ class WindowIndex:
             and np.count_nonzero(is_last)
         ):
             ended = np.flatnonzero(is_last) if rows is None else rows[is_last]
-            n = self._end_n[ended]
-            times = self.t[ended]
-            self._ends[ended, n % self.max_length] = times
-            self._end_n[ended] = n + 1
-            self._end_start[ended] = np.maximum(self._end_start[ended], n + 1 - self.max_length)
-            self.last_end[ended] = times
+            self._log_ends(ended, self.t[ended])
         if rows is None:
             self._base += 1
         else:
@@ -208,10 +213,11 @@ class WindowIndex:
             per_row = np.bincount(position, minlength=len(row_ids)).astype(np.int64)
             firsts = np.cumsum(per_row) - per_row
             within = np.arange(len(position)) - np.repeat(firsts, per_row)
-            self._ends[ended, (self._end_n[ended] + within) % self.max_length] = times
+            width = self._reserve_ends(row_ids, per_row)
+            self._ends[ended, (self._end_n[ended] + within) % width] = times
             n = self._end_n[row_ids] + per_row
             self._end_n[row_ids] = n
-            self._end_start[row_ids] = np.maximum(self._end_start[row_ids], n - self.max_length)
+            self._end_start[row_ids] = np.maximum(self._end_start[row_ids], n - width)
             has = per_row > 0
             self.last_end[row_ids[has]] = times[(firsts + per_row - 1)[has]]
         if rows is None:
@@ -240,16 +246,52 @@ class WindowIndex:
         last = self.t[rows] - 1
         ended = rows[(last >= self.lo[rows]) & (self.last_end[rows] < last)]
         if len(ended):
-            n = self._end_n[ended]
-            times = self.t[ended] - 1
-            self._ends[ended, n % self.max_length] = times
-            self._end_n[ended] = n + 1
-            self._end_start[ended] = np.maximum(self._end_start[ended], n + 1 - self.max_length)
-            self.last_end[ended] = times
+            self._log_ends(ended, self.t[ended] - 1)
             self.generation += 1
             if self._cache:
                 self._cache = {}
         return ended
+
+    def _log_ends(self, rows: np.ndarray, times: np.ndarray) -> None:
+        """Appends one end time to the log of each of the distinct ``rows``."""
+        width = self._reserve_ends(rows, np.ones(len(rows), np.int64))
+        n = self._end_n[rows]
+        self._ends[rows, n % width] = times
+        self._end_n[rows] = n + 1
+        self._end_start[rows] = np.maximum(self._end_start[rows], n + 1 - width)
+        self.last_end[rows] = times
+
+    def _reserve_ends(self, rows: np.ndarray, new: np.ndarray) -> int:
+        """Makes room for ``new[i]`` more ends of row ``rows[i]``; returns the ring width.
+
+        At full width (``max_length``) the ring overwrites its oldest ends, which
+        are no longer stored by then. Below it, ends no longer stored are dropped
+        first; if the live ones still do not leave half the ring free, the ring
+        doubles (amortised O(1) per end), keeping every live end.
+        """
+        width = self._ends.shape[1]
+        if width >= self.max_length:
+            return width
+        needed = int((self._end_n[rows] - self._end_start[rows] + new).max(initial=0))
+        if needed <= width:
+            return width
+        self.live_ends()  # drops the dead ends (advances _end_start)
+        needed = int((self._end_n[rows] - self._end_start[rows] + new).max(initial=0))
+        live = int((self._end_n - self._end_start).max(initial=0))
+        if max(needed, 2 * live) <= width:
+            return width
+        return self._resize_ends(min(self.max_length, max(2 * width, needed, 2 * live)))
+
+    def _resize_ends(self, width: int) -> int:
+        """Moves the live ends into a ring of ``width`` slots per row; returns ``width``."""
+        counts = self._end_n - self._end_start
+        rows = np.repeat(self._rows, counts)
+        firsts = np.cumsum(counts) - counts
+        j = np.repeat(self._end_start, counts) + np.arange(len(rows)) - np.repeat(firsts, counts)
+        ends = np.zeros((self.num_envs, width), np.int64)
+        ends[rows, j % width] = self._ends[rows, j % self._ends.shape[1]]
+        self._ends = ends
+        return width
 
     # -- removed windows --------------------------------------------------
     def remove(self, rows: np.ndarray, times: np.ndarray) -> int:
@@ -324,7 +366,8 @@ class WindowIndex:
         rows = np.repeat(self._rows, counts)
         firsts = np.cumsum(counts) - counts
         offsets = np.arange(total) - np.repeat(firsts, counts)
-        times = self._ends[rows, (np.repeat(self._end_start, counts) + offsets) % self.max_length]
+        width = self._ends.shape[1]
+        times = self._ends[rows, (np.repeat(self._end_start, counts) + offsets) % width]
         prev = np.empty(total, np.int64)
         prev[1:] = times[:-1]
         prev[firsts[counts > 0]] = -1
@@ -342,8 +385,14 @@ class WindowIndex:
         rows, times = rows[order], times[order]
         counts = np.bincount(rows, minlength=self.num_envs).astype(np.int64)
         offsets = np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
-        self._ends[rows, offsets % self.max_length] = times
-        self._end_start = np.maximum(counts - self.max_length, 0)
+        most = int(counts.max(initial=0))
+        width = min(_MIN_ENDS, self.max_length)
+        while width < min(most, self.max_length):
+            width *= 2
+        width = min(width, self.max_length)
+        self._ends = np.zeros((self.num_envs, width), np.int64)
+        self._ends[rows, offsets % width] = times
+        self._end_start = np.maximum(counts - width, 0)
         self._end_n = counts
         self.last_end = np.full(self.num_envs, -1, dtype=np.int64)
         self.last_end[rows] = times  # the last assignment per row wins (time order)

@@ -433,9 +433,9 @@ class ReplayBuffer(TFAgentsReads):
         stored data, ids, windows and later samples), validated as a whole
         before anything is written, and written with one numpy assignment per
         leaf for up to ``max_length`` steps at a time. Samplers that track each
-        write (prioritized), frame-stack storage and rate-limited tables take the
-        step-by-step path (each step waits on the limiter as :meth:`add_batch`, with
-        ``timeout``).
+        write without a block hook (``Sampler.on_add_block``; prioritized has one),
+        frame-stack storage and rate-limited tables take the step-by-step path
+        (each step waits on the limiter as :meth:`add_batch`, with ``timeout``).
 
         Args:
             steps: a nest matching the spec; every leaf ``[num_envs, T, *shape]``

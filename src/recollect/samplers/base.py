@@ -160,6 +160,15 @@ class Sampler:
         ``rows`` None means every row; ``is_last`` is bool, one per written row, or None.
         """
 
+    def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
+        """Called after ``count`` (<= ``max_length``) steps were written to each row of ``rows``
+        (``ReplayBuffer.extend``); must equal ``count`` calls of :meth:`on_add`.
+
+        ``is_last`` is bool ``[len(rows), count]`` (``[num_envs, count]`` for None) or
+        None. A sampler that overrides :meth:`on_add` but not this hook gets its
+        writes one step at a time.
+        """
+
     def on_clear(self) -> None:
         """Called after the table forgot its steps."""
 

@@ -50,6 +50,10 @@ class _Heap(Prioritized):
         self.max_priority = self.initial_priority
         super().on_add(rows, is_last)
 
+    def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
+        self.max_priority = self.initial_priority
+        super().on_add_block(rows, count, is_last)
+
     def sample(
         self,
         batch_size: int,
@@ -63,7 +67,7 @@ class _Heap(Prioritized):
                 f"{type(self).__name__} sampling takes no options; got {sorted(kwargs)}."
             )
         self._check_request(within_episode, {})
-        keys = np.flatnonzero(self._start >= 0)
+        keys = np.flatnonzero(self._valid)
         if not len(keys):
             raise NotEnoughDataError(
                 f"{type(self).__name__}: no valid window of sequence_length="
@@ -75,7 +79,7 @@ class _Heap(Prioritized):
             threshold = np.partition(order_by, k - 1)[k - 1]
             chosen = order_by <= threshold
             keys, order_by = keys[chosen], order_by[chosen]
-        rows, times = keys // self._length, self._start[keys]
+        rows, times = self._start_times(keys)
         order = np.lexsort((rows, times, order_by))[:k]
         if k < batch_size:
             order = order[np.arange(batch_size) % k]

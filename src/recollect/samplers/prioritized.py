@@ -12,7 +12,10 @@ gives weights 1 (no correction), ``beta = 1`` fully corrects the bias.
 
 Windows are keyed by the storage slot of their first step,
 ``row * max_length + time % max_length``, in a :class:`SumTree` holding
-``(p + epsilon)^alpha``. A window gets a value when it becomes complete and
+``(p + epsilon)^alpha``. One bool per slot says whether its window is valid;
+its start time needs no storage: it is the one time of that slot still stored
+(in ``[t - max_length, t)`` of the row's clock ``t``), since a window loses its
+value when its first step is overwritten. A window gets a value when it becomes complete and
 valid (current max priority), and loses it (zero) when its first step is
 overwritten or the buffer is cleared. Windows containing an episode end
 before their last step never get a value. So invalid windows have zero
@@ -99,13 +102,13 @@ class Prioritized(Sampler):
     def estimate_nbytes(self, num_envs: int, max_length: int) -> int:
         size = num_envs * max_length
         raw = size if self.priority_exponent == 0 else 0
-        return SumTree.estimate_nbytes(size) + 8 * (size + raw + 3 * num_envs)
+        return SumTree.estimate_nbytes(size) + size + 8 * (raw + 3 * num_envs)
 
     @property
     def nbytes(self) -> int:
         if getattr(self, "index", None) is None:
             return 0
-        arrays = (self._start, self._priority, self._all_rows, self._row_base, self._last_end)
+        arrays = (self._valid, self._priority, self._all_rows, self._row_base, self._last_end)
         return self._tree.nbytes + sum(a.nbytes for a in arrays)
 
     # -- table hooks ------------------------------------------------------
@@ -120,9 +123,8 @@ class Prioritized(Sampler):
         self._length = index.max_length
         size = index.num_envs * index.max_length
         self._tree = SumTree(size)
-        # start time of the valid window keyed by each slot, -1 where none (ids are checked
-        # against it: a stale id's slot holds another time or -1)
-        self._start = np.full(size, -1, np.int64)
+        # whether the window keyed by each slot is valid (its start: see _start_times)
+        self._valid = np.zeros(size, bool)
         # raw priorities are kept only when alpha == 0 (else recovered from the tree values)
         self._priority = np.zeros(size if self.priority_exponent == 0 else 0, np.float64)
         self._all_rows = np.arange(index.num_envs, dtype=np.int64)
@@ -152,23 +154,59 @@ class Prioritized(Sampler):
         if is_last is not None:
             ok &= last_end < start  # no episode end before the window's last step
             self._last_end[rows] = index.last_end[rows]
-        self.num_valid -= int(np.count_nonzero(self._start[gone] >= 0))
-        self._start[gone] = -1
+        self.num_valid -= int(np.count_nonzero(self._valid[gone]))
+        self._valid[gone] = False
         value = (self.max_priority + self.epsilon) ** self.priority_exponent  # finite: checked
         if n == 1:  # the new window is keyed by the overwritten slot: set each key once
-            self._start[gone[ok]] = start[ok]
+            self._valid[gone[ok]] = True
             if len(self._priority):
                 self._priority[gone[ok]] = self.max_priority
             self.num_valid += int(np.count_nonzero(ok))
             self._tree.set(gone, np.where(ok, value, 0.0))
             return
         new = (base + start % self._length)[ok]
-        self._start[new] = start[ok]
+        self._valid[new] = True
         if len(self._priority):
             self._priority[new] = self.max_priority
         self.num_valid += len(new)
         values = np.concatenate([np.zeros(len(gone)), np.full(len(new), value)])
         self._tree.set(np.concatenate([gone, new]), values)
+
+    def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
+        """:meth:`on_add` of ``count`` (<= ``max_length``) steps per row, in one pass.
+
+        Equals ``count`` calls of :meth:`on_add`: every overwritten slot loses its
+        window, then every window completed by the block is scored, except those
+        crossing an episode end, cleared, or whose first step the block overwrote.
+        """
+        if self.episode_aware is None:
+            self.episode_aware = is_last is not None
+        index, n, length = self.index, self.sequence_length, self._length
+        row_ids = self._all_rows if rows is None else rows
+        t = index.t[row_ids]  # after the block
+        times = (t - count)[:, None] + np.arange(count)  # [k, count] the written times
+        base = self._row_base[row_ids][:, None]
+        gone = (base + times % length).reshape(-1)
+        start = times - (n - 1)  # the window each written step completes
+        ok = (start >= index.t_clear[row_ids][:, None]) & (start >= (t - length)[:, None])
+        if is_last is not None:  # the newest end before each written step
+            ends = np.where(is_last, times, -1)
+            before = np.empty_like(ends)
+            before[:, 0] = self._last_end[row_ids]
+            np.maximum.accumulate(ends[:, :-1], axis=1, out=before[:, 1:])
+            np.maximum(before[:, 1:], before[:, :1], out=before[:, 1:])
+            ok &= before < start
+            self._last_end[row_ids] = index.last_end[row_ids]
+        self.num_valid -= int(np.count_nonzero(self._valid[gone]))
+        self._valid[gone] = False
+        self._tree.set(gone, np.zeros(len(gone)))
+        new = (base + start % length)[ok]
+        self._valid[new] = True
+        if len(self._priority):
+            self._priority[new] = self.max_priority
+        self.num_valid += len(new)
+        value = (self.max_priority + self.epsilon) ** self.priority_exponent
+        self._tree.set(new, np.full(len(new), value))
 
     def on_end_episodes(self, rows: np.ndarray) -> None:
         """Windows of later writes to ``rows`` start after the newly ended episode."""
@@ -181,16 +219,16 @@ class Prioritized(Sampler):
     def on_remove(self, rows: np.ndarray, times: np.ndarray) -> None:
         """Zeroes the removed windows (each keyed by its first step's slot)."""
         keys = np.unique(rows * self._length + times % self._length)
-        keys = keys[self._start[keys] >= 0]
+        keys = keys[self._valid[keys]]
         self.num_valid -= len(keys)
-        self._start[keys] = -1
+        self._valid[keys] = False
         if len(self._priority):
             self._priority[keys] = 0.0
         self._tree.set(keys, np.zeros(len(keys)))
 
     def on_clear(self) -> None:
         self._tree.clear()
-        self._start[:] = -1
+        self._valid[:] = False
         self.num_valid = 0
         self._last_end = self.index.last_end.copy()
 
@@ -225,11 +263,21 @@ class Prioritized(Sampler):
         keys = self._tree.find(rng.random(batch_size) * total)
         values = self._tree[keys]
         probabilities = values / total
-        rows = keys // self._length
-        times = self._start[keys]
+        rows, times = self._start_times(keys)
         weights = importance_weights(probabilities, self.num_valid, beta)
         priorities = self._priorities(keys, values)
         return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities)
+
+    def _start_times(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, start times)`` of the valid windows keyed by ``keys``.
+
+        The window keyed by slot ``k`` of row ``r`` starts at the one time
+        ``s = k (mod max_length)`` in ``[t[r] - max_length, t[r])``: a window
+        whose first step was overwritten is no longer valid.
+        """
+        rows, slots = np.divmod(keys, self._length)
+        oldest = self.index.t[rows] - self._length  # may be < 0: the modulo keeps s >= 0
+        return rows, oldest + (slots - oldest) % self._length
 
     def _priorities(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Raw priorities of ``keys``: ``values ** (1 / alpha) - epsilon`` (exact to rounding)."""
@@ -282,7 +330,9 @@ class Prioritized(Sampler):
         keys = rows * self._length + times % self._length
         if not live.all():
             keys[~live] = 0
-        live &= self._start[keys] == times
+        # the id's window is the valid one of its slot: its time is still stored
+        newest = self.index.t[np.where(live, rows, 0)]
+        live &= self._valid[keys] & (times < newest) & (times >= newest - self._length)
         skipped = len(ids) - int(np.count_nonzero(live))
         if skipped:
             keys, priorities = keys[live], priorities[live]
@@ -353,7 +403,7 @@ class Prioritized(Sampler):
         """Leaf values, validity and scalars (plain numpy arrays and floats, no pickle)."""
         return {
             "values": self._tree.values.copy(),
-            "start": self._start.copy(),
+            "start": self._start_state(),
             "last_end": self._last_end.copy(),
             "max_priority": self.max_priority,
             "priority_exponent": self.priority_exponent,
@@ -363,8 +413,19 @@ class Prioritized(Sampler):
             **({"priority": self._priority.copy()} if len(self._priority) else {}),
         }
 
+    def _start_state(self) -> np.ndarray:
+        """int64 ``[size]``: start time of the valid window of each slot, -1 where none
+        (the checkpoint field ``start``, as format 1 stored it)."""
+        start = np.full(len(self._valid), -1, np.int64)
+        keys = np.flatnonzero(self._valid)
+        start[keys] = self._start_times(keys)[1]
+        return start
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` output (the buffer must have the same shape)."""
+        """Restores :meth:`state_dict` output (the buffer must have the same shape).
+
+        The window index must be restored first: start times are derived from its clocks.
+        """
         values = np.asarray(state["values"], dtype=np.float64)
         if values.shape != (self._tree.capacity,):
             raise InvalidArgumentError(
@@ -373,10 +434,10 @@ class Prioritized(Sampler):
             )
         _check_state_values(state, values)
         self._tree.fill(values)
-        self._start[:] = np.asarray(state["start"], dtype=np.int64)
+        self._valid[:] = np.asarray(state["start"], dtype=np.int64) >= 0
         if len(self._priority):  # alpha == 0: raw priorities are state of their own
             raw = state.get("priority")
-            self._priority[:] = np.where(self._start >= 0, 1.0, 0.0) if raw is None else raw
+            self._priority[:] = np.where(self._valid, 1.0, 0.0) if raw is None else raw
         self._last_end = np.asarray(state["last_end"], dtype=np.int64).copy()
         self.max_priority = float(state["max_priority"])
         self.priority_exponent = float(state["priority_exponent"])

@@ -129,6 +129,7 @@ class Table:
         self.sampler = sampler if sampler is not None else Uniform()
         self.sampler.bind(self.index, sequence_length)
         self._sampler_tracks_writes = type(self.sampler).on_add is not Sampler.on_add
+        self._sampler_blocks = type(self.sampler).on_add_block is not Sampler.on_add_block
         # times each window (keyed by its first step) was drawn, time-major: a write to every
         # row clears one contiguous line, a draw reads the counts of slot * num_envs + row
         self.track_times_sampled = bool(track_times_sampled)
@@ -257,8 +258,9 @@ class Table:
 
     @property
     def block_writes(self) -> bool:
-        """Whether :meth:`insert_block` applies: the sampler does not track single writes."""
-        return not self._sampler_tracks_writes
+        """Whether :meth:`insert_block` applies: the sampler does not track single writes,
+        or it has a block hook (``Sampler.on_add_block``)."""
+        return not self._sampler_tracks_writes or self._sampler_blocks
 
     def insert_block(
         self, rows: np.ndarray | None, slots: np.ndarray, count: int, is_last: np.ndarray | None
@@ -275,6 +277,8 @@ class Table:
         self._clock += count
         self.inserts += count * (self.num_envs if rows is None else len(rows))
         self.index.advance_block(rows, count, is_last)
+        if self._sampler_tracks_writes:
+            self.sampler.on_add_block(rows, count, is_last)
         if self.waiters:
             self.cond.notify_all()
 
