@@ -95,9 +95,10 @@ def serve(
     address = init_ray(ray_address)
     client = _start(config, checkpoint_dir, detach)
     tables = ", ".join(
-        f"{t} ({b.capacity:,} steps, {b.num_envs} envs)" for t, b in config.tables.items()
+        f"{t} ({b.capacity:,} steps, {b.num_envs} envs, {config.num_shards[t]} shard(s))"
+        for t, b in config.tables.items()
     )
-    click.echo(f"serving {tables} as {config.num_shards} shard(s) each")
+    click.echo(f"serving {tables}")
     click.echo(f"ray address: {address}")
     click.echo(f"service name: {config.name}")
     token_auth = os.environ.get("RAY_AUTH_MODE", "").lower() == "token"  # set by ray.init

@@ -14,7 +14,7 @@ A file has an optional ``[service]`` table and one ``[tables.<name>]`` per table
     num_envs = 16             # rows (envs of all writers together)
     sequence_length = 2       # optional: fixed window length (needed by Prioritized)
     max_times_sampled = 0     # optional: 0 = no limit
-    num_shards = 1            # optional; every table must have the same
+    num_shards = 1            # optional; this table's shards (default: service.num_shards)
 
     [tables.replay.spec]      # leaves {shape, dtype}; sub-tables nest
     observation = { shape = [4], dtype = "float32" }
@@ -66,7 +66,7 @@ class ServiceConfig:
 
     name: str
     tables: dict[str, ReplayBuffer]
-    num_shards: int
+    num_shards: dict[str, int]
     placement: str
     max_restarts: int
     lease_timeout_s: float
@@ -192,19 +192,14 @@ def parse_service_config(doc: dict[str, Any]) -> ServiceConfig:
     for table_name, value in tables.items():
         built[table_name], count = _table(f"tables.{table_name}", value)
         shards[table_name] = default_shards if count is None else count
-    if len(set(shards.values())) > 1:
-        raise ConfigError(
-            f"every table of one service must have the same `num_shards`; got {shards}. "
-            "Set one `service.num_shards`, or serve the tables from separate files."
-        )
-    num_shards = next(iter(shards.values()))
     for table_name, buf in built.items():
-        if buf.num_envs % num_shards:
+        if buf.num_envs % shards[table_name]:
             raise ConfigError(
-                f"`tables.{table_name}.num_envs` must be a multiple of num_shards={num_shards} "
-                f"(each shard holds num_envs / num_shards rows); got {buf.num_envs}."
+                f"`tables.{table_name}.num_envs` must be a multiple of num_shards="
+                f"{shards[table_name]} (each shard holds num_envs / num_shards rows); got "
+                f"{buf.num_envs}."
             )
-    return ServiceConfig(name, built, num_shards, placement, max_restarts, float(lease))
+    return ServiceConfig(name, built, shards, placement, max_restarts, float(lease))
 
 
 def load_service_config(path: str | Path) -> ServiceConfig:

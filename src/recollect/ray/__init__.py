@@ -6,9 +6,10 @@ capacity split evenly) that Ray places, optionally one per node
 (``placement="spread"``). The client is the one of the in-process
 :class:`~recollect.service.Server`; sampling over shards is exact.
 
-Example::
+Start or join Ray first (``ray.init(...)``; these functions never start one,
+so where Ray listens stays the caller's choice). Example::
 
-    ray.init()
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False)
     client = recollect.ray.serve({"replay": buf}, num_shards=4, name="apex")
     # in any process of the cluster:
     client = recollect.ray.connect("apex")
@@ -23,7 +24,7 @@ from typing import Any
 import ray
 
 from recollect.buffers import ReplayBuffer
-from recollect.errors import InvalidArgumentError
+from recollect.errors import InvalidArgumentError, StateError
 from recollect.ray.actor import NAMESPACE, Directory, RayEndpoint, ShardActor
 from recollect.service import Client
 from recollect.service.server import check_tables
@@ -54,9 +55,30 @@ def _strategy(placement: Any, shard: int) -> Any:
     return placement
 
 
+def _require_ray() -> None:
+    if not ray.is_initialized():
+        raise StateError(
+            "Ray is not initialized in this process: call ray.init(address=...) to join a "
+            "cluster, or ray.init(address='local', _node_ip_address='127.0.0.1') for a "
+            "loopback-only one, before serve() or connect()."
+        )
+
+
+def _shard_counts(num_shards: Any, tables: dict[str, ReplayBuffer]) -> dict[str, int]:
+    if isinstance(num_shards, dict):
+        unknown = set(num_shards) - set(tables)
+        if unknown or set(tables) - set(num_shards):
+            raise InvalidArgumentError(
+                f"`num_shards` as a dict needs one count per table {sorted(tables)}; got keys "
+                f"{sorted(num_shards)}."
+            )
+        return dict(num_shards)
+    return dict.fromkeys(tables, num_shards)
+
+
 def serve(
     tables: dict[str, ReplayBuffer],
-    num_shards: int = 1,
+    num_shards: int | dict[str, int] = 1,
     name: str | None = None,
     placement: Any = None,
     *,
@@ -73,7 +95,8 @@ def serve(
             capacity, num_envs, sampler, rate limiter, ``max_times_sampled``)
             is what is served; the buffer must be empty (to serve stored data,
             checkpoint it and pass ``checkpoint_dir``).
-        num_shards: actors per table; ``num_envs`` must be a multiple of it.
+        num_shards: actors per table (an int for every table, or ``{table: int}``);
+            ``num_envs`` must be a multiple of it.
         name: the service's name for :func:`connect` (default: a unique one,
             in ``client.name``).
         placement: None (Ray decides), ``"spread"`` (shard ``k`` on the
@@ -93,6 +116,7 @@ def serve(
     Raises:
         InvalidArgumentError: bad tables or arguments, a non-empty buffer, or a
             name already in use.
+        StateError: Ray is not initialized in this process.
     """
     tables = check_tables(tables)
     if max_restarts < 0 and max_restarts != -1:
@@ -104,12 +128,12 @@ def serve(
                 "the buffer's configuration. Checkpoint the data (client.checkpoint) and start "
                 "with checkpoint_dir=... to serve stored steps."
             )
+    shards = _shard_counts(num_shards, tables)
     configs = {
-        table: [shard_config(buf.config(), num_shards, k, table) for k in range(num_shards)]
+        table: [shard_config(buf.config(), shards[table], k, table) for k in range(shards[table])]
         for table, buf in tables.items()
     }
-    if not ray.is_initialized():
-        ray.init()
+    _require_ray()
     name = name or f"service-{uuid.uuid4().hex[:8]}"
     try:
         ray.get_actor(name, namespace=NAMESPACE)
@@ -158,8 +182,7 @@ def connect(name: str, *, rng: Any = None) -> Client:
     Raises:
         InvalidArgumentError: no service of that name runs in this Ray cluster.
     """
-    if not ray.is_initialized():
-        ray.init()
+    _require_ray()
     try:
         directory = ray.get_actor(name, namespace=NAMESPACE)
     except ValueError as err:

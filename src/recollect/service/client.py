@@ -37,6 +37,10 @@ __all__ = ["Client", "TableHandle", "merge_infos"]
 #: name of the service manifest in a checkpoint directory
 MANIFEST = "service.json"
 
+#: seconds a client waits for a shard beyond the rate-limiter ``timeout`` it passed, so
+#: the shard's own RateLimiterTimeout arrives before the transport gives up
+TRANSPORT_GRACE_S = 30.0
+
 
 class Client:
     """Writes to, samples from and manages served tables (same API in-process and on Ray).
@@ -66,8 +70,9 @@ class Client:
         self.checkpoint_dir = checkpoint_dir
         self._rng = np.random.default_rng(rng)
         self._rng_lock = threading.Lock()
-        self._next_shard = collections.Counter()
+        self._next_shard: dict[str, int] = {}
         self._updates: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+        self._updates_lock = threading.Lock()  # sample/update_priorities from several threads
         self._closed = False
         self._on_close = on_close
         self._describe: dict[str, ShardDescription] = {}
@@ -140,8 +145,9 @@ class Client:
         """
         endpoints = self._endpoints(table)
         spec = self.data_spec(table)
-        start = self._next_shard[table]
-        self._next_shard[table] += 1
+        # round-robin from a per-process start: one writer per process spreads over shards
+        start = self._next_shard.get(table, os.getpid())
+        self._next_shard[table] = start + 1
         error: Exception | None = None
         for k in range(len(endpoints)):
             endpoint = endpoints[(start + k) % len(endpoints)]
@@ -206,8 +212,9 @@ class Client:
             raise InvalidArgumentError(
                 f"`batch_size` must be an int >= 1; got batch_size={batch_size!r}."
             )
+        wait = None if timeout is None else timeout + TRANSPORT_GRACE_S
         handles = [e.submit("sampling_weight", num_steps) for e in endpoints]
-        weights = np.array([_gather(endpoints, handles, timeout)], np.float64).reshape(-1, 2)
+        weights = np.array([_gather(endpoints, handles, wait)], np.float64).reshape(-1, 2)
         weight, sizes = weights[:, 0], weights[:, 1]
         total = float(weight.sum())
         with self._rng_lock:
@@ -221,7 +228,7 @@ class Client:
             endpoints[s].submit("sample", int(counts[s]), num_steps, timeout, options)
             for s in parts
         ]
-        results = _gather([endpoints[s] for s in parts], handles, timeout)
+        results = _gather([endpoints[s] for s in parts], handles, wait)
         return self._merge(table, parts, results, weight, sizes, options)
 
     def _merge(
@@ -310,20 +317,21 @@ class Client:
         if wait:
             skipped = sum(int(e.result(h)) for e, h in handles)
             return skipped + int(len(ids) - sum(len(i) for _, i, _ in routed))
-        pending = self._updates[table]
-        pending.extend(handles)
-        while len(pending) > 64:  # bounded: settle the oldest
-            e, h = pending.popleft()
+        with self._updates_lock:
+            pending = self._updates[table]
+            pending.extend(handles)
+            oldest = [pending.popleft() for _ in range(max(len(pending) - 64, 0))]
+        for e, h in oldest:  # bounded: settle the oldest
             e.result(h)
         return None
 
     def _raise_failed_updates(self, table: str) -> None:
-        pending = self._updates.get(table)
-        while pending:
-            e, h = pending[0]
-            if not e.done(h):
-                return
-            pending.popleft()
+        while True:
+            with self._updates_lock:
+                pending = self._updates.get(table)
+                if not pending or not pending[0][0].done(pending[0][1]):
+                    return
+                e, h = pending.popleft()
             e.result(h)
 
     def flush(self, table: str | None = None) -> None:
@@ -333,9 +341,12 @@ class Client:
             What a shard raised for one of them.
         """
         for name in [table] if table is not None else list(self._updates):
-            pending = self._updates.get(name)
-            while pending:
-                e, h = pending.popleft()
+            with self._updates_lock:
+                pending = self._updates.get(name)
+                handles = list(pending or ())
+                if pending:
+                    pending.clear()
+            for e, h in handles:
                 e.result(h)
 
     # -- management ----------------------------------------------------------------
