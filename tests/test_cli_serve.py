@@ -28,7 +28,7 @@ def test_example_file_builds_every_table_with_its_sampler_and_limiter():
     config = load_service_config(EXAMPLE)
     assert (
         config.name == "apex"
-        and config.num_shards == {"replay": 1}
+        and config.num_shards == {"replay": 1, "frames": 1}
         and config.placement == "default"
     )
     replay, frames = config.tables["replay"], config.tables["frames"]

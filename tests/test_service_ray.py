@@ -151,7 +151,7 @@ def test_bad_input_over_ray_fails_as_on_a_local_buffer() -> None:
             ),
             (
                 lambda: local.extend(block, rows=[0, 1]),
-                lambda: endpoint.result(endpoint.submit("extend", 1, block, None)),
+                lambda: endpoint.result(endpoint.submit("extend", writer.lease_id, block, None)),
             ),
         ]:
             with pytest.raises(Exception) as want:

@@ -13,7 +13,7 @@ import ray
 from ray import exceptions as ray_errors
 
 from recollect.buffers import ReplayBuffer
-from recollect.errors import ShardUnavailableError
+from recollect.errors import ShardUnavailableError, StateError
 from recollect.service.endpoint import Raised
 from recollect.service.shard import open_shard
 
@@ -60,6 +60,7 @@ class ShardActor:
         self._turns: dict[int, int] = {}  # lease id -> number of its next extend
         self._turn_taken = asyncio.Condition()
         self._pool = concurrent.futures.ThreadPoolExecutor(64, thread_name_prefix="shard-wait")
+        self._turn_timeout = max(float(lease_timeout), 1.0)  # a chunk waits this for the one before
 
     async def call(self, method: str, args: bytes, seq: int | None = None) -> bytes:
         """``Shard.<method>(*args)`` with ``args`` and the result pickled (see
@@ -86,8 +87,19 @@ class ShardActor:
     async def _extend_in_turn(self, lease_id: int, seq: int | None, call: Any) -> Any:
         """Runs ``call`` on the insert thread after the lease's earlier extends were queued."""
         if seq is not None and lease_id in self._turns:
-            async with self._turn_taken:
-                await self._turn_taken.wait_for(lambda: self._turns.get(lease_id, seq) == seq)
+            try:
+                async with self._turn_taken:
+                    await asyncio.wait_for(
+                        self._turn_taken.wait_for(lambda: self._turns.get(lease_id, seq) == seq),
+                        self._turn_timeout,
+                    )
+            except TimeoutError:
+                raise StateError(
+                    f"table {self.shard.table!r} shard {self.shard.index}: chunk {seq} of writer "
+                    f"lease {lease_id} waited {self._turn_timeout:g} s for chunk "
+                    f"{self._turns.get(lease_id)} of that lease, which never arrived; the "
+                    "writer's earlier chunks were lost. Open a new writer."
+                ) from None
         stored = asyncio.get_running_loop().run_in_executor(self._inserts, call)
         if seq is not None and lease_id in self._turns:
             await self._take_turn(lease_id, seq + 1)

@@ -19,8 +19,8 @@ server calls them directly, a Ray actor wraps them.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
+import secrets
 import socket
 import threading
 import time
@@ -41,7 +41,8 @@ class Lease:
     """Rows reserved by one writer.
 
     Attributes:
-        lease_id: positive int, unique in the shard's lifetime.
+        lease_id: positive int below 2**62, drawn at random, so an id from
+            before a restart of the shard never names a lease after it.
         rows: int64 ``[k]`` the leased rows.
         host: host name of the writer's process.
         pid: process id of the writer.
@@ -122,7 +123,6 @@ class Shard:
         self._counters = np.zeros(2, np.int64) if counters is None else counters
         self._owner = np.zeros(buffer.num_envs, np.int64)  # lease id of each row, 0: free
         self._leases: dict[int, Lease] = {}
-        self._lease_ids = itertools.count(1)
         self._lock = threading.Lock()
 
     # -- description --------------------------------------------------------
@@ -169,11 +169,17 @@ class Shard:
                     "writers, ask for fewer rows, or serve the table with more num_envs."
                 )
             rows = free[:num_envs].astype(np.int64)
-            lease_id = next(self._lease_ids)
+            lease_id = self._new_lease_id()
             self._owner[rows] = lease_id
             self._leases[lease_id] = Lease(lease_id, rows, host, int(pid), time.monotonic())
         self.buffer.table.end_episodes(rows)
         return lease_id, rows
+
+    def _new_lease_id(self) -> int:
+        while True:  # random, not counted: a restarted shard must not reuse an old writer's id
+            lease_id = secrets.randbits(62) + 1
+            if lease_id not in self._leases:
+                return lease_id
 
     def _reclaim(self) -> None:
         now = time.monotonic()

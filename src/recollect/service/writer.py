@@ -45,6 +45,7 @@ class Writer:
         table: the table's name.
         shard: the shard the rows are on.
         rows: int64 ``[num_envs]`` the leased rows of that shard.
+        lease_id: the shard's id of this writer's lease (what each ``extend`` names).
     """
 
     def __init__(
@@ -71,13 +72,13 @@ class Writer:
         lease = endpoint.result(
             endpoint.submit("reserve", num_envs, socket.gethostname(), os.getpid())
         )
-        self._lease_id, self.rows = lease
+        self.lease_id, self.rows = lease
         self._in_flight: collections.deque = collections.deque()
         self._chunk: list[np.ndarray] = []
         self._pos = 0
         self._closed = False
         self._new_chunk()
-        self._finalizer = weakref.finalize(self, _release, endpoint, self._lease_id)
+        self._finalizer = weakref.finalize(self, _release, endpoint, self.lease_id)
 
     def _new_chunk(self) -> None:
         shape = (self.num_envs, self.chunk_length)
@@ -153,7 +154,7 @@ class Writer:
         self._new_chunk()
         while len(self._in_flight) >= self.max_in_flight:
             self._endpoint.result(self._in_flight.popleft())
-        self._in_flight.append(self._endpoint.submit("extend", self._lease_id, steps, self.timeout))
+        self._in_flight.append(self._endpoint.submit("extend", self.lease_id, steps, self.timeout))
 
     def flush(self, timeout: float | None = None) -> None:
         """Sends the steps added so far and waits until the shard stored all of them.
@@ -180,7 +181,7 @@ class Writer:
         finally:
             self._closed = True
             self._finalizer.detach()
-            _release(self._endpoint, self._lease_id)
+            _release(self._endpoint, self.lease_id)
 
     def __enter__(self) -> Writer:
         return self
