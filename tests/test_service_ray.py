@@ -19,6 +19,7 @@ from recollect.errors import (
     ShardUnavailableError,
     StateError,
 )
+from recollect.ids import decode
 
 ray = pytest.importorskip("ray")
 rc_ray = pytest.importorskip("recollect.ray")
@@ -291,5 +292,31 @@ def test_serve_refuses_what_it_cannot_serve() -> None:
     try:
         with pytest.raises(InvalidArgumentError, match="already runs"):
             rc_ray.serve({"t": rc.ReplayBuffer(SPEC, 8, 2)}, name="twice")
+    finally:
+        client.close()
+
+
+def test_datasets_read_a_table_sharded_on_ray() -> None:
+    torch = pytest.importorskip("torch")
+    from recollect.torch import ReplayDataset
+
+    buf = rc.ReplayBuffer(SPEC, 4 * 32, 4, sampler=rc.Prioritized(), sequence_length=2)
+    client = rc_ray.serve({"t": buf}, num_shards=2, name="datasets")
+    try:
+        for k in range(2):
+            with client.writer("t", 2) as w:
+                for s in range(10):
+                    w.add_batch(step(k, s, 2))
+        handle = client.table("t")
+        dataset = ReplayDataset(handle, batch_size=32, max_in_flight=3)
+        shards = set()
+        for (data, info), _ in zip(dataset, range(8), strict=False):
+            assert data["seq"].shape == (32, 2) and data["seq"].dtype == torch.int64
+            np.testing.assert_array_equal(np.diff(data["seq"].numpy(), axis=1), 1)
+            np.testing.assert_array_equal(data["writer"][:, 0], data["writer"][:, 1])
+            shards.update(decode(info.ids.numpy())[0].tolist())
+            handle.update_priorities(info.ids.numpy(), np.full(32, 2.0))
+        assert len(shards) == 2  # one dataset, batches drawn over both shards
+        dataset.close()
     finally:
         client.close()

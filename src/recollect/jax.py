@@ -32,10 +32,9 @@ import numpy as np
 from recollect.buffers.sample import BufferInfo, Sample
 from recollect.prefetch import (
     Prefetcher,
-    buffer_closed,
+    SampleSource,
     check_prefetch,
     check_threads,
-    draw_concurrent,
 )
 
 __all__ = ["ReplayIterator", "as_iterator"]
@@ -131,8 +130,8 @@ class _Placer:
         return jax.device_put(x, self.device, may_alias=True)
 
 
-def _draw(buffer: Any, batch_size: int, num_steps: int | None, place: _Placer) -> Callable[[], Any]:
-    return functools.partial(_finish, draw_concurrent(buffer, batch_size, num_steps), place)
+def _draw(source: SampleSource, place: _Placer) -> Callable[[], Any]:
+    return functools.partial(_finish, source.draw(), place)
 
 
 def _finish(gather: Callable[[], Any], place: _Placer) -> Any:
@@ -162,16 +161,20 @@ class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
         prefetch: int,
         device: Any,
         num_threads: int = 1,
+        max_in_flight: int = 2,
     ) -> None:
         self.buffer = buffer
         self.batch_size = batch_size
         self.num_steps = num_steps
         self.device = device
+        prefetch, num_threads = check_prefetch(prefetch), check_threads(num_threads)
+        source = SampleSource(buffer, batch_size, num_steps, max_in_flight)
         self._prefetcher = Prefetcher(
-            functools.partial(_draw, buffer, batch_size, num_steps, _Placer(device)),
-            check_prefetch(prefetch),
-            functools.partial(buffer_closed, buffer),
-            check_threads(num_threads),
+            functools.partial(_draw, source, _Placer(device)),
+            prefetch,
+            source.closed,
+            num_threads,
+            on_close=source.close,
         )
 
     def __next__(self) -> tuple[Any, BufferInfo]:
@@ -201,6 +204,7 @@ def as_iterator(
     *,
     device: Any = None,
     num_threads: int = 1,
+    max_in_flight: int = 2,
 ) -> ReplayIterator:
     """An endless iterator of ``(data, BufferInfo)`` with ``jax.Array`` data leaves.
 
@@ -221,8 +225,14 @@ def as_iterator(
     closed (``buffer.closed``); sampling errors such as
     :class:`~recollect.errors.NotEnoughDataError` are raised by ``next()``.
 
+    A served table's handle (``client.table(name)`` of a
+    :class:`~recollect.service.Client`) works as a buffer: up to
+    ``max_in_flight`` sample requests stay outstanding; iteration ends when
+    the client is closed.
+
     Args:
-        buffer: a :class:`~recollect.ReplayBuffer` (or anything with ``sample``).
+        buffer: a :class:`~recollect.ReplayBuffer` (or anything with
+            ``sample``), or a :class:`~recollect.service.TableHandle`.
         batch_size: windows per batch, >= 1.
         num_steps: window length, or None for single steps.
         prefetch: batches kept ready on the device, >= 1.
@@ -233,12 +243,17 @@ def as_iterator(
             one itself rather than wait (see
             :class:`~recollect.prefetch.Prefetcher`); more threads pay only
             with more idle cores.
+        max_in_flight: sample requests kept outstanding to a served table,
+            >= 1 (Reverb's ``max_in_flight_samples_per_worker``); a local
+            buffer ignores it.
 
     Raises:
-        InvalidArgumentError: ``prefetch`` or ``num_threads`` < 1.
+        InvalidArgumentError: ``prefetch``, ``num_threads`` or ``max_in_flight`` < 1.
 
     Example:
         >>> with as_iterator(buf, batch_size=32, num_steps=2) as it:
         ...     data, info = next(it)
     """
-    return ReplayIterator(buffer, batch_size, num_steps, prefetch, device, num_threads)
+    return ReplayIterator(
+        buffer, batch_size, num_steps, prefetch, device, num_threads, max_in_flight
+    )

@@ -30,11 +30,15 @@ from typing import Any
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import Sample
 from recollect.errors import InvalidArgumentError, RateLimiterTimeout, StateError
+from recollect.service.client import TableHandle
+from recollect.service.stream import SampleStream
 from recollect.specs import FlatSpec
 
 __all__ = [
     "Prefetcher",
+    "SampleSource",
     "buffer_closed",
+    "check_max_in_flight",
     "check_prefetch",
     "check_threads",
     "draw_concurrent",
@@ -79,6 +83,79 @@ def check_threads(num_threads: Any) -> int:
             f"`num_threads` must be an int >= 1 (producer threads); got {num_threads!r}."
         )
     return num_threads
+
+
+def check_max_in_flight(max_in_flight: Any) -> int:
+    """Validates a number of outstanding sample requests (int >= 1)."""
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+        raise InvalidArgumentError(
+            f"`max_in_flight` must be an int >= 1 (sample requests outstanding); got "
+            f"max_in_flight={max_in_flight!r}."
+        )
+    return max_in_flight
+
+
+class SampleSource:
+    """Where an adapter's batches come from: a local buffer or a served table.
+
+    For a :class:`~recollect.ReplayBuffer` (or anything with ``sample``),
+    :meth:`draw` is :func:`draw_concurrent`. For a served table's
+    :class:`~recollect.service.TableHandle` (``client.table(name)``) it takes
+    the next batch of a :class:`~recollect.service.SampleStream`, which keeps
+    ``max_in_flight`` sample requests outstanding (Reverb's
+    ``max_in_flight_samples_per_worker``); the batch is ready when ``finish``
+    runs. Draws must not run concurrently (a :class:`Prefetcher` runs them one
+    at a time); ``finish`` may.
+
+    Args:
+        buffer: a ReplayBuffer, anything with ``sample``, or a TableHandle.
+        batch_size: windows per batch.
+        num_steps: window length, or None.
+        max_in_flight: outstanding requests to a served table, >= 1 (a local
+            buffer ignores it).
+
+    Raises:
+        InvalidArgumentError: ``max_in_flight`` < 1.
+    """
+
+    def __init__(
+        self, buffer: Any, batch_size: int, num_steps: int | None, max_in_flight: int = 2
+    ) -> None:
+        self.buffer = buffer
+        self.batch_size = batch_size
+        self.num_steps = num_steps
+        self.max_in_flight = check_max_in_flight(max_in_flight)
+        self._stream: SampleStream | None = None
+        if isinstance(buffer, TableHandle):
+            self._stream = SampleStream(
+                buffer, batch_size, num_steps, max_in_flight=self.max_in_flight
+            )
+
+    @property
+    def served(self) -> bool:
+        """Whether the batches come from a served table."""
+        return self._stream is not None
+
+    def draw(self) -> Callable[[], Any]:
+        """Draws a batch now; returns ``finish()``, which returns it (as :func:`draw_concurrent`).
+
+        Raises:
+            StopIteration: the stream of a served table was closed.
+            Any error of the sample (e.g. NotEnoughDataError), with its type.
+        """
+        if self._stream is None:
+            return draw_concurrent(self.buffer, self.batch_size, self.num_steps)
+        sample = next(self._stream)
+        return lambda: sample
+
+    def closed(self) -> bool:
+        """Whether the buffer (or the served table's client) says it is closed."""
+        return buffer_closed(self.buffer)
+
+    def close(self) -> None:
+        """Stops issuing sample requests to a served table (idempotent)."""
+        if self._stream is not None:
+            self._stream.close()
 
 
 def draw_concurrent(buffer: Any, batch_size: int, num_steps: int | None) -> Callable[[], Any]:
@@ -222,6 +299,8 @@ class Prefetcher(Iterator[Any]):
     Iteration ends when :meth:`close` is called (from any thread) or when
     ``should_stop()`` becomes true; an exception raised by ``draw`` or
     ``finish`` is re-raised by ``__next__`` (in order) and ends the iteration.
+    ``on_close()`` runs when the prefetcher is closed or collected (e.g.
+    :meth:`SampleSource.close`).
     """
 
     def __init__(
@@ -230,8 +309,10 @@ class Prefetcher(Iterator[Any]):
         depth: int,
         should_stop: Callable[[], bool],
         threads: int = 1,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self._pipeline = _Pipeline(draw, depth, should_stop)
+        self._on_close = on_close
         self._done = False
         # The threads hold no reference to this object, so an abandoned iterator is
         # garbage collected and its __del__ stops them.
@@ -263,13 +344,17 @@ class Prefetcher(Iterator[Any]):
             if item is _END:
                 break
             if isinstance(item, _Raised):
-                self._done = True
-                p.stop.set()  # the producers stop too
+                self._end()  # the producers stop too
                 raise item.error
             return item
-        self._done = True
-        p.stop.set()
+        self._end()
         raise StopIteration
+
+    def _end(self) -> None:
+        self._done = True
+        self._pipeline.stop.set()
+        if self._on_close is not None:
+            self._on_close()
 
     @property
     def closed(self) -> bool:
@@ -283,9 +368,13 @@ class Prefetcher(Iterator[Any]):
         with p.cond:
             p.ready.clear()
             p.cond.notify_all()
+        if self._on_close is not None:
+            self._on_close()
         for worker in self._workers:
             if worker is not threading.current_thread():
                 worker.join(timeout_s)
 
     def __del__(self) -> None:
         self._pipeline.stop.set()
+        if getattr(self, "_on_close", None) is not None:
+            self._on_close()

@@ -48,7 +48,15 @@ from recollect import errors
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError, NotEnoughDataError, StateError
-from recollect.prefetch import buffer_closed, flat_spec_of, outer_shape, sample_concurrent
+from recollect.prefetch import (
+    SampleSource,
+    buffer_closed,
+    check_max_in_flight,
+    flat_spec_of,
+    outer_shape,
+    sample_concurrent,
+)
+from recollect.service.client import TableHandle
 
 try:  # the eager fast path builds on TensorFlow internals; without them the pipeline serves
     from recollect import _tf_eager
@@ -97,7 +105,7 @@ def check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
 
 def _time_steps(buffer: Any, num_steps: int | None) -> int | None:
     """The time axis length of the elements: ``num_steps``, or a fixed ``sequence_length`` > 1."""
-    if num_steps is None and isinstance(buffer, ReplayBuffer):
+    if num_steps is None and isinstance(buffer, ReplayBuffer | TableHandle):
         fixed = buffer.sequence_length
         return fixed if fixed is not None and fixed > 1 else None
     return num_steps
@@ -176,12 +184,23 @@ def as_dataset(
     num_steps: int | None = None,
     num_parallel_calls: int | None = None,
     single_deterministic_pass: bool = False,
+    *,
+    max_in_flight: int = 2,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(items, BufferInfo(ids, probabilities))`` sampled from ``buffer``.
 
+    A served table's handle (``client.table(name)`` of a
+    :class:`~recollect.service.Client`) works as a buffer in sampling mode:
+    each iterator keeps up to ``max_in_flight`` sample requests outstanding
+    (a ``Dataset.from_generator`` over a
+    :class:`~recollect.service.SampleStream`; one request per element, or per
+    ``SERVED_ITEMS`` single windows when ``sample_batch_size`` is None) and
+    ends when the client is closed.
+
     Args:
         buffer: a :class:`~recollect.ReplayBuffer` (sampling mode also accepts
-            anything with ``sample`` and ``data_spec``).
+            anything with ``sample`` and ``data_spec``, and a
+            :class:`~recollect.service.TableHandle`).
         sample_batch_size: windows per element; None gives single windows
             without a batch axis.
         num_steps: window length; None gives single steps without a time
@@ -196,6 +215,9 @@ def as_dataset(
             row, instead of sampling forever. The last batch may be smaller,
             so the batch axis of the ``element_spec`` is None in this mode and
             ``probabilities`` is ``1 / number of windows``.
+        max_in_flight: sample requests kept outstanding to a served table,
+            >= 1 (Reverb's ``max_in_flight_samples_per_worker``); a local
+            buffer ignores it.
 
     Returns:
         The dataset; its ``element_spec`` gives the exact shapes and dtypes.
@@ -210,9 +232,12 @@ def as_dataset(
             were overwritten or cleared before they were read.
     """
     check_args(buffer, sample_batch_size, num_steps)
+    check_max_in_flight(max_in_flight)
     num_steps = _time_steps(buffer, num_steps)  # sampled alike; gives the static shape
     if single_deterministic_pass:
         return _deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
+    if isinstance(buffer, TableHandle):
+        return _served_dataset(buffer, sample_batch_size, num_steps, max_in_flight)
     chunk = _chunk_size(buffer, sample_batch_size, num_steps)
     sample = make_sample_fn(
         buffer, sample_batch_size, num_steps, stop_when_closed=True, chunk=chunk
@@ -223,6 +248,47 @@ def as_dataset(
     if _tf_eager is None:
         return dataset
     return _tf_eager.SampledDataset(dataset, buffer, sample_batch_size, num_steps)
+
+
+#: Single windows fetched per request when a served table's dataset has no batch axis.
+SERVED_ITEMS = 64
+
+
+def _served_dataset(
+    table: TableHandle, sample_batch_size: int | None, num_steps: int | None, max_in_flight: int
+) -> tf.data.Dataset:
+    """Batches of a served table through a SampleStream per iterator (see :func:`as_dataset`)."""
+    flat = flat_spec_of(table)
+    outer = outer_shape(sample_batch_size or SERVED_ITEMS, num_steps)
+    batch = outer[:1]
+    signature = (
+        flat.unflatten(
+            [
+                tf.TensorSpec([*outer, *shape], tf.as_dtype(dtype))
+                for shape, dtype in zip(flat.shapes, flat.dtypes, strict=True)
+            ]
+        ),
+        BufferInfo(tf.TensorSpec(batch, tf.int64), tf.TensorSpec(batch, tf.float64)),
+    )
+
+    def batches() -> Any:
+        source = SampleSource(table, outer[0], num_steps, max_in_flight)
+        try:
+            while not source.closed():
+                try:
+                    sample = source.draw()()
+                except StopIteration:
+                    return
+                except StateError:
+                    if source.closed():  # the client was closed: the dataset ends
+                        return
+                    raise
+                yield sample.data, BufferInfo(sample.ids, sample.probabilities)
+        finally:
+            source.close()
+
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
+    return dataset.unbatch() if sample_batch_size is None else dataset
 
 
 def map_element(dataset: tf.data.Dataset, fn: Callable[..., Any]) -> tf.data.Dataset:

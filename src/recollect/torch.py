@@ -26,10 +26,10 @@ from recollect.buffers.sample import BufferInfo, Sample
 from recollect.errors import InvalidArgumentError
 from recollect.prefetch import (
     Prefetcher,
-    buffer_closed,
+    SampleSource,
+    check_max_in_flight,
     check_prefetch,
     check_threads,
-    draw_concurrent,
 )
 
 __all__ = ["ReplayDataset", "as_tensors"]
@@ -95,8 +95,14 @@ class ReplayDataset(torch.utils.data.IterableDataset):
     worker would sample its own frozen copy of the buffer, yielding the same
     batches as the other workers and never any new data.
 
+    A served table's handle (``client.table(name)`` of a
+    :class:`~recollect.service.Client`) works as a buffer: up to
+    ``max_in_flight`` sample requests stay outstanding, so the service's round
+    trip overlaps training; iteration ends when the client is closed.
+
     Args:
-        buffer: a :class:`~recollect.ReplayBuffer` (or anything with ``sample``).
+        buffer: a :class:`~recollect.ReplayBuffer` (or anything with
+            ``sample``), or a :class:`~recollect.service.TableHandle`.
         batch_size: windows per batch, >= 1.
         num_steps: window length, or None for single steps without a time axis.
         device: where tensors go (``"cpu"``, ``"cuda"``, ``torch.device``); None keeps CPU.
@@ -108,11 +114,15 @@ class ReplayDataset(torch.utils.data.IterableDataset):
             one itself rather than wait (see
             :class:`~recollect.prefetch.Prefetcher`); more threads pay only
             with more idle cores.
+        max_in_flight: sample requests kept outstanding to a served table,
+            >= 1 (Reverb's ``max_in_flight_samples_per_worker``); a local
+            buffer ignores it.
 
     Raises:
-        InvalidArgumentError: ``prefetch`` < 1 (bad ``batch_size``/``num_steps``
-            are raised by the first ``next()``); iterating it in a DataLoader
-            worker process (``num_workers > 0``).
+        InvalidArgumentError: ``prefetch``, ``num_threads`` or ``max_in_flight``
+            < 1 (bad ``batch_size``/``num_steps`` are raised by the first
+            ``next()``); iterating it in a DataLoader worker process
+            (``num_workers > 0``).
 
     Example:
         >>> loader = DataLoader(ReplayDataset(buf, batch_size=32, num_steps=2), batch_size=None)
@@ -128,6 +138,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         pin_memory: bool = False,
         prefetch: int = 2,
         num_threads: int = 1,
+        max_in_flight: int = 2,
     ) -> None:
         super().__init__()
         self.buffer = buffer
@@ -137,13 +148,12 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
         self.prefetch = check_prefetch(prefetch)
         self.num_threads = check_threads(num_threads)
+        self.max_in_flight = check_max_in_flight(max_in_flight)
         self._closed = threading.Event()
         self._prefetchers: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
 
-    def _draw(self) -> Callable[[], Any]:
-        return functools.partial(
-            self._finish, draw_concurrent(self.buffer, self.batch_size, self.num_steps)
-        )
+    def _draw(self, source: SampleSource) -> Callable[[], Any]:
+        return functools.partial(self._finish, source.draw())
 
     def _finish(self, gather: Callable[[], Any]) -> Any:
         s = gather()
@@ -152,8 +162,8 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         data = as_tensors(s.data, self.device, self.pin_memory)
         return data, BufferInfo(torch.from_numpy(s.ids), torch.from_numpy(s.probabilities))
 
-    def _should_stop(self) -> bool:
-        return self._closed.is_set() or buffer_closed(self.buffer)
+    def _should_stop(self, source: SampleSource) -> bool:
+        return self._closed.is_set() or source.closed()
 
     def __iter__(self) -> Iterator[tuple[Any, BufferInfo]]:
         worker = torch.utils.data.get_worker_info()
@@ -167,7 +177,14 @@ class ReplayDataset(torch.utils.data.IterableDataset):
             )
         if self._closed.is_set():
             return iter(())
-        prefetcher = Prefetcher(self._draw, self.prefetch, self._should_stop, self.num_threads)
+        source = SampleSource(self.buffer, self.batch_size, self.num_steps, self.max_in_flight)
+        prefetcher = Prefetcher(
+            functools.partial(self._draw, source),
+            self.prefetch,
+            functools.partial(self._should_stop, source),
+            self.num_threads,
+            on_close=source.close,
+        )
         self._prefetchers.add(prefetcher)  # weak: an abandoned iterator stops its thread
         return prefetcher
 

@@ -77,6 +77,11 @@ class Client:
         self._on_close = on_close
         self._describe: dict[str, ShardDescription] = {}
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (every call then raises StateError)."""
+        return self._closed
+
     # -- tables ---------------------------------------------------------------
     @property
     def tables(self) -> list[str]:
@@ -440,6 +445,16 @@ class TableHandle:
     def sequence_length(self) -> int | None:
         """The table's fixed window length, or None."""
         return self.client.describe(self.name).sequence_length
+
+    @property
+    def rate_limited(self) -> bool:
+        """Whether the table has a rate limiter (a sample may wait for inserts)."""
+        return self.client.describe(self.name).rate_limited
+
+    @property
+    def closed(self) -> bool:
+        """Whether the client is closed (the adapters' iterators then end)."""
+        return self.client.closed
 
     def sample(
         self,
