@@ -31,7 +31,7 @@ from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import Sample
 from recollect.errors import InvalidArgumentError, RateLimiterTimeout, StateError
 from recollect.service.client import TableHandle
-from recollect.service.stream import SampleStream
+from recollect.service.stream import SampleStream, check_max_in_flight
 from recollect.specs import FlatSpec
 
 __all__ = [
@@ -85,16 +85,6 @@ def check_threads(num_threads: Any) -> int:
     return num_threads
 
 
-def check_max_in_flight(max_in_flight: Any) -> int:
-    """Validates a number of outstanding sample requests (int >= 1)."""
-    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-        raise InvalidArgumentError(
-            f"`max_in_flight` must be an int >= 1 (sample requests outstanding); got "
-            f"max_in_flight={max_in_flight!r}."
-        )
-    return max_in_flight
-
-
 class SampleSource:
     """Where an adapter's batches come from: a local buffer or a served table.
 
@@ -130,11 +120,6 @@ class SampleSource:
             self._stream = SampleStream(
                 buffer, batch_size, num_steps, max_in_flight=self.max_in_flight
             )
-
-    @property
-    def served(self) -> bool:
-        """Whether the batches come from a served table."""
-        return self._stream is not None
 
     def draw(self) -> Callable[[], Any]:
         """Draws a batch now; returns ``finish()``, which returns it (as :func:`draw_concurrent`).

@@ -447,11 +447,6 @@ class TableHandle:
         return self.client.describe(self.name).sequence_length
 
     @property
-    def rate_limited(self) -> bool:
-        """Whether the table has a rate limiter (a sample may wait for inserts)."""
-        return self.client.describe(self.name).rate_limited
-
-    @property
     def closed(self) -> bool:
         """Whether the client is closed (the adapters' iterators then end)."""
         return self.client.closed

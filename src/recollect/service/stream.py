@@ -11,7 +11,21 @@ from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.service.client import TableHandle
 
-__all__ = ["SampleStream"]
+__all__ = ["SampleStream", "check_max_in_flight"]
+
+
+def check_max_in_flight(max_in_flight: Any) -> int:
+    """Validates a number of outstanding sample requests (int >= 1).
+
+    Raises:
+        InvalidArgumentError: not an int, or < 1.
+    """
+    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+        raise InvalidArgumentError(
+            f"`max_in_flight` must be an int >= 1 (sample requests outstanding); got "
+            f"max_in_flight={max_in_flight!r}."
+        )
+    return max_in_flight
 
 
 class SampleStream(Iterator[Sample]):
@@ -51,14 +65,8 @@ class SampleStream(Iterator[Sample]):
                 f"SampleStream reads a served table: pass client.table(name); got "
                 f"{type(table).__name__}."
             )
-        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int):
-            raise InvalidArgumentError(
-                f"`max_in_flight` must be an int >= 1; got {max_in_flight!r}."
-            )
-        if max_in_flight < 1:
-            raise InvalidArgumentError(f"`max_in_flight` must be an int >= 1; got {max_in_flight}.")
         self.table = table
-        self.max_in_flight = max_in_flight
+        self.max_in_flight = check_max_in_flight(max_in_flight)
         self._request = (batch_size, num_steps, timeout, options)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_in_flight, thread_name_prefix="recollect-sample"
