@@ -135,6 +135,8 @@ def test_connect_snippet_sets_the_auth_mode_before_importing_ray():
     assert 'ray.init(address="127.0.0.1:6379"' in lines[-2]
     assert lines[-1] == 'client = recollect.ray.connect("apex")'
     assert "RAY_AUTH_MODE" not in connect_snippet("a:1", "x", token_auth=False)
+    assert lines[-2].endswith('_node_ip_address="127.0.0.1")')  # a loopback cluster stays there
+    assert "_node_ip_address=None" in connect_snippet("10.0.0.2:6379", "x", token_auth=False)
 
 
 def test_scenario_file_is_valid():

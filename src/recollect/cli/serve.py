@@ -34,12 +34,12 @@ def connect_snippet(address: str, name: str, token_auth: bool) -> str:
     lines = ["import os"]
     if token_auth:  # before importing ray, which reads it at import
         lines.append('os.environ["RAY_AUTH_MODE"] = "token"  # token: ~/.ray/auth_token')
-    lines += [
-        "import ray",
-        "import recollect.ray",
-        f'ray.init(address="{address}", _node_ip_address=None)  # None: Ray finds this node\'s IP',
-        f'client = recollect.ray.connect("{name}")',
-    ]
+    if address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost"):  # a loopback cluster
+        init = f'ray.init(address="{address}", _node_ip_address="127.0.0.1")'
+    else:
+        init = f'ray.init(address="{address}", _node_ip_address=None)  # None: Ray finds the IP'
+    lines += ["import ray", "import recollect.ray", init]
+    lines.append(f'client = recollect.ray.connect("{name}")')
     return "\n".join(lines)
 
 

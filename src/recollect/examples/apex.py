@@ -20,7 +20,8 @@ env and step layout it reuses. Pieces:
 The rate limiter keeps ``samples / inserts`` near ``samples_per_insert``:
 actors block (their writers wait on the shard) when the learner falls
 behind, and the learner blocks when actors do, so the run behaves the same
-on 2 cores or 32. Ray must be initialised by the caller (``ray.init(...)``).
+on 2 cores or 32. Ray must be initialised by the caller, on one machine on
+loopback: ``ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False)``.
 Stopping and the kept network are as in :func:`recollect.examples.dqn.train`.
 """
 
