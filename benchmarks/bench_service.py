@@ -21,11 +21,13 @@ Figures (each the median over repeats of a timed window):
 
 * insert steps/s, writers alone ("alone") and while the learner samples
   ("with learner"); a writer's steps count once flushed.
-* sample transitions/s, uniform batch 256, learner alone; on Ray also with 4
-  requests in flight (4 sampling threads).
+* sample transitions/s, uniform batch 256, learner alone: ``client.sample`` one
+  request at a time, and a ``SampleStream`` (what the dataset adapters read:
+  ``--in-flight`` requests outstanding, ``--batches-per-request`` batches each).
 * PER learner steps/s: prioritized table (alpha 0.6, beta 0.4), one step =
-  sample 256 + ``update_priorities(256)`` (not waited for); on Ray also with 4
-  samples in flight (the update goes out as soon as its sample arrives).
+  sample 256 + ``update_priorities(256)`` (not waited for: the client holds
+  updates back and sends them along with its next sample request), one step at
+  a time and from a ``SampleStream`` as above.
 
 Ratios are to the local row of the same run, to issue 13's targets over Ray on
 one machine (insert >= 500k steps/s, sample >= 500k transitions/s, PER >= 1,000
@@ -33,7 +35,8 @@ steps/s) and to Reverb's figures on the same workload (insert 4.6k-7k steps/s,
 sample 42k-54k transitions/s, PER 30 steps/s; the upper end is used).
 
 Usage: ``python benchmarks/bench_service.py [--quick] [--repeats N]
-[--only local,embedded,ray1,ray4]``.
+[--only local,embedded,ray1,ray4] [--chunk-length 64] [--in-flight 2]
+[--batches-per-request 8,32]``.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from _common import Row, cycle, print_table
 from bench_core import W2_CAPACITY, W2_FIELDS, w2_steps
 
 WRITERS, ENVS, BATCH, BETA = 8, 8, 256, 0.4
-CHUNK, IN_FLIGHT = 64, 4
+CHUNK, IN_FLIGHT = 64, 4  # writers: steps per row per chunk, chunks in flight
 TARGETS = {"insert": 500_000, "sample": 500_000, "per": 1_000}
 REVERB = {"insert": (4_600, 7_000), "sample": (42_000, 54_000), "per": (30, 30)}
 LOOPBACK_ENV = "RECOLLECT_LOOPBACK_NS"
@@ -149,26 +152,11 @@ def loop_until(stop_at: float, fn: Callable[[], object]) -> tuple[int, float]:
     return n, time.time() - start
 
 
-def pipelined(sample: Callable[[], Any], depth: int, stop_at: float, then: Callable) -> tuple:
-    """Keeps ``depth`` ``sample()`` calls running on threads; ``then(result)`` on each, in order."""
-    with concurrent.futures.ThreadPoolExecutor(depth) as pool:
-        futures = collections.deque(pool.submit(sample) for _ in range(depth))
-        n, start = 0, time.time()
-        while time.time() < stop_at:
-            then(futures.popleft().result())
-            futures.append(pool.submit(sample))
-            n += 1
-        elapsed = time.time() - start
-        for f in futures:
-            f.result()
-    return n, elapsed
-
-
 class Setup:
     """One set-up: how to insert with 8 writers, and sample/PER clients."""
 
     name: str
-    learner_depths: tuple[int, ...] = (1,)
+    client: Any = None  # the service's client (None: the local buffer)
 
     def insert(self, table: str, start_at: float, stop_at: float, max_adds=None) -> float:
         """Steps/s of all writers together (sum of each writer's steps / its seconds)."""
@@ -258,8 +246,6 @@ class EmbeddedSetup(Setup):
 
 
 class RaySetup(Setup):
-    learner_depths = (1, 4)
-
     def __init__(self, writers: list, num_shards: int) -> None:
         import recollect.ray as rr
 
@@ -267,8 +253,6 @@ class RaySetup(Setup):
         self.service = f"bench-{num_shards}"
         self.writers = writers
         self.client = rr.serve(tables(), num_shards=num_shards, name=self.service)
-        # a second client for the PER updates: the sampling threads never touch its queue
-        self.updater = rr.connect(self.service)
 
     def insert(self, table: str, start_at: float, stop_at: float, max_adds=None) -> float:
         import ray
@@ -283,17 +267,16 @@ class RaySetup(Setup):
         return lambda: client.sample("uniform", BATCH)
 
     def per(self) -> tuple[Callable[[], Any], Callable[[Any], None]]:
-        client, updater, prios = self.client, self.updater, prio_pool()
+        client, prios = self.client, prio_pool()
         return (
             lambda: client.sample("per", BATCH, importance_sampling_exponent=BETA),
-            lambda s: updater.update_priorities("per", s.ids, prios()),
+            lambda s: client.update_priorities("per", s.ids, prios()),
         )
 
     def close(self) -> None:
         import ray
 
         ray.get([w.forget.remote(self.service) for w in self.writers])
-        self.updater.close()
         self.client.close()
 
 
@@ -325,45 +308,65 @@ def measure_setup(setup: Setup, args: argparse.Namespace) -> dict[str, float]:
             calls, secs = loop_until(start + window, sample)
             out["insert with learner"].append(ins.result())
             out["sample with writers"].append(calls * BATCH / secs)
-        for depth in setup.learner_depths:
-            stop = time.time() + window
-            if depth == 1:
-                calls, secs = loop_until(stop, sample)
-            else:
-                calls, secs = pipelined(sample, depth, stop, lambda s: None)
-            out[f"sample x{depth}"].append(calls * BATCH / secs)
-            stop = time.time() + window
-            if depth == 1:
-                calls, secs = loop_until(stop, lambda: per_update(per_sample()))
-            else:
-                calls, secs = pipelined(per_sample, depth, stop, per_update)
-            out[f"per x{depth}"].append(calls / secs)
+        calls, secs = loop_until(time.time() + window, sample)
+        out["sample x1"].append(calls * BATCH / secs)
+        calls, secs = loop_until(time.time() + window, lambda: per_update(per_sample()))
+        out["per x1"].append(calls / secs)
+        if setup.client is None:
+            continue
+        for k in args.per_request:
+            opts = {"max_in_flight": args.in_flight, "batches_per_request": k}
+            with rc.service.SampleStream(setup.client.table("uniform"), BATCH, **opts) as it:
+                next(it)
+                calls, secs = loop_until(time.time() + window, lambda it=it: next(it))
+            out[f"sample stream {k}"].append(calls * BATCH / secs)
+            handle = setup.client.table("per")
+            with rc.service.SampleStream(
+                handle, BATCH, importance_sampling_exponent=BETA, **opts
+            ) as it:
+                prios = prio_pool(2)
+                next(it)
+                calls, secs = loop_until(
+                    time.time() + window,
+                    lambda it=it, h=handle, p=prios: h.update_priorities(next(it).ids, p()),
+                )
+            out[f"per stream {k}"].append(calls / secs)
     return {k: statistics.median(v) for k, v in out.items()}
 
 
-def report(results: dict[str, dict[str, float]]) -> None:
+def report(results: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
     local = next(iter(results))
     groups = [
         ("insert, 8 writers x 8 envs (steps/s)", "insert", ["insert alone", "insert with learner"]),
         (
             "sample uniform 256 (transitions/s)",
             "sample",
-            ["sample x1", "sample x4", "sample with writers"],
+            [
+                "sample x1",
+                *[f"sample stream {k}" for k in args.per_request],
+                "sample with writers",
+            ],
         ),
         (
             "PER learner: sample 256 + update_priorities 256 (learner steps/s)",
             "per",
-            ["per x1", "per x4"],
+            ["per x1", *[f"per stream {k}" for k in args.per_request]],
         ),
     ]
     labels = {
         "insert alone": "writers alone",
         "insert with learner": "while the learner samples",
         "sample x1": "1 request at a time",
-        "sample x4": "4 requests in flight",
+        **{
+            f"sample stream {k}": f"SampleStream {args.in_flight} x {k} batches"
+            for k in args.per_request
+        },
         "sample with writers": "1 at a time, while 8 writers insert",
         "per x1": "1 step at a time",
-        "per x4": "4 samples in flight",
+        **{
+            f"per stream {k}": f"SampleStream {args.in_flight} x {k} batches"
+            for k in args.per_request
+        },
     }
     for title, kind, figures in groups:
         rows = []
@@ -386,8 +389,18 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--only", default="local,embedded,ray1,ray4")
     parser.add_argument("--chunk-length", type=int, default=CHUNK, help="steps per row per chunk")
+    parser.add_argument(
+        "--in-flight", type=int, default=2, help="SampleStream requests outstanding"
+    )
+    parser.add_argument(
+        "--batches-per-request",
+        dest="per_request",
+        default="8,32",
+        help="batches per SampleStream request (comma-separated: one row each)",
+    )
     args = parser.parse_args()
     CHUNK = args.chunk_length
+    args.per_request = [int(k) for k in str(args.per_request).split(",")]
     args.repeats = args.repeats or (1 if args.quick else 3)
     args.window_s = 2.0 if args.quick else 5.0
     args.fill = 200_000 if args.quick else W2_CAPACITY
@@ -395,7 +408,8 @@ def main() -> None:
     reexec_in_loopback()
     print(
         f"# loopback-only namespace: {only_loopback()}; {os.cpu_count()} cores; "
-        f"{args.repeats} repeat(s) of {args.window_s:g} s windows; chunks of {CHUNK} steps",
+        f"{args.repeats} repeat(s) of {args.window_s:g} s windows; chunks of {CHUNK} steps; "
+        f"streams: {args.in_flight} requests in flight x {args.per_request} batches",
         flush=True,
     )
     steps = w2_steps(np.random.default_rng(2), (ENVS,))
@@ -420,7 +434,7 @@ def main() -> None:
             + ", ".join(f"{k} {v:,.0f}" for k, v in results[setup.name].items()),
             flush=True,
         )
-    report(results)
+    report(results, args)
 
 
 def start_ray(steps: list) -> list:

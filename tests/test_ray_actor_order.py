@@ -1,11 +1,12 @@
 """The shard actor stores a writer's chunks in the order it sent them (no Ray session:
-``ShardActor.call`` is driven directly on an asyncio loop, in any arrival order)."""
+``ShardActor.call`` is driven directly from threads, as Ray's, in any arrival order)."""
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import os
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -31,44 +32,54 @@ def chunk(k: int) -> dict[str, np.ndarray]:
     return {"seq": seq, "obs": np.repeat(seq[..., None], 3, -1).astype(np.float32)}
 
 
-async def call(actor: ShardActor, method: str, *args, seq: int | None = None):
-    value = pickle.loads(await actor.call(method, pickle.dumps(args), seq))
-    return value
+def call(actor: ShardActor, method: str, *args, seq: int | None = None):
+    return pickle.loads(actor.call(method, pickle.dumps(args), seq))
+
+
+def arrive(actor: ShardActor, requests: list[tuple]) -> list[concurrent.futures.Future]:
+    """Runs each ``(method, *args, seq)`` on its own thread, started in this order."""
+    pool = concurrent.futures.ThreadPoolExecutor(len(requests))
+    futures = []
+    for method, *args, seq in requests:
+        futures.append(pool.submit(call, actor, method, *args, seq=seq))
+        time.sleep(0.01)  # arrives after the one before
+    pool.shutdown(wait=False)
+    return futures
 
 
 @pytest.mark.parametrize("arrival", [[3, 1, 0, 5, 2, 4], [5, 4, 3, 2, 1, 0]])
 def test_chunks_arriving_out_of_order_are_stored_in_sent_order(arrival: list[int]) -> None:
-    async def run() -> None:
-        actor = make_actor()
-        lease, rows = await call(actor, "reserve", ENVS, "host", os.getpid())
-        calls = [call(actor, "extend", lease, chunk(k), None, seq=k) for k in arrival]
-        written = await asyncio.wait_for(asyncio.gather(*calls), 10)
-        assert written == [ENVS * CHUNK] * len(arrival)
-        for row in rows:
-            stored = actor.shard.buffer.gather_row(int(row))
-            np.testing.assert_array_equal(stored["seq"], np.arange(len(arrival) * CHUNK))
-            np.testing.assert_array_equal(stored["obs"][:, 2], stored["seq"])
-
-    asyncio.run(run())
+    actor = make_actor()
+    lease, rows = call(actor, "reserve", ENVS, "host", os.getpid())
+    futures = arrive(actor, [("extend", lease, chunk(k), None, k) for k in arrival])
+    assert [f.result(10) for f in futures] == [ENVS * CHUNK] * len(arrival)
+    for row in rows:
+        stored = actor.shard.buffer.gather_row(int(row))
+        np.testing.assert_array_equal(stored["seq"], np.arange(len(arrival) * CHUNK))
+        np.testing.assert_array_equal(stored["obs"][:, 2], stored["seq"])
 
 
 def test_chunks_waiting_for_a_released_lease_fail_instead_of_hanging() -> None:
-    async def run() -> None:
-        actor = make_actor()
-        lease, _ = await call(actor, "reserve", ENVS, "host", os.getpid())
-        waiting = asyncio.ensure_future(call(actor, "extend", lease, chunk(1), None, seq=1))
-        await asyncio.sleep(0.05)
-        assert not waiting.done()  # chunk 0 has not arrived
-        await call(actor, "release", lease)
-        value = await asyncio.wait_for(waiting, 10)
-        assert type(value) is Raised and isinstance(value.error, StateError)
+    actor = make_actor()
+    lease, _ = call(actor, "reserve", ENVS, "host", os.getpid())
+    (waiting,) = arrive(actor, [("extend", lease, chunk(1), None, 1)])
+    time.sleep(0.05)
+    assert not waiting.done()  # chunk 0 has not arrived
+    call(actor, "release", lease)
+    value = waiting.result(10)
+    assert type(value) is Raised and isinstance(value.error, StateError)
 
-    asyncio.run(run())
+
+def test_a_chunk_whose_predecessor_never_comes_fails_after_the_turn_timeout() -> None:
+    spec = {"seq": rc.ArraySpec((), np.int64), "obs": rc.ArraySpec((3,), np.float32)}
+    actor = ShardActor("t", rc.ReplayBuffer(spec, 400, ENVS).config(), None, 0.2)
+    lease, _ = call(actor, "reserve", ENVS, "host", os.getpid())
+    value = call(actor, "extend", lease, chunk(2), None, seq=2)
+    assert type(value) is Raised and isinstance(value.error, StateError)
+    assert "waited 1 s for chunk 0" in str(value.error)
+    assert call(actor, "extend", lease, chunk(0), None, seq=0) == ENVS * CHUNK  # still in turn
 
 
 def test_extend_of_an_unknown_lease_fails_at_once() -> None:
-    async def run() -> None:
-        value = await asyncio.wait_for(call(make_actor(), "extend", 99, chunk(3), None, seq=3), 10)
-        assert type(value) is Raised and isinstance(value.error, StateError)
-
-    asyncio.run(run())
+    value = call(make_actor(), "extend", 99, chunk(3), None, seq=3)
+    assert type(value) is Raised and isinstance(value.error, StateError)

@@ -172,17 +172,55 @@ def _all_ids(server: Server, table: str) -> np.ndarray:
     return np.concatenate(out)
 
 
-def test_uniform_sampling_over_four_shards_is_uniform_over_all_steps() -> None:
+def _stored_leaf(server: Server, leaf: str):
+    """``stored(ids)``: the ``leaf`` of the steps ``ids`` name, read from the shards."""
+    rows = {}
+    for shard in server.shards["t"]:
+        buf = shard.buffer
+        for row in range(buf.num_envs):
+            rows[shard.index, row] = (buf.table.index.lo[row], buf.gather_row(row)[leaf])
+
+    def stored(ids: np.ndarray) -> np.ndarray:
+        shards, row_of, times = rc.ids.decode(ids)
+        out = []
+        for s, r, t in zip(shards.tolist(), row_of.tolist(), times.tolist(), strict=True):
+            lo, values = rows[s, r]
+            out.append(values[t - lo])
+        return np.stack(out)
+
+    return stored
+
+
+def _batches(client: rc.service.Client, per_request: int, total: int = 100, **kwargs) -> list:
+    """``total`` batches of 256 from table "t", ``per_request`` per request."""
+    if per_request == 1:
+        return [client.sample("t", 256, **kwargs) for _ in range(total)]
+    out = []
+    for _ in range(total // per_request):
+        batches = client.sample_batches("t", 256, per_request, **kwargs)
+        assert len(batches) == per_request
+        out += batches
+    return out
+
+
+# per_request 8: one request per shard for 8 batches; a rate limiter draws them one by one
+@pytest.mark.parametrize("per_request,limiter", [(1, None), (8, None), (8, rc.MinSize(1))])
+def test_uniform_sampling_over_four_shards_is_uniform_over_all_steps(
+    per_request: int, limiter
+) -> None:
     spec = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
-    server = Server({"t": rc.ReplayBuffer(spec, 8 * 64, 8)}, num_shards=4)
+    server = Server({"t": rc.ReplayBuffer(spec, 8 * 64, 8, rate_limiter=limiter)}, num_shards=4)
     client = server.client(rng=0)
     _fill_unevenly(client, "t", np.random.default_rng(1))
     universe = _all_ids(server, "t")
     assert len(universe) == 2 * (3 + 9 + 20 + 40)
+    stored = _stored_leaf(server, "obs")
     ids = []
-    for _ in range(100):
-        sample = client.sample("t", 256)
-        assert sample.table_size == len(universe)
+    for sample in _batches(client, per_request):
+        assert sample.table_size == len(universe) and sample.ids.shape == (256,)
+        assert sample.data["obs"].shape == (256, 3)
+        # each window holds the step its id names (the shards' parts were put in order right)
+        np.testing.assert_array_equal(sample.data["obs"], stored(sample.ids))
         np.testing.assert_allclose(sample.probabilities, 1 / len(universe))
         ids.append(sample.ids)
     counts = _counts(np.concatenate(ids), universe)
@@ -195,14 +233,16 @@ def test_uniform_sampling_over_four_shards_is_uniform_over_all_steps() -> None:
     assert not sample.data["is_last"][:, :-1].any()
 
 
-def test_prioritized_sampling_over_four_shards_follows_the_global_priorities() -> None:
+@pytest.mark.parametrize("per_request,limiter", [(1, None), (8, None), (8, rc.MinSize(1))])
+def test_prioritized_sampling_over_four_shards_follows_the_global_priorities(
+    per_request: int, limiter
+) -> None:
     alpha, beta, eps = 0.6, 0.4, 1e-3
     sampler = rc.Prioritized(
         priority_exponent=alpha, importance_sampling_exponent=beta, epsilon=eps
     )
-    server = Server(
-        {"t": rc.ReplayBuffer(SPEC, 8 * 64, 8, sampler=sampler, sequence_length=1)}, num_shards=4
-    )
+    buf = rc.ReplayBuffer(SPEC, 8 * 64, 8, sampler=sampler, sequence_length=1, rate_limiter=limiter)
+    server = Server({"t": buf}, num_shards=4)
     client = server.client(rng=0)
     _fill_unevenly(client, "t", np.random.default_rng(2))
     universe = _all_ids(server, "t")
@@ -211,8 +251,7 @@ def test_prioritized_sampling_over_four_shards_follows_the_global_priorities() -
     value = (priorities + eps) ** alpha
     expected = value / value.sum()
     ids = []
-    for _ in range(100):
-        sample = client.sample("t", 256)
+    for sample in _batches(client, per_request):
         k = np.searchsorted(universe, sample.ids, sorter=np.argsort(universe))
         position = np.argsort(universe)[k]
         np.testing.assert_allclose(sample.probabilities, expected[position], rtol=1e-9)
@@ -451,3 +490,95 @@ def test_a_sample_stream_keeps_requests_in_flight_and_raises_their_errors() -> N
     assert list(stream) == []
     with pytest.raises(InvalidArgumentError, match="served table"):
         rc.service.SampleStream(buf, 4)
+
+
+def _prioritized_server(num_shards: int) -> Server:
+    """A served prioritized table "t" (alpha 1, no epsilon), 4 steps on each of 4 rows."""
+    sampler = rc.Prioritized(priority_exponent=1.0, epsilon=0.0)
+    buf = rc.ReplayBuffer(SPEC, 64, 4, sampler=sampler, sequence_length=1)
+    server = Server({"t": buf}, num_shards=num_shards)
+    client = server.client()
+    writers = [client.writer("t", 4 // num_shards) for _ in range(num_shards)]
+    for writer in writers:
+        for i in range(4):
+            writer.add_batch(steps(i, 4 // num_shards))
+        writer.close()
+    return server
+
+
+def _total_priority(server: Server) -> float:
+    return sum(s.buffer.table.sampling_weight()[0] for s in server.shards["t"])
+
+
+def test_priority_updates_are_held_back_and_go_along_with_the_next_sample() -> None:
+    server = _prioritized_server(2)
+    client = server.client(rng=0)
+    ids = client.sample("t", 256).ids
+    target = ids[rc.ids.decode(ids)[0] == 1][0]  # a step of shard 1
+    total = _total_priority(server)
+    client.update_priorities("t", [target], [1e6])
+    assert _total_priority(server) == total  # held back on the client
+    sample = client.sample("t", 64)  # goes along (to shard 1), applied before the draw
+    assert _total_priority(server) == pytest.approx(total - 1 + 1e6)
+    assert (sample.ids == target).mean() > 0.9
+    # on their own: past max_unsent_updates ids of a shard, past max_update_delay_s, by flush
+    client.max_unsent_updates = 2
+    client.update_priorities("t", [target], [5.0])
+    assert _total_priority(server) == pytest.approx(total - 1 + 1e6)
+    client.update_priorities("t", [target], [6.0])  # 2 ids wait for shard 1: sent in order
+    assert _total_priority(server) == pytest.approx(total - 1 + 6.0)
+    client.max_unsent_updates, client.max_update_delay_s = 4096, 0.05
+    client.update_priorities("t", [target], [7.0])
+    time.sleep(0.06)
+    assert _total_priority(server) == pytest.approx(total - 1 + 6.0)
+    other = ids[rc.ids.decode(ids)[0] == 0][0]
+    client.update_priorities("t", [other], [3.0])  # the oldest waited too long: both go
+    assert _total_priority(server) == pytest.approx(total - 2 + 7.0 + 3.0)
+    client.max_update_delay_s = 60.0
+    client.update_priorities("t", [target], [8.0])
+    client.flush("t")
+    assert _total_priority(server) == pytest.approx(total - 2 + 8.0 + 3.0)
+    # wait=True sends what was held back first, then these, and counts only their skips
+    client.update_priorities("t", [target], [9.0])
+    assert client.update_priorities("t", [other], [4.0], wait=True) == 0
+    assert _total_priority(server) == pytest.approx(total - 2 + 9.0 + 4.0)
+    client.update_priorities("t", [target], [1.0])
+    client.close()  # close sends them
+    assert _total_priority(server) == pytest.approx(total - 2 + 1.0 + 4.0)
+
+
+def test_sample_batches_returns_what_the_rate_limiter_allowed_then_raises() -> None:
+    limiter = rc.SampleToInsertRatio(1.0, 1, error_buffer=(-8.0, 8.0))
+    buf = rc.ReplayBuffer(SPEC, 64, 2, rate_limiter=limiter)
+    client = Server({"t": buf}).client()
+    with client.writer("t", 2) as writer:
+        for i in range(4):
+            writer.add_batch(steps(i, 2))
+    batches = client.sample_batches("t", 4, 8, timeout=0.05)
+    assert 1 <= len(batches) < 8 and all(b.ids.shape == (4,) for b in batches)
+    assert buf.info().samples == 4 * len(batches)  # no batch drawn and dropped
+    with pytest.raises(RateLimiterTimeout):
+        client.sample_batches("t", 4, 8, timeout=0.05)
+    with pytest.raises(InvalidArgumentError, match="num_batches"):
+        client.sample_batches("t", 4, 0)
+
+
+def test_a_sample_stream_asks_for_batches_per_request() -> None:
+    buf = rc.ReplayBuffer(SPEC, 40, 2)
+    client = Server({"t": buf}).client()
+    with client.writer("t", 2) as writer:
+        for i in range(5):
+            writer.add_batch(steps(i, 2))
+    requests = []
+    handle = client.table("t")
+    sample_batches = handle.sample_batches
+    handle.sample_batches = lambda *a, **k: requests.append(a[1]) or sample_batches(*a, **k)
+    stream = rc.service.SampleStream(handle, 4, max_in_flight=2, batches_per_request=3)
+    batches = [next(stream) for _ in range(7)]
+    assert all(b.data["obs"].shape == (4, 3) and b.ids.shape == (4,) for b in batches)
+    assert len({b.ids.tobytes() for b in batches}) > 1  # distinct draws, not one batch again
+    stream.close()
+    assert set(requests) == {3} and 3 <= len(requests) <= 2 + 3
+    assert buf.info().samples == 4 * 3 * len(requests)
+    with pytest.raises(InvalidArgumentError, match="batches_per_request"):
+        rc.service.SampleStream(handle, 4, batches_per_request=0)

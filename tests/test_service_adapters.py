@@ -23,22 +23,25 @@ NUM_ENVS = 4
 
 
 class CountingHandle(TableHandle):
-    """A table handle that records the largest number of concurrent sample requests."""
+    """A table handle that records the largest number of concurrent sample requests
+    (``sample_batches``: what a SampleStream sends) and the batches each asked for."""
 
     def __init__(self, client: rc.service.Client, name: str, delay: float = 0.05) -> None:
         super().__init__(client, name)
         self.delay = delay
         self.active = self.most = self.calls = 0
+        self.batches: list[int] = []
         self._lock = threading.Lock()
 
-    def sample(self, *args, **kwargs):
+    def sample_batches(self, batch_size, num_batches, *args, **kwargs):
         with self._lock:
             self.active += 1
             self.calls += 1
             self.most = max(self.most, self.active)
+            self.batches.append(num_batches)
         try:
             time.sleep(self.delay)
-            return super().sample(*args, **kwargs)
+            return super().sample_batches(batch_size, num_batches, *args, **kwargs)
         finally:
             with self._lock:
                 self.active -= 1

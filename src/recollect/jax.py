@@ -162,13 +162,14 @@ class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
         device: Any,
         num_threads: int = 1,
         max_in_flight: int = 2,
+        batches_per_request: int = 1,
     ) -> None:
         self.buffer = buffer
         self.batch_size = batch_size
         self.num_steps = num_steps
         self.device = device
         prefetch, num_threads = check_prefetch(prefetch), check_threads(num_threads)
-        source = SampleSource(buffer, batch_size, num_steps, max_in_flight)
+        source = SampleSource(buffer, batch_size, num_steps, max_in_flight, batches_per_request)
         self._prefetcher = Prefetcher(
             functools.partial(_draw, source, _Placer(device)),
             prefetch,
@@ -205,6 +206,7 @@ def as_iterator(
     device: Any = None,
     num_threads: int = 1,
     max_in_flight: int = 2,
+    batches_per_request: int = 1,
 ) -> ReplayIterator:
     """An endless iterator of ``(data, BufferInfo)`` with ``jax.Array`` data leaves.
 
@@ -246,14 +248,27 @@ def as_iterator(
         max_in_flight: sample requests kept outstanding to a served table,
             >= 1 (Reverb's ``max_in_flight_samples_per_worker``); a local
             buffer ignores it.
+        batches_per_request: batches each request to a served table asks
+            for, >= 1: more spread the per-request cost (a Ray round trip)
+            over more batches, and draw a prioritized table's batches that many
+            steps ahead of its updates (see
+            :class:`~recollect.service.SampleStream`); a local buffer ignores it.
 
     Raises:
-        InvalidArgumentError: ``prefetch``, ``num_threads`` or ``max_in_flight`` < 1.
+        InvalidArgumentError: ``prefetch``, ``num_threads``, ``max_in_flight`` or
+            ``batches_per_request`` < 1.
 
     Example:
         >>> with as_iterator(buf, batch_size=32, num_steps=2) as it:
         ...     data, info = next(it)
     """
     return ReplayIterator(
-        buffer, batch_size, num_steps, prefetch, device, num_threads, max_in_flight
+        buffer,
+        batch_size,
+        num_steps,
+        prefetch,
+        device,
+        num_threads,
+        max_in_flight,
+        batches_per_request,
     )

@@ -31,13 +31,14 @@ from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import Sample
 from recollect.errors import InvalidArgumentError, RateLimiterTimeout, StateError
 from recollect.service.client import TableHandle
-from recollect.service.stream import SampleStream, check_max_in_flight
+from recollect.service.stream import SampleStream, check_batches_per_request, check_max_in_flight
 from recollect.specs import FlatSpec
 
 __all__ = [
     "Prefetcher",
     "SampleSource",
     "buffer_closed",
+    "check_batches_per_request",
     "check_max_in_flight",
     "check_prefetch",
     "check_threads",
@@ -103,22 +104,34 @@ class SampleSource:
         num_steps: window length, or None.
         max_in_flight: outstanding requests to a served table, >= 1 (a local
             buffer ignores it).
+        batches_per_request: batches each request to a served table asks
+            for, >= 1 (a local buffer ignores it).
 
     Raises:
-        InvalidArgumentError: ``max_in_flight`` < 1.
+        InvalidArgumentError: ``max_in_flight`` or ``batches_per_request`` < 1.
     """
 
     def __init__(
-        self, buffer: Any, batch_size: int, num_steps: int | None, max_in_flight: int = 2
+        self,
+        buffer: Any,
+        batch_size: int,
+        num_steps: int | None,
+        max_in_flight: int = 2,
+        batches_per_request: int = 1,
     ) -> None:
         self.buffer = buffer
         self.batch_size = batch_size
         self.num_steps = num_steps
         self.max_in_flight = check_max_in_flight(max_in_flight)
+        self.batches_per_request = check_batches_per_request(batches_per_request)
         self._stream: SampleStream | None = None
         if isinstance(buffer, TableHandle):
             self._stream = SampleStream(
-                buffer, batch_size, num_steps, max_in_flight=self.max_in_flight
+                buffer,
+                batch_size,
+                num_steps,
+                max_in_flight=self.max_in_flight,
+                batches_per_request=self.batches_per_request,
             )
 
     def draw(self) -> Callable[[], Any]:

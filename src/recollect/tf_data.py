@@ -51,6 +51,7 @@ from recollect.errors import InvalidArgumentError, NotEnoughDataError, StateErro
 from recollect.prefetch import (
     SampleSource,
     buffer_closed,
+    check_batches_per_request,
     check_max_in_flight,
     flat_spec_of,
     outer_shape,
@@ -186,6 +187,7 @@ def as_dataset(
     single_deterministic_pass: bool = False,
     *,
     max_in_flight: int = 2,
+    batches_per_request: int = 1,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(items, BufferInfo(ids, probabilities))`` sampled from ``buffer``.
 
@@ -218,6 +220,11 @@ def as_dataset(
         max_in_flight: sample requests kept outstanding to a served table,
             >= 1 (Reverb's ``max_in_flight_samples_per_worker``); a local
             buffer ignores it.
+        batches_per_request: batches each request to a served table asks
+            for, >= 1: more spread the per-request cost (a Ray round trip)
+            over more batches, and draw a prioritized table's batches that many
+            steps ahead of its updates (see
+            :class:`~recollect.service.SampleStream`); a local buffer ignores it.
 
     Returns:
         The dataset; its ``element_spec`` gives the exact shapes and dtypes.
@@ -233,11 +240,14 @@ def as_dataset(
     """
     check_args(buffer, sample_batch_size, num_steps)
     check_max_in_flight(max_in_flight)
+    check_batches_per_request(batches_per_request)
     num_steps = _time_steps(buffer, num_steps)  # sampled alike; gives the static shape
     if single_deterministic_pass:
         return _deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
     if isinstance(buffer, TableHandle):
-        return _served_dataset(buffer, sample_batch_size, num_steps, max_in_flight)
+        return _served_dataset(
+            buffer, sample_batch_size, num_steps, max_in_flight, batches_per_request
+        )
     chunk = _chunk_size(buffer, sample_batch_size, num_steps)
     sample = make_sample_fn(
         buffer, sample_batch_size, num_steps, stop_when_closed=True, chunk=chunk
@@ -255,7 +265,11 @@ SERVED_ITEMS = 64
 
 
 def _served_dataset(
-    table: TableHandle, sample_batch_size: int | None, num_steps: int | None, max_in_flight: int
+    table: TableHandle,
+    sample_batch_size: int | None,
+    num_steps: int | None,
+    max_in_flight: int,
+    batches_per_request: int,
 ) -> tf.data.Dataset:
     """Batches of a served table through a SampleStream per iterator (see :func:`as_dataset`)."""
     flat = flat_spec_of(table)
@@ -272,7 +286,7 @@ def _served_dataset(
     )
 
     def batches() -> Any:
-        source = SampleSource(table, outer[0], num_steps, max_in_flight)
+        source = SampleSource(table, outer[0], num_steps, max_in_flight, batches_per_request)
         try:
             while not source.closed():
                 try:

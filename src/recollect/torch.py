@@ -27,6 +27,7 @@ from recollect.errors import InvalidArgumentError
 from recollect.prefetch import (
     Prefetcher,
     SampleSource,
+    check_batches_per_request,
     check_max_in_flight,
     check_prefetch,
     check_threads,
@@ -117,10 +118,15 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         max_in_flight: sample requests kept outstanding to a served table,
             >= 1 (Reverb's ``max_in_flight_samples_per_worker``); a local
             buffer ignores it.
+        batches_per_request: batches each request to a served table asks
+            for, >= 1: more spread the per-request cost (a Ray round trip)
+            over more batches, and draw a prioritized table's batches that many
+            steps ahead of its updates (see
+            :class:`~recollect.service.SampleStream`); a local buffer ignores it.
 
     Raises:
-        InvalidArgumentError: ``prefetch``, ``num_threads`` or ``max_in_flight``
-            < 1 (bad ``batch_size``/``num_steps`` are raised by the first
+        InvalidArgumentError: ``prefetch``, ``num_threads``, ``max_in_flight`` or
+            ``batches_per_request`` < 1 (bad ``batch_size``/``num_steps`` are raised by the first
             ``next()``); iterating it in a DataLoader worker process
             (``num_workers > 0``).
 
@@ -139,6 +145,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         prefetch: int = 2,
         num_threads: int = 1,
         max_in_flight: int = 2,
+        batches_per_request: int = 1,
     ) -> None:
         super().__init__()
         self.buffer = buffer
@@ -149,6 +156,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         self.prefetch = check_prefetch(prefetch)
         self.num_threads = check_threads(num_threads)
         self.max_in_flight = check_max_in_flight(max_in_flight)
+        self.batches_per_request = check_batches_per_request(batches_per_request)
         self._closed = threading.Event()
         self._prefetchers: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
 
@@ -177,7 +185,13 @@ class ReplayDataset(torch.utils.data.IterableDataset):
             )
         if self._closed.is_set():
             return iter(())
-        source = SampleSource(self.buffer, self.batch_size, self.num_steps, self.max_in_flight)
+        source = SampleSource(
+            self.buffer,
+            self.batch_size,
+            self.num_steps,
+            self.max_in_flight,
+            self.batches_per_request,
+        )
         prefetcher = Prefetcher(
             functools.partial(self._draw, source),
             self.prefetch,

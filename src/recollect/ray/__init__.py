@@ -30,7 +30,11 @@ from recollect.service import Client
 from recollect.service.server import check_tables
 from recollect.service.split import shard_config
 
-__all__ = ["NAMESPACE", "connect", "serve", "shard_locations"]
+__all__ = ["NAMESPACE", "SHARD_THREADS", "connect", "serve", "shard_locations"]
+
+#: threads of a shard actor: calls it runs at once (rate-limited waits included); more
+#: wait in Ray's queue
+SHARD_THREADS = 256
 
 _ShardActor = ray.remote(ShardActor)
 _Directory = ray.remote(Directory)
@@ -155,7 +159,7 @@ def serve(
                 name=f"{name}/{table}/{k}",
                 namespace=NAMESPACE,
                 num_cpus=0,
-                max_concurrency=1000,
+                max_concurrency=SHARD_THREADS,
                 max_restarts=max_restarts,
                 lifetime=lifetime,
                 scheduling_strategy=_strategy(placement, k),

@@ -28,12 +28,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import optree
 
 from recollect.buffers import ReplayBuffer, Sample
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.table import TableInfo
 
-__all__ = ["Lease", "Shard", "ShardDescription", "open_shard"]
+__all__ = [
+    "Lease",
+    "PriorityUpdates",
+    "SampledBatches",
+    "Shard",
+    "ShardDescription",
+    "concatenate_samples",
+    "open_shard",
+]
+
+#: ``(ids, priorities)``: int64 and float64 ``[U]`` priority updates sent along with a request
+PriorityUpdates = tuple[np.ndarray, np.ndarray]
 
 
 @dataclasses.dataclass
@@ -68,6 +80,48 @@ class Lease:
         except PermissionError:
             return False
         return False
+
+
+@dataclasses.dataclass(frozen=True)
+class SampledBatches:
+    """What :meth:`Shard.sample_batches` returns: batches drawn one after another.
+
+    Attributes:
+        sample: the windows of every batch drawn, batch after batch, as one
+            :class:`~recollect.Sample` (``table_size`` of the last draw), or
+            None when no window was drawn.
+        weights: float64 ``[drawn]`` the shard's sampling weight at each
+            batch's draw (NaN where the batch had no window on this shard).
+        table_sizes: ``[drawn]`` the shard's ``table_size`` at each batch's draw.
+        error: the exception that stopped the request before its last batch, or None.
+    """
+
+    sample: Sample | None
+    weights: np.ndarray
+    table_sizes: np.ndarray
+    error: BaseException | None = None
+
+
+def concatenate_samples(samples: list[Sample]) -> Sample | None:
+    """One :class:`~recollect.Sample` of the rows of ``samples``, in order (None: none),
+    with the last one's ``table_size`` and no importance ``weights`` (they are per batch)."""
+    if not samples:
+        return None
+    if len(samples) == 1:
+        return samples[0]
+
+    def cat(values: list[Any]) -> np.ndarray | None:
+        return None if values[0] is None else np.concatenate(values)
+
+    return Sample(
+        optree.tree_map(lambda *xs: np.concatenate(xs), *[s.data for s in samples]),
+        cat([s.ids for s in samples]),
+        cat([s.probabilities for s in samples]),
+        None,
+        cat([s.priorities for s in samples]),
+        cat([s.times_sampled for s in samples]),
+        samples[-1].table_size,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,10 +193,6 @@ class Shard:
             importance_sampling_exponent=getattr(buf.sampler, "importance_sampling_exponent", None),
             rate_limited=buf.table.rate_limiter is not None,
         )
-
-    def may_block(self, method: str) -> bool:
-        """Whether ``method`` can wait on the rate limiter (then a host runs it off its loop)."""
-        return method in ("extend", "sample") and self.buffer.table.rate_limiter is not None
 
     # -- leases ---------------------------------------------------------------
     def reserve(self, num_envs: int, host: str, pid: int) -> tuple[int, np.ndarray]:
@@ -239,8 +289,12 @@ class Shard:
         return int(written)
 
     # -- sampling -------------------------------------------------------------
-    def sampling_weight(self, num_steps: int | None = None) -> tuple[float, int]:
-        """``(weight, table_size)`` of this shard (:meth:`Table.sampling_weight`)."""
+    def sampling_weight(
+        self, num_steps: int | None = None, updates: PriorityUpdates | None = None
+    ) -> tuple[float, int]:
+        """``(weight, table_size)`` of this shard (:meth:`Table.sampling_weight`), after
+        applying ``updates`` (priority updates a client sent along, see :meth:`sample_batches`)."""
+        self._apply(updates)
         return self.buffer.table.sampling_weight(num_steps)
 
     def sample(
@@ -265,6 +319,80 @@ class Shard:
             draw = buf.table.draw(batch_size, num_steps, timeout=timeout, **(options or {}))
             weight, _ = buf.table.sampling_weight(draw.num_steps)
             return buf.gather(draw), weight
+
+    def sample_batches(
+        self,
+        sizes: list[int],
+        num_steps: int | None = None,
+        timeout: float | None = None,
+        options: dict[str, Any] | None = None,
+        updates: PriorityUpdates | None = None,
+    ) -> SampledBatches:
+        """Applies ``updates``, then draws one batch of ``sizes[i]`` windows per entry.
+
+        Several batches in one request spread a transport's fixed cost per call
+        (a Ray round trip) over them. Without a rate limiter or
+        ``max_times_sampled`` the windows of all batches are drawn at once (draws
+        with replacement from one table state are independent, so consecutive
+        slices of one draw are batches drawn one after another); otherwise each
+        batch is drawn on its own, under the lock, waiting on the rate limiter
+        as one ``sample``, so writers go on between batches.
+
+        Args:
+            sizes: windows per batch (0: no window of that batch on this shard).
+            num_steps, options: as :meth:`sample`.
+            timeout: rate-limiter wait of the whole request (seconds, None: forever).
+            updates: ``(ids, priorities)``, int64 and float64 ``[U]``: priority
+                updates a client held back and sent along; applied first, so the
+                draws see them.
+
+        Returns:
+            :class:`SampledBatches`: the batches drawn, in order; fewer than
+            ``len(sizes)`` when a batch after the first failed (the rate
+            limiter's timeout ran out, say), with that batch's error.
+
+        Raises:
+            As ``ReplayBuffer.sample`` for the first batch drawn, and as
+            ``ReplayBuffer.update_priorities`` for ``updates`` (nothing is drawn).
+        """
+        self._apply(updates)
+        sizes = [int(n) for n in sizes]
+        table = self.buffer.table
+        if table.rate_limiter is None and not table.max_times_sampled:
+            if not sum(sizes):
+                return SampledBatches(None, np.full(len(sizes), np.nan), np.zeros(len(sizes)))
+            sample, weight = self.sample(sum(sizes), num_steps, timeout, options)
+            return SampledBatches(
+                sample, np.full(len(sizes), weight), np.full(len(sizes), sample.table_size)
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        samples: list[Sample] = []
+        weights: list[float] = []
+        table_sizes: list[int] = []
+        error: BaseException | None = None
+        for size in sizes:
+            if not size:  # no draw here: the client keeps the weight it queried
+                weights.append(np.nan)
+                table_sizes.append(0)
+                continue
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                sample, weight = self.sample(size, num_steps, wait, options)
+            except Exception as err:
+                if not samples:
+                    raise
+                error = err
+                break
+            samples.append(sample)
+            weights.append(weight)
+            table_sizes.append(sample.table_size)
+        return SampledBatches(
+            concatenate_samples(samples), np.array(weights), np.array(table_sizes), error
+        )
+
+    def _apply(self, updates: PriorityUpdates | None) -> None:
+        if updates is not None and len(updates[0]):
+            self.update_priorities(*updates)
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """``ReplayBuffer.update_priorities``; returns the ids skipped."""

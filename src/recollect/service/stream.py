@@ -11,7 +11,7 @@ from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.service.client import TableHandle
 
-__all__ = ["SampleStream", "check_max_in_flight"]
+__all__ = ["SampleStream", "check_batches_per_request", "check_max_in_flight"]
 
 
 def check_max_in_flight(max_in_flight: Any) -> int:
@@ -28,26 +28,51 @@ def check_max_in_flight(max_in_flight: Any) -> int:
     return max_in_flight
 
 
+def check_batches_per_request(batches_per_request: Any) -> int:
+    """Validates a number of batches per sample request (int >= 1).
+
+    Raises:
+        InvalidArgumentError: not an int, or < 1.
+    """
+    value = batches_per_request
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(
+            f"`batches_per_request` must be an int >= 1 (batches each sample request asks "
+            f"for); got batches_per_request={value!r}."
+        )
+    return value
+
+
 class SampleStream(Iterator[Sample]):
     """Samples ``batch_size`` windows of a served table per ``next()``, keeping up to
     ``max_in_flight`` sample requests outstanding (Reverb's
     ``max_in_flight_samples_per_worker``), so the learner overlaps the network
     round trip and the shard's work with its own step.
 
+    Each request asks for ``batches_per_request`` batches
+    (:meth:`Client.sample_batches <recollect.service.Client.sample_batches>`),
+    which spreads the transport's fixed cost per request (a Ray round trip,
+    about 1 ms) over them; priority updates the client held back go along.
+    Batches are drawn at most ``max_in_flight * batches_per_request`` batches
+    ahead of the one ``next()`` returns, so a prioritized table's updates reach
+    draws that much later.
+
     Requests run on ``max_in_flight`` threads; batches come back in request
     order. An error of a request (e.g. ``RateLimiterTimeout``) is raised by the
-    ``next()`` that would have returned its batch.
+    ``next()`` that would have returned its first batch.
 
     Args:
         table: a :class:`~recollect.service.TableHandle` (``client.table(name)``).
         batch_size: windows per batch.
         num_steps: window length (as ``ReplayBuffer.sample``).
         max_in_flight: outstanding requests, >= 1.
+        batches_per_request: batches each request asks for, >= 1.
         timeout: rate-limiter wait of each request (None: forever).
         **options: sampler options (``importance_sampling_exponent``).
 
     Raises:
-        InvalidArgumentError: not a table handle, or ``max_in_flight`` < 1.
+        InvalidArgumentError: not a table handle, or ``max_in_flight`` or
+            ``batches_per_request`` < 1.
     """
 
     def __init__(
@@ -57,6 +82,7 @@ class SampleStream(Iterator[Sample]):
         num_steps: int | None = None,
         *,
         max_in_flight: int = 2,
+        batches_per_request: int = 1,
         timeout: float | None = None,
         **options: Any,
     ) -> None:
@@ -67,7 +93,9 @@ class SampleStream(Iterator[Sample]):
             )
         self.table = table
         self.max_in_flight = check_max_in_flight(max_in_flight)
-        self._request = (batch_size, num_steps, timeout, options)
+        self.batches_per_request = check_batches_per_request(batches_per_request)
+        self._request = (batch_size, batches_per_request, num_steps, timeout, options)
+        self._ready: collections.deque[Sample] = collections.deque()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_in_flight, thread_name_prefix="recollect-sample"
         )
@@ -75,9 +103,11 @@ class SampleStream(Iterator[Sample]):
         self._closed = False
 
     def _submit(self) -> None:
-        batch_size, num_steps, timeout, options = self._request
+        batch_size, batches, num_steps, timeout, options = self._request
         self._pending.append(
-            self._pool.submit(self.table.sample, batch_size, num_steps, timeout, **options)
+            self._pool.submit(
+                self.table.sample_batches, batch_size, batches, num_steps, timeout, **options
+            )
         )
 
     def __iter__(self) -> SampleStream:
@@ -86,18 +116,21 @@ class SampleStream(Iterator[Sample]):
     def __next__(self) -> Sample:
         if self._closed:
             raise StopIteration
+        if self._ready:
+            return self._ready.popleft()
         while len(self._pending) < self.max_in_flight:
             self._submit()
         future = self._pending.popleft()
         try:
-            sample = future.result()
+            batches = future.result()
         except StateError:
             if self._closed:
                 raise StopIteration from None
             raise
         if not self._closed:
             self._submit()
-        return sample
+        self._ready.extend(batches[1:])
+        return batches[0]
 
     def close(self) -> None:
         """Stops issuing requests; outstanding ones finish in the background (idempotent)."""
@@ -106,6 +139,7 @@ class SampleStream(Iterator[Sample]):
             for future in self._pending:
                 future.cancel()
             self._pending.clear()
+            self._ready.clear()
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> SampleStream:
