@@ -561,6 +561,8 @@ def test_sample_batches_returns_what_the_rate_limiter_allowed_then_raises() -> N
         client.sample_batches("t", 4, 8, timeout=0.05)
     with pytest.raises(InvalidArgumentError, match="num_batches"):
         client.sample_batches("t", 4, 0)
+    with pytest.raises(InvalidArgumentError, match="1-D of one length"):  # checked before held
+        client.update_priorities("t", [1, 2], [1.0])
 
 
 def test_a_sample_stream_asks_for_batches_per_request() -> None:

@@ -402,14 +402,15 @@ class Client:
                 or ``update_priorities`` of this table (or :meth:`flush`).
 
         Raises:
-            InvalidArgumentError: ``ids`` and ``priorities`` differ in shape, or as
+            InvalidArgumentError: ``ids`` and ``priorities`` are not 1-D of one
+                length (held back or over several shards), or as
                 ``ReplayBuffer.update_priorities`` (the shard's error).
         """
         endpoints = self._endpoints(table)
         self._raise_failed_updates(table)
         ids = np.asarray(ids)
         priorities = np.asarray(priorities)
-        if len(endpoints) == 1:
+        if len(endpoints) == 1 and wait:  # the shard checks them, as a local buffer
             routed = [(0, ids, priorities)]
         else:
             if ids.shape != priorities.shape or ids.ndim != 1:
@@ -417,12 +418,15 @@ class Client:
                     f"`ids` and `priorities` must be 1-D of one length; got shapes {ids.shape} "
                     f"and {priorities.shape}."
                 )
-            shard, _, _ = id_layout.decode(ids.astype(np.int64, copy=False))
-            routed = [
-                (int(s), ids[shard == s], priorities[shard == s])
-                for s in np.unique(shard)
-                if 0 <= s < len(endpoints)
-            ]
+            if len(endpoints) == 1:
+                routed = [(0, ids, priorities)]
+            else:
+                shard, _, _ = id_layout.decode(ids.astype(np.int64, copy=False))
+                routed = [
+                    (int(s), ids[shard == s], priorities[shard == s])
+                    for s in np.unique(shard)
+                    if 0 <= s < len(endpoints)
+                ]
         if wait:  # held-back updates first, applied before these (their skips not counted)
             held = [(s, self._take_unsent(table, s)) for s in range(len(endpoints))]
             earlier = [
@@ -517,8 +521,11 @@ class Client:
         return merge_infos(infos)
 
     def reset(self, table: str) -> None:
-        """Forgets every stored step of ``table`` on every shard (Reverb ``reset``)."""
+        """Forgets every stored step of ``table`` on every shard (Reverb ``reset``), and the
+        priority updates of it this client held back."""
         endpoints = self._endpoints(table)
+        for shard in range(len(endpoints)):
+            self._take_unsent(table, shard)
         _gather(endpoints, [e.submit("reset") for e in endpoints], None)
 
     def checkpoint(self, directory: str | os.PathLike | None = None) -> Path:
