@@ -37,6 +37,7 @@ from recollect.service.shard import (
 )
 from recollect.service.writer import Writer
 from recollect.table import TableInfo
+from recollect.table.table import positive_int
 
 __all__ = ["Client", "TableHandle", "merge_infos"]
 
@@ -251,14 +252,12 @@ class Client:
         """
         endpoints = self._endpoints(table)
         self._raise_failed_updates(table)
-        for name, value in (("batch_size", batch_size), ("num_batches", num_batches)):
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise InvalidArgumentError(f"`{name}` must be an int >= 1; got {name}={value!r}.")
+        batch_size = positive_int("batch_size", batch_size)
+        k = positive_int("num_batches", num_batches)
         wait = None if timeout is None else timeout + TRANSPORT_GRACE_S
-        k = int(num_batches)
         if len(endpoints) == 1:
             endpoint = endpoints[0]
-            request = ([int(batch_size)] * k, num_steps, timeout, options)
+            request = ([batch_size] * k, num_steps, timeout, options)
             drawn = endpoint.result(
                 endpoint.submit("sample_batches", *request, self._take_unsent(table, 0)), wait
             )
