@@ -15,7 +15,10 @@ Each of four set-ups is measured in this one process run:
   learner in this process: the limit reference.
 * ``embedded``: ``rc.service.Server``, 8 writer threads x 8 envs.
 * ``ray 1 shard`` / ``ray 4 shards``: ``rc.ray.serve``; 8 writer actor
-  processes (``num_cpus=0``) that ``rc.ray.connect(name)``.
+  processes (``num_cpus=0``) that ``rc.ray.connect(name)``. Their chunks go over
+  each shard's Unix socket (``local_writes``, the default on one node).
+* ``ray 1 shard, chunks as Ray calls``: ``serve(..., local_writes=False)``,
+  insert figures only: the path writers on other nodes take.
 
 Figures (each the median over repeats of a timed window):
 
@@ -35,7 +38,7 @@ steps/s) and to Reverb's figures on the same workload (insert 4.6k-7k steps/s,
 sample 42k-54k transitions/s, PER 30 steps/s; the upper end is used).
 
 Usage: ``python benchmarks/bench_service.py [--quick] [--repeats N]
-[--only local,embedded,ray1,ray4] [--chunk-length 64] [--in-flight 2]
+[--only local,embedded,ray1,ray4,ray1-calls] [--chunk-length 64] [--in-flight 2]
 [--batches-per-request 8,32]``.
 """
 
@@ -157,6 +160,7 @@ class Setup:
 
     name: str
     client: Any = None  # the service's client (None: the local buffer)
+    insert_only = False  # measure the insert figures only
 
     def insert(self, table: str, start_at: float, stop_at: float, max_adds=None) -> float:
         """Steps/s of all writers together (sum of each writer's steps / its seconds)."""
@@ -246,13 +250,19 @@ class EmbeddedSetup(Setup):
 
 
 class RaySetup(Setup):
-    def __init__(self, writers: list, num_shards: int) -> None:
+    def __init__(self, writers: list, num_shards: int, local_writes: bool = True) -> None:
         import recollect.ray as rr
 
-        self.name = f"ray {num_shards} shard{'s' * (num_shards > 1)} (8 writer processes)"
+        self.name = f"ray {num_shards} shard{'s' * (num_shards > 1)}"
         self.service = f"bench-{num_shards}"
+        if not local_writes:  # the insert path before chunk sockets, for comparison
+            self.name += ", chunks as Ray calls"
+            self.service += "-calls"
+            self.insert_only = True
         self.writers = writers
-        self.client = rr.serve(tables(), num_shards=num_shards, name=self.service)
+        self.client = rr.serve(
+            tables(), num_shards=num_shards, name=self.service, local_writes=local_writes
+        )
 
     def insert(self, table: str, start_at: float, stop_at: float, max_adds=None) -> float:
         import ray
@@ -286,6 +296,11 @@ def measure_setup(setup: Setup, args: argparse.Namespace) -> dict[str, float]:
     window = args.window_s
     out: dict[str, list[float]] = collections.defaultdict(list)
     fill_adds = args.fill // (WRITERS * ENVS) if not isinstance(setup, LocalSetup) else None
+    if setup.insert_only:
+        for _ in range(args.repeats):
+            start = time.time() + 0.3
+            out["insert alone"].append(setup.insert("uniform", start, start + window))
+        return {k: statistics.median(v) for k, v in out.items()}
     t0 = time.time()
     if isinstance(setup, LocalSetup):
         setup.insert("per", time.time(), float("inf"), args.fill // ENVS)
@@ -387,7 +402,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 repeat of 2 s windows, 200k fill")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--only", default="local,embedded,ray1,ray4")
+    parser.add_argument("--only", default="local,embedded,ray1,ray4,ray1-calls")
     parser.add_argument("--chunk-length", type=int, default=CHUNK, help="steps per row per chunk")
     parser.add_argument(
         "--in-flight", type=int, default=2, help="SampleStream requests outstanding"
@@ -418,9 +433,10 @@ def main() -> None:
         ("local", lambda: LocalSetup(steps)),
         ("embedded", lambda: EmbeddedSetup(steps)),
     ]
-    if "ray1" in only or "ray4" in only:
+    if {"ray1", "ray4", "ray1-calls"} & set(only):
         writers = start_ray(steps)
         makers += [(f"ray{n}", lambda n=n: RaySetup(writers, n)) for n in (1, 4)]
+        makers.append(("ray1-calls", lambda: RaySetup(writers, 1, local_writes=False)))
     for key, make in makers:
         if key not in only:
             continue

@@ -12,6 +12,7 @@ import recollect as rc
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 rc_ray = pytest.importorskip("recollect.ray")
+from recollect.ray.actor import ChunkCall  # noqa: E402
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32)}
 
@@ -49,6 +50,14 @@ def test_spread_shards_land_on_different_nodes_and_sample_as_one_table(cluster) 
             with client.writer("t", 2) as writer:
                 for _ in range(int(value) * 4):
                     writer.add_batch({"obs": np.full((2, 3), value, np.float32)})
+        # a writer on a shard's node sends chunks over its socket; to the other node, Ray calls
+        here = ray.get_runtime_context().get_node_id()
+        for writer in [client.writer("t", 1) for _ in range(2)]:
+            endpoint = client.endpoints("t")[writer.shard]
+            handle = endpoint.submit("extend", writer.lease_id, {"obs": np.ones((1, 0, 3))}, None)
+            assert (type(handle) is ChunkCall) is (where[writer.shard]["node_id"] == here)
+            assert endpoint.result(handle) == 0
+            writer.close()
         sample = client.sample("t", 4000)
         assert sample.table_size == 2 * 4 + 2 * 8
         share = float(np.mean(sample.data["obs"][:, 0] == 2.0))

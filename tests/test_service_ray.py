@@ -5,6 +5,8 @@ One loopback-only Ray session serves the whole module (``ray_session``).
 
 from __future__ import annotations
 
+import os
+import pickle
 import threading
 import time
 
@@ -23,6 +25,7 @@ from recollect.ids import decode
 
 ray = pytest.importorskip("ray")
 rc_ray = pytest.importorskip("recollect.ray")
+from recollect.ray.actor import ChunkCall  # noqa: E402
 
 P_MIN = 1e-4
 SPEC = {
@@ -120,11 +123,14 @@ def test_prioritized_weights_come_from_global_probabilities() -> None:
         client.close()
 
 
-def test_bad_input_over_ray_fails_as_on_a_local_buffer() -> None:
+@pytest.mark.parametrize("local_writes", [True, False], ids=["socket", "ray-calls"])
+def test_bad_input_over_ray_fails_as_on_a_local_buffer(local_writes: bool) -> None:
     sampler = rc.Prioritized()
     local = rc.ReplayBuffer(SPEC, 16, 2, sampler=rc.Prioritized(), sequence_length=1)
     client = rc_ray.serve(
-        {"t": rc.ReplayBuffer(SPEC, 16, 2, sampler=sampler, sequence_length=1)}, name="bad"
+        {"t": rc.ReplayBuffer(SPEC, 16, 2, sampler=sampler, sequence_length=1)},
+        name=f"bad-{local_writes}",
+        local_writes=local_writes,
     )
     try:
         writer = client.writer("t", 2)
@@ -160,6 +166,13 @@ def test_bad_input_over_ray_fails_as_on_a_local_buffer() -> None:
             with pytest.raises(Exception) as got:
                 call_served()
             assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
+        # a writer's chunks go over the shard's socket on its node, unless told otherwise
+        handle = endpoint.submit("extend", writer.lease_id, block, None)
+        assert (type(handle) is ChunkCall) is local_writes
+        with pytest.raises(type(want.value)):
+            endpoint.result(handle)
+        copy = pickle.loads(pickle.dumps(endpoint))  # its sockets stay in this process
+        assert copy.result(copy.submit("info")).num_stored == 2
         assert client.info("t").num_stored == 2
     finally:
         client.close()
@@ -187,11 +200,15 @@ def test_a_blocked_sample_waits_on_the_shard_without_blocking_other_calls() -> N
         client.close()
 
 
-def test_a_killed_writer_process_keeps_what_it_flushed_and_frees_its_rows() -> None:
+@pytest.mark.parametrize("local_writes", [True, False], ids=["socket", "ray-calls"])
+def test_a_killed_writer_process_keeps_what_it_flushed_and_frees_its_rows(
+    local_writes: bool,
+) -> None:
     buf = rc.ReplayBuffer(SPEC, 2 * 64, 2, sequence_length=2)
-    client = rc_ray.serve({"t": buf}, name="writers", rng=0)
+    name = f"writers-{local_writes}"
+    client = rc_ray.serve({"t": buf}, name=name, rng=0, local_writes=local_writes)
     try:
-        first = WriterProcess.remote("writers", "t", 2, 1)
+        first = WriterProcess.remote(name, "t", 2, 1)
         assert ray.get(first.rows.remote()) == (0, [0, 1])
         assert ray.get(first.write.remote(6, True)) == 6  # flushed: 6 steps per row
         ray.get(first.write.remote(5, False))  # one chunk of 4 in flight, 1 step pending
@@ -199,7 +216,7 @@ def test_a_killed_writer_process_keeps_what_it_flushed_and_frees_its_rows() -> N
         deadline = time.monotonic() + 15
         while True:  # the shard sees the process gone once it exited
             try:
-                second = WriterProcess.remote("writers", "t", 2, 2)
+                second = WriterProcess.remote(name, "t", 2, 2)
                 assert ray.get(second.rows.remote()) == (0, [0, 1])
                 break
             except ray.exceptions.RayError:
@@ -219,18 +236,38 @@ def test_a_killed_writer_process_keeps_what_it_flushed_and_frees_its_rows() -> N
         client.close()
 
 
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_a_killed_shard_raises_shard_unavailable_within_5_seconds() -> None:
     buf = rc.ReplayBuffer(SPEC, 8 * 16, 8)
     client = rc_ray.serve({"t": buf}, num_shards=2, name="killed")
     try:
-        with client.writer("t", 4) as w:
+        writers = [client.writer("t", 4, chunk_length=1) for _ in range(2)]
+        for w in writers:
             w.add_batch(step(0, 0, 4))
+            w.flush()
+        pid = rc_ray.shard_locations(client, "t")[1]["pid"]
         ray.kill(client.endpoints("t")[1].actor, no_restart=True)
         start = time.monotonic()
         with pytest.raises(ShardUnavailableError, match="table 't' shard 1"):
             for _ in range(100):
                 client.sample("t", 8)
                 client.info("t")
+        assert time.monotonic() - start < 5.0
+        while process_alive(pid):  # ray.kill returns before the process is gone
+            assert time.monotonic() - start < 5.0
+            time.sleep(0.01)
+        start = time.monotonic()
+        on_killed = next(w for w in writers if w.shard == 1)
+        with pytest.raises(ShardUnavailableError, match="table 't' shard 1"):
+            on_killed.add_batch(step(0, 1, 4))  # its socket died with the shard
+            on_killed.flush()
         assert time.monotonic() - start < 5.0
     finally:
         client.close()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import pickle
 import threading
+import time
 from typing import Any
 
 import ray
@@ -12,10 +15,11 @@ from ray import exceptions as ray_errors
 
 from recollect.buffers import ReplayBuffer
 from recollect.errors import ShardUnavailableError, StateError
+from recollect.service.channel import TRANSPORT_ERRORS, ChunkChannel, ChunkListener
 from recollect.service.endpoint import Raised
 from recollect.service.shard import open_shard
 
-__all__ = ["RayEndpoint", "ShardActor"]
+__all__ = ["ChunkCall", "RayEndpoint", "ShardActor"]
 
 #: Ray namespace of every recollect actor (names: "<service>", "<service>/<table>/<k>")
 NAMESPACE = "recollect"
@@ -33,7 +37,10 @@ class ShardActor:
     row). Each ``extend`` carries its number in its lease (set by
     :class:`RayEndpoint`), and waits until the chunk before it was stored.
     Exceptions come back as :class:`Raised` values, so the client raises the
-    shard's own error (type and message).
+    shard's own error (type and message). With ``local_writes``, writers on the
+    actor's node send their chunks over its
+    :class:`~recollect.service.channel.ChunkListener` instead (a connection's
+    chunks are stored in the order sent; no Ray call per chunk).
 
     Args:
         table: the table's name.
@@ -41,6 +48,8 @@ class ShardActor:
         checkpoint_dir: where the shard restores from (on a restart too) and
             keeps its insert counters, or None.
         lease_timeout: as :class:`~recollect.service.Server`.
+        local_writes: open a :class:`~recollect.service.channel.ChunkListener`,
+            so writers on this node send their chunks over a Unix socket.
     """
 
     def __init__(
@@ -49,11 +58,13 @@ class ShardActor:
         config: dict[str, Any],
         checkpoint_dir: str | None,
         lease_timeout: float,
+        local_writes: bool = False,
     ) -> None:
         buffer = ReplayBuffer.from_config(config)
         self.shard = open_shard(
             table, buffer, checkpoint_dir=checkpoint_dir, lease_timeout=lease_timeout
         )
+        self.listener = ChunkListener(self.shard) if local_writes else None
         self._turns: dict[int, int] = {}  # lease id -> number of its next extend
         self._turn_taken = threading.Condition()
         self._turn_timeout = max(float(lease_timeout), 1.0)  # a chunk waits this for the one before
@@ -110,6 +121,17 @@ class ShardActor:
         """``{"node_id", "pid"}`` of the actor's process."""
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
+    def chunk_listener(self) -> dict[str, Any] | None:
+        """``{"node_id", "address", "token"}`` of the actor's chunk listener, or None
+        (served with ``local_writes=False``)."""
+        if self.listener is None:
+            return None
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "address": self.listener.address,
+            "token": self.listener.token,
+        }
+
 
 class Directory:
     """A named actor that tells ``connect(name)`` the service's tables and shard counts."""
@@ -128,30 +150,100 @@ _PROTOCOL = 5
 _UNAVAILABLE = (ray_errors.RayActorError, ray_errors.ActorUnavailableError)
 
 
+@dataclasses.dataclass(frozen=True)
+class ChunkCall:
+    """The handle of a chunk of lease ``lease_id`` sent over a :class:`ChunkChannel`."""
+
+    channel: ChunkChannel
+    number: int
+    lease_id: int
+
+
 class RayEndpoint:
     """A shard hosted by a :class:`ShardActor` (see :class:`~recollect.service.Endpoint`).
 
-    Errors of the actor itself (killed, crashed, restarting, unreachable) raise
-    :class:`~recollect.errors.ShardUnavailableError` naming table and shard.
+    A writer's chunks (``extend``) go over the actor's chunk listener when the
+    caller runs on the actor's node and the shard was served with
+    ``local_writes`` (one Unix socket per lease, see
+    :mod:`recollect.service.channel`); everything else, and chunks from other
+    nodes, go as Ray calls. Errors of the actor itself (killed, crashed,
+    restarting, unreachable) raise :class:`~recollect.errors.ShardUnavailableError`
+    naming table and shard.
     """
 
     def __init__(self, table: str, shard: int, actor: Any) -> None:
         self.table = table
         self.shard = shard
         self.actor = actor
-        self._seq: dict[int, int] = {}  # lease id -> number of its next extend
+        self._seq: dict[int, int] = {}  # lease id -> number of its next extend over Ray
+        self._channels: dict[int, ChunkChannel | None] = {}  # lease id -> its socket, or Ray
+        self._listener: dict[str, Any] | bool | None = False  # False: not asked yet
+
+    def __getstate__(self) -> dict[str, Any]:
+        # sockets stay in their process; a copy elsewhere opens its own
+        return {"table": self.table, "shard": self.shard, "actor": self.actor}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["table"], state["shard"], state["actor"])
 
     def submit(self, method: str, *args: Any) -> Any:
         seq = None
-        if method == "extend":  # numbered, so the actor stores a lease's chunks in order
+        if method == "extend":
+            channel = self._channel(args[0])
+            if channel is not None:
+                try:
+                    return ChunkCall(channel, channel.send(*args), args[0])
+                except TRANSPORT_ERRORS as err:
+                    raise self._channel_lost(args[0], err) from err
+            # numbered, so the actor stores a lease's chunks in order
             seq = self._seq.get(args[0], 0)
             self._seq[args[0]] = seq + 1
         elif method == "release":
             self._seq.pop(args[0], None)
+            channel = self._channels.pop(args[0], None)
+            if channel is not None:
+                channel.close()
         try:
             return self.actor.call.remote(method, pickle.dumps(args, _PROTOCOL), seq)
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
+
+    def _channel(self, lease_id: int) -> ChunkChannel | None:
+        """The lease's socket to the actor's chunk listener; None: its chunks go over Ray
+        (decided at its first chunk, kept for the lease)."""
+        if lease_id in self._channels:
+            return self._channels[lease_id]
+        channel = None
+        if lease_id not in self._seq:
+            if self._listener is False:
+                self._listener = self._local_listener()
+            if self._listener:
+                try:
+                    channel = ChunkChannel(self._listener["address"], self._listener["token"])
+                except TRANSPORT_ERRORS:  # another network namespace, or a restarted actor
+                    self._listener = False
+        self._channels[lease_id] = channel
+        return channel
+
+    def _local_listener(self) -> dict[str, Any] | None:
+        """The actor's chunk listener if it runs on this process's node, else None."""
+        try:
+            listener = ray.get(self.actor.chunk_listener.remote())
+        except _UNAVAILABLE as err:
+            raise self._unavailable(err) from err
+        if listener is None or listener["node_id"] != ray.get_runtime_context().get_node_id():
+            return None
+        return listener
+
+    def _channel_lost(self, lease_id: int, err: BaseException) -> BaseException:
+        """The error of a lease whose socket broke: asks the actor over Ray, so a restarted
+        shard answers as for any chunk of a lease it does not hold (StateError) and a dead
+        one as for any call (ShardUnavailableError)."""
+        try:
+            self.result(self.submit("check_lease", lease_id))
+        except (ShardUnavailableError, StateError) as answer:
+            return answer
+        return self._unavailable(err)  # alive and holding the lease: the socket itself broke
 
     def _unavailable(self, err: BaseException) -> ShardUnavailableError:
         return ShardUnavailableError(
@@ -161,24 +253,51 @@ class RayEndpoint:
             "checkpoint."
         )
 
+    def _no_answer(self, timeout: float | None) -> ShardUnavailableError:
+        return ShardUnavailableError(
+            f"table {self.table!r} shard {self.shard} did not answer within {timeout:g} s."
+        )
+
     def result(self, handle: Any, timeout: float | None = None) -> Any:
+        if type(handle) is ChunkCall:
+            try:
+                ready = handle.channel.ready(handle.number, timeout)
+            except TRANSPORT_ERRORS as err:
+                raise self._channel_lost(handle.lease_id, err) from err
+            if not ready:
+                raise self._no_answer(timeout)
+            return handle.channel.result(handle.number)
         try:
             value = ray.get(handle, timeout=timeout)
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
         except ray_errors.GetTimeoutError as err:
-            raise ShardUnavailableError(
-                f"table {self.table!r} shard {self.shard} did not answer within {timeout:g} s."
-            ) from err
+            raise self._no_answer(timeout) from err
         value = pickle.loads(value)
         if type(value) is Raised:
             raise value.error
         return value
 
     def wait(self, handles: list[Any], timeout: float | None = None) -> None:
-        ray.wait(handles, num_returns=len(handles), timeout=timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        refs = []
+        for handle in handles:
+            if type(handle) is not ChunkCall:
+                refs.append(handle)
+                continue
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            with contextlib.suppress(*TRANSPORT_ERRORS):  # result() raises it
+                handle.channel.ready(handle.number, remaining)
+        if refs:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ray.wait(refs, num_returns=len(refs), timeout=remaining)
 
     def done(self, handle: Any) -> bool:
+        if type(handle) is ChunkCall:
+            try:
+                return handle.channel.ready(handle.number, 0.0)
+            except TRANSPORT_ERRORS:  # result() raises it
+                return True
         ready, _ = ray.wait([handle], timeout=0)
         return bool(ready)
 

@@ -247,6 +247,16 @@ class Shard:
         with self._lock:
             self._drop(lease_id)
 
+    def check_lease(self, lease_id: int) -> None:
+        """Raises what an ``extend`` of ``lease_id`` would raise for the lease itself.
+
+        Raises:
+            StateError: the lease is not held (released, passed on, or given out
+                before this shard restarted).
+        """
+        with self._lock:
+            self._lease(lease_id)
+
     def _lease(self, lease_id: int) -> Lease:
         lease = self._leases.get(lease_id)
         if lease is None:
