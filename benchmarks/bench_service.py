@@ -9,7 +9,7 @@ Data: W2 of WORKLOADS.md (observation f32[17], action f32[6], reward f32,
 next_observation f32[17], done as the ``is_last`` bool leaf), capacity 1M,
 64 env rows: 8 writers x 8 envs, ``add_batch`` of 8 envs, chunks of 64 steps.
 
-Each of four set-ups is measured in this one process run:
+Each of five set-ups is measured in this one process run:
 
 * ``local``: a ``ReplayBuffer`` used directly, one writer thread (8 envs) and the
   learner in this process: the limit reference.
