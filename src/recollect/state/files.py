@@ -39,6 +39,7 @@ from recollect.state.npyio import (
     write_columns,
 )
 from recollect.state.rng import state_file_path
+from recollect.state.space import disk_full_error
 from recollect.version import __version__
 
 __all__ = ["Saved", "load_consistent", "read_state", "write_checkpoint", "write_in_place"]
@@ -119,10 +120,17 @@ class _Writer:
 
 
 def _write_manifest(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        path.unlink(missing_ok=True)
+        full = disk_full_error(err, path, len(data))
+        if full is None:
+            raise
+        raise full from err
 
 
 def write_checkpoint(

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from recollect.errors import CheckpointError
+from recollect.state.space import disk_full_error
 
 __all__ = [
     "column_ranges",
@@ -126,15 +127,23 @@ def _chunks(pieces: list[np.ndarray]) -> Iterator[memoryview]:
 
 def _write(path: Path, head: bytes, pieces: list[np.ndarray], nbytes: int) -> tuple[str, int]:
     digest = Digest(threaded=nbytes >= _THREADED_BYTES)
-    with open(path, "wb") as f:
-        f.write(head)
-        digest.update(head)
-        for chunk in _chunks(pieces):
-            digest.update(chunk)
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-        return digest.value(), f.tell()
+    try:
+        with open(path, "wb") as f:
+            f.write(head)
+            digest.update(head)
+            for chunk in _chunks(pieces):
+                digest.update(chunk)
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+            return digest.value(), f.tell()
+    except OSError as err:
+        digest.value()  # ends the worker thread
+        path.unlink(missing_ok=True)  # a new file: nothing half-written stays
+        full = disk_full_error(err, path, len(head) + nbytes)
+        if full is None or full is err:
+            raise
+        raise full from err
 
 
 def write_columns(path: Path, array: np.ndarray, offset: int, count: int) -> tuple[str, int]:
