@@ -26,6 +26,7 @@ manifest is written after every data file was written and fsynced.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -36,7 +37,7 @@ from pathlib import Path
 from recollect.errors import CheckpointError
 from recollect.state.manifest import FORMAT_NAME, MANIFEST, parse_manifest
 
-__all__ = ["atomic_write", "resolve_checkpoint"]
+__all__ = ["atomic_write", "find_checkpoint", "resolve_checkpoint"]
 
 
 def _fsync_dir(path: Path) -> None:
@@ -111,12 +112,32 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     return recovered if recovered is not None else path
 
 
+def find_checkpoint(path: str | os.PathLike) -> Path | None:
+    """The checkpoint to restore for ``path``, or None when there is none to restore.
+
+    The one resolution every restore goes through (``ReplayBuffer.load``, a
+    service shard opening or restarting, the manager): ``path`` itself when it
+    exists, else the complete sibling an interrupted save left
+    (:func:`resolve_checkpoint`); None when neither exists or ``path`` is an
+    empty directory. A damaged checkpoint is returned, so loading it raises
+    ``CheckpointError``.
+    """
+    root = resolve_checkpoint(path)
+    if not root.exists() or (root.is_dir() and not any(root.iterdir())):
+        return None
+    return root
+
+
 def _is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint a save may replace: a save of this module wrote it
+    (its marker), or its manifest is a JSON object of the recollect format (any size)."""
+    if _token(path) is not None:
+        return True
     try:
-        head = (path / MANIFEST).read_bytes()[:4096]
-    except OSError:
+        manifest = json.loads((path / MANIFEST).read_bytes())
+    except (OSError, ValueError):
         return False
-    return FORMAT_NAME.encode() in head
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME
 
 
 def _prepare(path: Path) -> None:
