@@ -109,7 +109,9 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     if path.exists() or not path.parent.exists():
         return path
     recovered = _complete_sibling(path)
-    return recovered if recovered is not None else path
+    if recovered is None or path.exists():  # a save put its new directory in place meanwhile
+        return path
+    return recovered
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path | None:
