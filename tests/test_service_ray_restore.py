@@ -122,3 +122,30 @@ def test_serve_on_a_damaged_checkpoint_raises_checkpoint_error_naming_shard_and_
     while named_actors(name):  # serve stopped every actor it started
         assert time.monotonic() < deadline, named_actors(name)
         time.sleep(0.2)
+
+
+def test_a_shard_actor_that_cannot_restore_answers_every_call_with_the_checkpoint_error(
+    tmp_path,
+):
+    """What a client of a shard that Ray restarted onto a damaged checkpoint gets back."""
+    import pickle
+
+    from recollect.ray.actor import ShardActor
+    from recollect.service.endpoint import Raised
+    from recollect.service.split import shard_config
+
+    service_checkpoint(tmp_path, 20)
+    leaf = next((tmp_path / "t" / "shard-0").glob("state-*obs.npy"))
+    leaf.write_bytes(leaf.read_bytes()[:-4])
+    config = shard_config(rc.ReplayBuffer(SPEC, 64, 2).config(), 1, 0, "t")
+    actor = ShardActor("t", config, str(tmp_path), 60.0, local_writes=True)
+    assert isinstance(actor.failed_restore(), CheckpointError)
+    assert actor.chunk_listener() is None  # no socket for a shard without data
+    for method, args in [
+        ("info", ()),
+        ("reserve", (2, "localhost", os.getpid())),
+        ("sample", (4,)),
+    ]:
+        answer = pickle.loads(actor.call(method, pickle.dumps(args)))
+        assert isinstance(answer, Raised) and isinstance(answer.error, CheckpointError)
+        assert "table 't' shard 0" in str(answer.error) and "obs.npy" in str(answer.error)
