@@ -23,7 +23,7 @@ from recollect.samplers.base import Sampler
 from recollect.service import Client, TableHandle, Writer
 from recollect.service.client import MANIFEST as SERVICE_MANIFEST
 from recollect.specs import FlatSpec
-from recollect.state.atomic import resolve_checkpoint
+from recollect.state.atomic import find_checkpoint
 from recollect.state.manifest import MANIFEST
 
 __all__ = ["ReplayBufferManager", "SampleIterator"]
@@ -223,7 +223,8 @@ class ReplayBufferManager:
             return False
         if self._service is not None:
             return (self._checkpoint_dir / SERVICE_MANIFEST).is_file()
-        return (resolve_checkpoint(self._checkpoint_dir) / MANIFEST).is_file()
+        root = find_checkpoint(self._checkpoint_dir)
+        return root is not None and (root / MANIFEST).is_file()
 
     def create_replay_buffer(self, *, overwrite: bool = False) -> tuple[ReplayBuffer, Observer]:
         """Creates a new, empty buffer (replacing the current one) and its observer.

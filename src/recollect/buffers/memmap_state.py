@@ -21,6 +21,7 @@ since the last flush may be torn, which no reopen can detect.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import warnings
@@ -32,6 +33,8 @@ import numpy as np
 from recollect.errors import CheckpointError
 from recollect.state.files import read_state, write_in_place
 from recollect.state.manifest import FORMAT_VERSION, MANIFEST
+from recollect.state.npyio import check_npy_length
+from recollect.state.space import create_npy_memmap
 
 __all__ = ["MemmapState"]
 
@@ -56,7 +59,9 @@ class MemmapState:
 
     def __init__(self, directory: Any, config: dict[str, Any], recover: bool = False) -> None:
         self.directory = pathlib.Path(directory)
+        self._created_dir = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._before = {p.name for p in self.directory.iterdir()}
         self.config = json.loads(json.dumps(config))  # JSON-normal form, comparable
         self.manifest_path = self.directory / MANIFEST
         self.recover = bool(recover)
@@ -100,20 +105,43 @@ class MemmapState:
         return read_state(self.directory, resolve=False)
 
     def _written_clocks(self, t: np.ndarray) -> np.ndarray:
-        """Maps ``written.npy`` (created as ``t``); returns the clocks it held, at least ``t``."""
+        """Maps ``written.npy`` (created as ``t``); returns the clocks it held, at least ``t``.
+
+        A new file has its blocks reserved before it is mapped (a sparse one would
+        kill the process with SIGBUS on a full disk); one of the right shape is
+        mapped again as it is.
+        """
         path = self.directory / WRITTEN
         before = t
+        written = None
         if path.exists():
             try:
-                old = np.load(path, allow_pickle=False)
+                check_npy_length(path)
+                written = np.lib.format.open_memmap(path, mode="r+")
             except Exception as err:  # a torn file: np.load raises EOFError, ValueError, ...
                 raise CheckpointError(f"cannot read {path}: {err}") from err
-            if old.shape == t.shape and old.dtype == np.int64:
-                before = np.maximum(old, t)
-        self.written = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=t.shape)
+            if written.shape == t.shape and written.dtype == np.int64:
+                before = np.maximum(written, t)
+            else:
+                del written
+                written = None
+        if written is None:
+            written = create_npy_memmap(path, t.shape, np.dtype(np.int64))
+        self.written = written
         self.written[...] = t
         self.written.flush()
         return before
+
+    def discard_created(self) -> None:
+        """Removes what this buffer created in its directory (after a failed construction):
+        the files that were not there before, and the directory if it was new."""
+        self.written = None
+        for entry in self.directory.iterdir() if self.directory.is_dir() else ():
+            if entry.name not in self._before and not entry.is_dir():
+                entry.unlink(missing_ok=True)
+        if self._created_dir:
+            with contextlib.suppress(OSError):
+                self.directory.rmdir()
 
     def _recovered(self, state: dict[str, Any], written: np.ndarray, max_length: int) -> Any:
         """``state`` without the flushed steps whose slots were rewritten after the flush."""

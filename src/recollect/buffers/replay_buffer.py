@@ -203,23 +203,33 @@ class ReplayBuffer(TFAgentsReads):
             force,
         )
         self._persist = None if directory is None else MemmapState(directory, self._config, recover)
-        self._storage = make_storage(
-            self._flat,
-            num_envs,
-            self._max_length,
-            is_last=self._is_last,
-            storage=storage,
-            directory=directory,
-            reopen=self._persist is not None and self._persist.reopen,
-            frame_stacks=frame_stacks,
-            gatherer=gatherer,
-        )
+        try:
+            self._storage = make_storage(
+                self._flat,
+                num_envs,
+                self._max_length,
+                is_last=self._is_last,
+                storage=storage,
+                directory=directory,
+                reopen=self._persist is not None and self._persist.reopen,
+                frame_stacks=frame_stacks,
+                gatherer=gatherer,
+            )
+        except BaseException:
+            if self._persist is not None:  # a full disk leaves no half-created directory
+                self._persist.discard_created()
+            raise
         # add_batch input that needs no conversion (exact dtypes and shapes) skips convert_step
         self._match_batch = exact_matcher(self._flat, (num_envs,))
         # no memmap bookkeeping and no rate limiter: writes to every row take the short path
         self._plain_writes = self._persist is None and self._table.rate_limiter is None
         if self._persist is not None:
-            self._persist.attach(self._storage, self._table, self._table.lock, self)
+            try:
+                self._persist.attach(self._storage, self._table, self._table.lock, self)
+            except BaseException:
+                self._storage = None  # unmap before the files are removed
+                self._persist.discard_created()
+                raise
 
     def _find_is_last(self) -> int | None:
         i = bool_scalar(self._flat, "is_last")

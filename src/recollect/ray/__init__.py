@@ -129,6 +129,9 @@ def serve(
         InvalidArgumentError: bad tables or arguments, a non-empty buffer, or a
             name already in use.
         StateError: Ray is not initialized in this process.
+        CheckpointError: a shard's checkpoint in ``checkpoint_dir`` is damaged
+            (the message names the table, the shard and the file); no actor is
+            left running.
     """
     tables = check_tables(tables)
     if max_restarts < 0 and max_restarts != -1:
@@ -183,6 +186,11 @@ def serve(
     def stop() -> None:
         for actor in actors:
             ray.kill(actor, no_restart=True)
+
+    failed = [e for e in ray.get([a.failed_restore.remote() for a in actors[:-1]]) if e]
+    if failed:  # a damaged checkpoint: recollect's own error, naming the shard and the file
+        stop()
+        raise failed[0]
 
     return Client(endpoints, name=name, checkpoint_dir=directory, rng=rng, on_close=stop)
 

@@ -14,7 +14,7 @@ import ray
 from ray import exceptions as ray_errors
 
 from recollect.buffers import ReplayBuffer
-from recollect.errors import ShardUnavailableError, StateError
+from recollect.errors import CheckpointError, ShardUnavailableError, StateError
 from recollect.service.channel import TRANSPORT_ERRORS, ChunkChannel, ChunkListener
 from recollect.service.endpoint import Raised
 from recollect.service.shard import open_shard
@@ -61,9 +61,15 @@ class ShardActor:
         local_writes: bool = False,
     ) -> None:
         buffer = ReplayBuffer.from_config(config)
-        self.shard = open_shard(
-            table, buffer, checkpoint_dir=checkpoint_dir, lease_timeout=lease_timeout
-        )
+        #: why the shard could not be restored (a damaged checkpoint): every call raises it
+        self.restore_error: CheckpointError | None = None
+        try:
+            self.shard = open_shard(
+                table, buffer, checkpoint_dir=checkpoint_dir, lease_timeout=lease_timeout
+            )
+        except CheckpointError as err:  # kept, so serve() and every client raise it as such
+            self.restore_error = err
+            local_writes = False
         self.listener = ChunkListener(self.shard) if local_writes else None
         self._turns: dict[int, int] = {}  # lease id -> number of its next extend
         self._turn_taken = threading.Condition()
@@ -74,6 +80,8 @@ class ShardActor:
         :class:`RayEndpoint`); ``seq``: the number of an ``extend`` in its lease.
         An exception is returned as :class:`Raised`."""
         try:
+            if self.restore_error is not None:
+                raise self.restore_error
             args = pickle.loads(args)
             if method == "extend" and seq is not None:
                 value = self._extend_in_turn(args, seq)
@@ -116,6 +124,10 @@ class ShardActor:
             else:
                 self._turns[lease_id] = turn
             self._turn_taken.notify_all()
+
+    def failed_restore(self) -> CheckpointError | None:
+        """The :class:`CheckpointError` that kept the shard from restoring, or None."""
+        return self.restore_error
 
     def where(self) -> dict[str, Any]:
         """``{"node_id", "pid"}`` of the actor's process."""

@@ -31,7 +31,9 @@ import numpy as np
 import optree
 
 from recollect.buffers import ReplayBuffer, Sample
-from recollect.errors import InvalidArgumentError, StateError
+from recollect.errors import CheckpointError, InvalidArgumentError, StateError
+from recollect.service.counters import InsertCounters, open_counters
+from recollect.state.atomic import find_checkpoint
 from recollect.table import TableInfo
 
 __all__ = [
@@ -157,9 +159,9 @@ class Shard:
         buffer: the shard's :class:`~recollect.ReplayBuffer` (its ``shard`` id set).
         lease_timeout: seconds without a write after which a lease may pass to a
             new writer that finds no free row.
-        counters: int64 ``[2]`` array (``[inserts, lost steps]``), memory-mapped
-            next to the checkpoints when the service has a ``checkpoint_dir``, so
-            a restarted shard knows how many steps it lost.
+        counters: the shard's :class:`~recollect.service.counters.InsertCounters`,
+            memory-mapped next to the checkpoints when the service has a
+            ``checkpoint_dir``, so a restarted shard knows how many steps it lost.
     """
 
     def __init__(
@@ -168,13 +170,13 @@ class Shard:
         buffer: ReplayBuffer,
         *,
         lease_timeout: float = 60.0,
-        counters: np.ndarray | None = None,
+        counters: InsertCounters | None = None,
     ) -> None:
         self.table = table
         self.buffer = buffer
         self.index = buffer.table.shard
         self.lease_timeout = float(lease_timeout)
-        self._counters = np.zeros(2, np.int64) if counters is None else counters
+        self._counters = InsertCounters() if counters is None else counters
         self._owner = np.zeros(buffer.num_envs, np.int64)  # lease id of each row, 0: free
         self._leases: dict[int, Lease] = {}
         self._lock = threading.Lock()
@@ -293,7 +295,7 @@ class Shard:
         self.buffer.extend(steps, rows, timeout=timeout)
         with self._lock:
             written = self.buffer.table.inserts - before
-            self._counters[0] = self.buffer.table.inserts
+            self._counters.set_inserts(self.buffer.table.inserts)
             if lease_id in self._leases:
                 self._leases[lease_id].last_active = time.monotonic()
         return int(written)
@@ -414,13 +416,13 @@ class Shard:
         with self._lock:
             leased = int(np.count_nonzero(self._owner))
         return dataclasses.replace(
-            self.buffer.info(), lost_steps=int(self._counters[1]), leased_rows=leased
+            self.buffer.info(), lost_steps=self._counters.lost_steps, leased_rows=leased
         )
 
     def reset(self) -> None:
         """Forgets every stored step (``ReplayBuffer.clear``); leases stay."""
         self.buffer.clear()
-        self._counters[0] = 0
+        self._counters.set_inserts(0)
 
     def save(self, path: str | os.PathLike) -> str:
         """Writes a checkpoint of the shard's buffer to ``path`` (atomic); returns it."""
@@ -459,15 +461,11 @@ def open_shard(
     shard = buffer.table.shard
     path = shard_path(checkpoint_dir, table, shard)
     path.parent.mkdir(parents=True, exist_ok=True)
-    counters_file = path.parent / f"shard-{shard}.counters"
-    if not counters_file.exists():
-        np.zeros(2, np.int64).tofile(counters_file)
-    counters = np.memmap(counters_file, np.int64, "r+", shape=(2,))
-    if path.exists():
-        saved = ReplayBuffer.load(path)
-        buffer.load_state_dict(saved.state_dict())
-    restored = buffer.table.inserts
-    lost = max(int(counters[0]) - restored, 0)  # inserts made after the checkpoint
-    counters[1] += lost
-    counters[0] = restored
+    try:
+        if find_checkpoint(path) is not None:  # also the sibling an interrupted save left
+            saved = ReplayBuffer.load(path)
+            buffer.load_state_dict(saved.state_dict())
+        counters = open_counters(path.parent / f"shard-{shard}.counters", buffer.table.inserts)
+    except CheckpointError as err:
+        raise CheckpointError(f"table {table!r} shard {shard}: {err}") from err
     return Shard(table, buffer, lease_timeout=lease_timeout, counters=counters)

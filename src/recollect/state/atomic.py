@@ -5,7 +5,7 @@ A save never touches the live checkpoint until the new one is complete::
     1. write everything into the sibling  <name>.tmp-<pid>-<token>/  (manifest last), fsync
     2. rename  <name>  ->  <name>.old-<token'>      (only if a checkpoint is there)
     3. rename  <name>.tmp-...  ->  <name>,  fsync the parent directory
-    4. delete  <name>.old-<token'>
+    4. delete  <name>.old-<token'>   (its manifest first, its marker last)
 
 Every directory a save writes holds a marker file ``.recollect-save`` with its
 own random token, and its temporary and old names end with that token. Only
@@ -18,7 +18,9 @@ A SIGKILL between any two system calls leaves either ``<name>`` complete (old
 or new), or, only between steps 2 and 3, ``<name>`` missing with both the old
 and the new complete siblings present. :func:`resolve_checkpoint` then reads
 the newest complete sibling (by the manifest's ``created_ns``); the next save
-first renames it into place and deletes the leftovers. A directory counts as
+first renames it into place and deletes the leftovers: marked siblings, and
+siblings of those names that hold nothing but a marker (a kill while deleting
+one in step 4 leaves one). A directory counts as
 complete only when its manifest parses and its own checksum matches, and the
 manifest is written after every data file was written and fsynced.
 """
@@ -26,6 +28,7 @@ manifest is written after every data file was written and fsynced.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -36,7 +39,7 @@ from pathlib import Path
 from recollect.errors import CheckpointError
 from recollect.state.manifest import FORMAT_NAME, MANIFEST, parse_manifest
 
-__all__ = ["atomic_write", "resolve_checkpoint"]
+__all__ = ["atomic_write", "find_checkpoint", "resolve_checkpoint"]
 
 
 def _fsync_dir(path: Path) -> None:
@@ -81,6 +84,43 @@ def _siblings(path: Path) -> list[Path]:
     return sorted(found)
 
 
+def _leftovers(path: Path) -> list[Path]:
+    """What earlier saves of ``path`` left to delete: their marked siblings, and siblings
+    of their names that hold nothing but (at most) a marker, which a save killed while
+    deleting one (or while creating one, before its marker) leaves."""
+    found = _siblings(path)
+    if not path.parent.is_dir():
+        return found
+    names = re.compile(re.escape(path.name) + r"\.(tmp-\d+-|old-)[0-9a-f]{16}")
+    for p in path.parent.iterdir():
+        if p in found or not names.fullmatch(p.name) or p.is_symlink() or not p.is_dir():
+            continue
+        with contextlib.suppress(OSError):
+            if {e.name for e in os.scandir(p)} <= {MARKER}:
+                found.append(p)
+    return found
+
+
+def _remove(directory: Path) -> None:
+    """Deletes a directory a save wrote: its manifest first (so a part-deleted directory is
+    never taken for a complete one), its marker last (so a kill part-way leaves it marked,
+    or empty, for the next save's cleanup)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(directory / MANIFEST)
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(directory):
+            if entry.name == MARKER:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(directory / MARKER)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(directory)
+
+
 def _complete_sibling(path: Path) -> Path | None:
     """Newest sibling directory whose manifest parses and checks out, if any."""
     best, best_ns = None, -1
@@ -108,15 +148,37 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     if path.exists() or not path.parent.exists():
         return path
     recovered = _complete_sibling(path)
-    return recovered if recovered is not None else path
+    if recovered is None or path.exists():  # a save put its new directory in place meanwhile
+        return path
+    return recovered
+
+
+def find_checkpoint(path: str | os.PathLike) -> Path | None:
+    """The checkpoint to restore for ``path``, or None when there is none to restore.
+
+    The one resolution every restore goes through (``ReplayBuffer.load``, a
+    service shard opening or restarting, the manager): ``path`` itself when it
+    exists, else the complete sibling an interrupted save left
+    (:func:`resolve_checkpoint`); None when neither exists or ``path`` is an
+    empty directory. A damaged checkpoint is returned, so loading it raises
+    ``CheckpointError``.
+    """
+    root = resolve_checkpoint(path)
+    if not root.exists() or (root.is_dir() and not any(root.iterdir())):
+        return None
+    return root
 
 
 def _is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint a save may replace: a save of this module wrote it
+    (its marker), or its manifest is a JSON object of the recollect format (any size)."""
+    if _token(path) is not None:
+        return True
     try:
-        head = (path / MANIFEST).read_bytes()[:4096]
-    except OSError:
+        manifest = json.loads((path / MANIFEST).read_bytes())
+    except (OSError, ValueError):
         return False
-    return FORMAT_NAME.encode() in head
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME
 
 
 def _prepare(path: Path) -> None:
@@ -126,8 +188,9 @@ def _prepare(path: Path) -> None:
         if recovered is not None:
             os.rename(recovered, path)
             _fsync_dir(path.parent)
-    for leftover in _siblings(path):
-        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in _leftovers(path):
+        with contextlib.suppress(OSError):
+            _remove(leftover)
     if path.exists():
         if not path.is_dir():
             raise CheckpointError(f"{path}: exists and is not a directory; choose another path.")
@@ -174,7 +237,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
         write(tmp)
         _fsync_dir(tmp)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            _remove(tmp)
         raise
     old = None
     if path.exists():
@@ -188,5 +252,5 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
     _fsync_dir(path.parent)
     if old is not None:
         with contextlib.suppress(OSError):
-            shutil.rmtree(old)
+            _remove(old)
     return path

@@ -9,6 +9,7 @@ replaced atomically last. :func:`read_state` reads either, format 1 included.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import secrets
@@ -39,13 +40,14 @@ from recollect.state.npyio import (
     write_columns,
 )
 from recollect.state.rng import state_file_path
+from recollect.state.space import disk_full_error
 from recollect.version import __version__
 
 __all__ = ["Saved", "load_consistent", "read_state", "write_checkpoint", "write_in_place"]
 
 _FILE, _COLUMNS, _MEMMAP = "__file__", "__columns__", "__memmap__"
 _T = TypeVar("_T")
-LOAD_ATTEMPTS = 20
+LOAD_ATTEMPTS = 50
 
 
 @dataclasses.dataclass
@@ -119,10 +121,17 @@ class _Writer:
 
 
 def _write_manifest(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        path.unlink(missing_ok=True)
+        full = disk_full_error(err, path, len(data))
+        if full is None:
+            raise
+        raise full from err
 
 
 def write_checkpoint(
@@ -276,23 +285,33 @@ def read_state(path: str | os.PathLike, *, resolve: bool = True) -> Saved:
     return Saved(manifest["kind"], config, tree, manifest, where)
 
 
-def _identity(path: str | os.PathLike) -> tuple[int, ...] | None:
-    """Which manifest ``path`` resolves to now (device, inode, mtime, size), or None."""
+def _identity(path: str | os.PathLike) -> tuple[str, str] | None:
+    """Which checkpoint ``path`` resolves to now: the directory and the sha256 of its
+    manifest, or None.
+
+    Both matter. A save renames its complete sibling into place, so the same
+    manifest (same inode, mtime and bytes) is first read at ``<name>.tmp-...``
+    (while ``path`` is missing between the save's renames) and then at
+    ``path``; and each save's manifest differs (its ``created_ns``), where a
+    stat would not tell a new manifest that got the inode of the one just
+    deleted, within the clock's granularity.
+    """
     try:
-        st = os.stat(resolve_checkpoint(path) / MANIFEST)
+        root = resolve_checkpoint(path)
+        return str(root), hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest()
     except (OSError, CheckpointError):
         return None
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def load_consistent(path: str | os.PathLike, build: Callable[[Saved], _T]) -> _T:
     """``build(read_state(path))``, read again when a concurrent save replaced ``path`` meanwhile.
 
     A save renames a new directory into place and deletes the old one, so a
-    reader may find the files of the checkpoint it started with changed or
-    gone. A failure is reported only when ``path`` still resolves to the same
-    manifest afterwards (the checkpoint itself is damaged), or after
-    ``LOAD_ATTEMPTS`` replacements in a row.
+    reader (another process or a thread of the saver's) may find the files of
+    the checkpoint it started with renamed or gone, or ``path`` missing between
+    the save's two renames. A failure is reported only when ``path`` resolves
+    to the same manifest before and after the attempt (the checkpoint itself is
+    damaged, or there is none), or after ``LOAD_ATTEMPTS`` replacements in a row.
 
     Raises:
         CheckpointError: as :func:`read_state`, or ``build``'s error.
@@ -304,7 +323,6 @@ def load_consistent(path: str | os.PathLike, build: Callable[[Saved], _T]) -> _T
             return build(read_state(path))
         except (CheckpointError, OSError):
             attempt += 1
-            after = _identity(path)
-            if attempt >= LOAD_ATTEMPTS or after is None or after == before:
+            if attempt >= LOAD_ATTEMPTS or _identity(path) == before:
                 raise
-        time.sleep(0.001 * attempt)
+        time.sleep(min(0.001 * attempt, 0.01))

@@ -20,10 +20,12 @@ import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from recollect.errors import CheckpointError
+from recollect.state.space import disk_full_error
 
 __all__ = [
     "column_ranges",
@@ -126,15 +128,23 @@ def _chunks(pieces: list[np.ndarray]) -> Iterator[memoryview]:
 
 def _write(path: Path, head: bytes, pieces: list[np.ndarray], nbytes: int) -> tuple[str, int]:
     digest = Digest(threaded=nbytes >= _THREADED_BYTES)
-    with open(path, "wb") as f:
-        f.write(head)
-        digest.update(head)
-        for chunk in _chunks(pieces):
-            digest.update(chunk)
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-        return digest.value(), f.tell()
+    try:
+        with open(path, "wb") as f:
+            f.write(head)
+            digest.update(head)
+            for chunk in _chunks(pieces):
+                digest.update(chunk)
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+            return digest.value(), f.tell()
+    except OSError as err:
+        digest.value()  # ends the worker thread
+        path.unlink(missing_ok=True)  # a new file: nothing half-written stays
+        full = disk_full_error(err, path, len(head) + nbytes)
+        if full is None or full is err:
+            raise
+        raise full from err
 
 
 def write_columns(path: Path, array: np.ndarray, offset: int, count: int) -> tuple[str, int]:
@@ -236,21 +246,27 @@ def verify_file(path: Path, checksum: str, size: int) -> None:
         CheckpointError: missing, wrong size (truncated) or checksum mismatch.
     """
     with _open(path) as f:
-        _check_size(path, os.fstat(f.fileno()).st_size, size, "the manifest")
-        digest = _digest_for(checksum, size, path)
-        buffers = [bytearray(min(size, _VERIFY_BYTES)) for _ in range(2)]
-        pending: list[Future | None] = [None, None]
-        k = 0
-        while True:
-            b = k % 2
-            if pending[b] is not None:
-                pending[b].result()  # this buffer's previous chunk is checksummed
-            view = memoryview(buffers[b])
-            n = f.readinto(view)
-            if not n:
-                break
-            pending[b] = digest.update(view[:n])
-            k += 1
+        _verify_open(f, path, checksum, size)
+
+
+def _verify_open(f: Any, path: Path, checksum: str, size: int) -> None:
+    """:func:`verify_file` of the open file ``f`` (read from its start)."""
+    _check_size(path, os.fstat(f.fileno()).st_size, size, "the manifest")
+    f.seek(0)
+    digest = _digest_for(checksum, size, path)
+    buffers = [bytearray(min(size, _VERIFY_BYTES)) for _ in range(2)]
+    pending: list[Future | None] = [None, None]
+    k = 0
+    while True:
+        b = k % 2
+        if pending[b] is not None:
+            pending[b].result()  # this buffer's previous chunk is checksummed
+        view = memoryview(buffers[b])
+        n = f.readinto(view)
+        if not n:
+            break
+        pending[b] = digest.update(view[:n])
+        k += 1
     if digest.value() != checksum:
         raise _mismatch(path)
 
@@ -275,12 +291,18 @@ def mmap_columns(
 ) -> np.ndarray:
     """Verifies ``path`` then maps it copy-on-write: writes stay private to this process.
 
+    The file is opened once: what is mapped is the file that was verified, even
+    when a concurrent save renames another file to ``path`` meanwhile.
+
     Returns a plain ``np.ndarray`` view of the mapping (not a ``np.memmap``).
     """
-    verify_file(path, checksum, size)
     with _open(path) as f:
-        _check_layout(path, f, shape, dtype, size)
-    return np.asarray(np.load(path, mmap_mode="c", allow_pickle=False))
+        _verify_open(f, path, checksum, size)
+        f.seek(0)
+        data_offset = _check_layout(path, f, shape, dtype, size)
+        if int(np.prod(shape, dtype=np.int64)) == 0:
+            return np.zeros(shape, dtype)
+        return np.asarray(np.memmap(f, dtype, mode="c", offset=data_offset, shape=tuple(shape)))
 
 
 def check_npy_length(path: Path) -> None:

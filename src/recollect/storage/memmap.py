@@ -9,17 +9,15 @@ read by the buffer through the state protocol (:mod:`recollect.buffers.memmap_st
 
 from __future__ import annotations
 
-import errno
-import os
 import pathlib
-import shutil
 from typing import Any
 
 import numpy as np
 
-from recollect.errors import CheckpointError, DiskFullError
+from recollect.errors import CheckpointError
 from recollect.specs import FlatSpec
 from recollect.state.npyio import check_npy_length
+from recollect.state.space import create_npy_memmap
 from recollect.storage.gather import Gatherer
 from recollect.storage.ring import RingStorage
 
@@ -33,7 +31,8 @@ def memmap_allocator(directory: pathlib.Path, reopen: bool) -> Any:
 
     Raises:
         CheckpointError: on reopen, a file is missing or has another shape/dtype.
-        DiskFullError: on creation, the disk cannot hold a file.
+        DiskFullError: on creation, the disk cannot hold a file (its blocks are
+            reserved before it is mapped, so a full disk never means SIGBUS).
     """
 
     def allocate(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -41,7 +40,7 @@ def memmap_allocator(directory: pathlib.Path, reopen: bool) -> Any:
             return np.zeros(shape, dtype)
         path = directory / f"{name}.npy"
         if not reopen:
-            return _create(path, shape, dtype)
+            return create_npy_memmap(path, shape, dtype)
         try:
             check_npy_length(path)  # numpy would silently zero-extend a torn file opened "r+"
             array = np.lib.format.open_memmap(path, mode="r+")
@@ -55,45 +54,6 @@ def memmap_allocator(directory: pathlib.Path, reopen: bool) -> Any:
         return array
 
     return allocate
-
-
-def _create(path: pathlib.Path, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A new ``.npy`` memmap whose blocks are reserved on disk up front.
-
-    A sparse file would run out of disk at the first write to a missing page,
-    which kills the process with SIGBUS; ``posix_fallocate`` fails here instead.
-    """
-    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
-    with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, {**header, "shape": tuple(shape)})
-        needed = f.tell() + int(np.prod(shape)) * dtype.itemsize
-        f.flush()
-        try:
-            _reserve(f, path, needed)
-        except DiskFullError:
-            f.close()
-            path.unlink(missing_ok=True)
-            raise
-    return np.lib.format.open_memmap(path, mode="r+")
-
-
-def _reserve(f: Any, path: pathlib.Path, needed: int) -> None:
-    """Allocates ``needed`` bytes of ``f`` on disk (sparse where the filesystem cannot)."""
-    try:
-        os.posix_fallocate(f.fileno(), 0, needed)
-    except (AttributeError, OSError) as err:
-        code = getattr(err, "errno", None)
-        if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            free = shutil.disk_usage(path.parent).free
-            raise DiskFullError(
-                code,
-                f"memmap file {path} needs {needed} bytes but only {free} bytes are free on its "
-                "filesystem. Free some space, choose another directory, or reduce capacity "
-                "(see recollect.estimate_memory)",
-            ) from err
-        if code not in (None, errno.EOPNOTSUPP, errno.EINVAL):  # None: no posix_fallocate
-            raise
-        f.truncate(needed)
 
 
 class MemmapStorage(RingStorage):
