@@ -25,7 +25,12 @@ from recollect.specs import FlatSpec
 from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.manifest import describe_spec, rebuild_spec
 from recollect.storage.base import Storage
-from recollect.storage.factory import bool_scalar, make_storage
+from recollect.storage.factory import (
+    bool_scalar,
+    make_storage,
+    prepare_writes,
+    resolve_compression,
+)
 from recollect.storage.frame_store import FrameStack, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
 from recollect.storage.ring import RingStorage
@@ -144,6 +149,7 @@ class ReplayBuffer(TFAgentsReads):
         recover: bool = False,
         rate_limiter: RateLimiter | None = None,
         max_times_sampled: int = 0,
+        compression: dict[str, Any] | None = None,
     ) -> None:
         capacity = positive_int("capacity", capacity)
         num_envs = positive_int("num_envs", num_envs)
@@ -160,6 +166,7 @@ class ReplayBuffer(TFAgentsReads):
         self._is_last = self._find_is_last()
         self._closed = False
         resolve_frame_stacks(self._flat, frame_stacks)  # validates before anything is built
+        codecs = resolve_compression(self._flat, compression, storage)
         self._table = Table(
             num_envs,
             self._max_length,
@@ -190,12 +197,16 @@ class ReplayBuffer(TFAgentsReads):
             }
         if max_times_sampled:
             self._config["max_times_sampled"] = self._table.max_times_sampled
+        if codecs:
+            paths = self._flat.paths
+            self._config["compression"] = {paths[i]: c.config() for i, c in codecs.items()}
         check_memory(
             estimate_memory(
                 self._flat.spec,
                 capacity,
                 num_envs,
                 frame_stacks=frame_stacks,
+                compression=compression,
                 sampler=self._table.sampler,
                 track_times_sampled=track_times_sampled,
             ),
@@ -213,7 +224,10 @@ class ReplayBuffer(TFAgentsReads):
             reopen=self._persist is not None and self._persist.reopen,
             frame_stacks=frame_stacks,
             gatherer=gatherer,
+            compression=self._config.get("compression"),
         )
+        # compressed leaves are compressed before the table lock is taken
+        self._prepare = prepare_writes(self._storage) if codecs else None
         # add_batch input that needs no conversion (exact dtypes and shapes) skips convert_step
         self._match_batch = exact_matcher(self._flat, (num_envs,))
         # no memmap bookkeeping and no rate limiter: writes to every row take the short path
@@ -364,6 +378,8 @@ class ReplayBuffer(TFAgentsReads):
         """
         if rows is None:
             leaves = self._match_batch(steps)  # the common case, checked per leaf in one pass
+            if leaves is not None and self._prepare is not None:
+                leaves = self._prepare(leaves)
             if leaves is not None and self._plain_writes:
                 table = self._table
                 with table.lock:  # every row at one clock: the short path of write_leaves
@@ -409,6 +425,8 @@ class ReplayBuffer(TFAgentsReads):
         rows). No check is made: use :meth:`add_batch` for user input. Waits on
         the rate limiter as :meth:`add_batch` does.
         """
+        if self._prepare is not None:
+            leaves = self._prepare(leaves)
         is_last = None if self._is_last is None else leaves[self._is_last]
         table = self._table
         with table.lock:
@@ -762,6 +780,7 @@ class ReplayBuffer(TFAgentsReads):
                 **{
                     "rate_limiter": rate_limiter_from_config(config.get("rate_limiter")),
                     "max_times_sampled": config.get("max_times_sampled", 0),
+                    "compression": config.get("compression"),
                     **kwargs,
                 },
             )

@@ -32,6 +32,8 @@ import numpy as np
 
 from recollect.errors import CheckpointError, InvalidArgumentError, SpecError
 from recollect.specs import ArraySpec, FlatSpec
+from recollect.storage.codecs import Codec
+from recollect.storage.frame_compressed import CompressedFrameRing
 from recollect.storage.frame_layout import FrameRing, lane_word, ring_length
 from recollect.storage.gather import Gatherer
 from recollect.storage.ring import RingStorage
@@ -151,7 +153,7 @@ class _Leaf:
     """One frame-stacked leaf: its stack options and frame ring."""
 
     stack: FrameStack
-    frames: FrameRing
+    frames: FrameRing | CompressedFrameRing
 
 
 def _ring(flat_spec: FlatSpec, max_length: int, stacks: dict[int, FrameStack]) -> int:
@@ -183,6 +185,8 @@ class FrameStackStorage:
             the plain-leaf ring (``RingStorage`` or a memmap partial).
         allocate: ``(name, shape, dtype) -> array`` for the frame rings.
         gatherer: shared by the inner ring and the frame rings.
+        codecs: ``{leaf index: Codec}``: those leaves keep each frame compressed
+            (:class:`~recollect.storage.frame_compressed.CompressedFrameRing`).
     """
 
     def __init__(
@@ -196,7 +200,9 @@ class FrameStackStorage:
         inner: Callable[..., Any] = RingStorage,
         allocate: Allocator = _zeros,
         gatherer: Gatherer | None = None,
+        codecs: dict[int, Codec] | None = None,
     ) -> None:
+        codecs = codecs or {}
         self.flat_spec = flat_spec
         self.num_envs = num_envs
         self.max_length = max_length
@@ -213,6 +219,12 @@ class FrameStackStorage:
             path, leaf = flat_spec.paths[i], flat_spec.leaves[i]
             axis, frame_shape = stack.frame_spec(path, leaf)
             pad = stack.padding_frame(path, frame_shape, leaf.dtype)
+            if i in codecs:
+                ring = CompressedFrameRing(
+                    leaf.shape, leaf.dtype, axis, num_envs, self.ring, pad, codecs[i]
+                )
+                self._leaves[i] = _Leaf(stack, ring)
+                continue
             frames = FrameRing(
                 f"frames_{i}",
                 leaf.shape,
@@ -235,15 +247,29 @@ class FrameStackStorage:
     def named_arrays(self) -> dict[str, np.ndarray]:
         """Every raw array this storage owns, by a stable file-safe name."""
         named = {f"leaf_{i}": a for i, a in enumerate(self._inner.arrays) if i not in self._leaves}
-        named.update({f"frames_{i}": leaf.frames.frames for i, leaf in self._leaves.items()})
+        named.update({f"frames_{i}": ring.frames for i, ring in self._raw_rings().items()})
         named["history"] = self.history
         return named
 
     @property
     def nbytes(self) -> int:
         """Bytes held: plain leaves, frame rings and the uint8 history."""
-        frames = sum(leaf.frames.frames.nbytes for leaf in self._leaves.values())
+        frames = sum(leaf.frames.nbytes for leaf in self._leaves.values())
         return self._inner.nbytes + frames + self.history.nbytes
+
+    def _raw_rings(self) -> dict[int, FrameRing]:
+        return {i: x.frames for i, x in self._leaves.items() if isinstance(x.frames, FrameRing)}
+
+    def _compressed(self) -> dict[int, CompressedFrameRing]:
+        rings = {i: leaf.frames for i, leaf in self._leaves.items()}
+        return {i: r for i, r in rings.items() if isinstance(r, CompressedFrameRing)}
+
+    def prepare(self, leaves: list[Any]) -> list[Any]:
+        """Compresses the newest frame of each compressed leaf (call it outside the lock)."""
+        out = list(leaves)
+        for i, ring in self._compressed().items():
+            out[i] = ring.encode_stacked(leaves[i])
+        return out
 
     def flush(self) -> None:
         """Writes dirty pages of every memory-mapped array to disk (no-op in RAM)."""
@@ -321,11 +347,13 @@ class FrameStackStorage:
             times, pad = times[..., None] - np.minimum(back, history), None
         else:
             times, pad = times[..., None] - back, back > history
-        if not ring.lanes and (ring.axis == 0 or not leaf.stack.contiguous):
+        compressed = isinstance(ring, CompressedFrameRing)
+        if not ring.lanes and (ring.axis == 0 or not leaf.stack.contiguous or compressed):
             frames = ring.take(rows, times, pad)  # [..., k, *frame_shape], frame-major
             lead = rows.ndim - 1
-            return np.moveaxis(frames, lead, lead + ring.axis)  # a view: no copy
-        out = np.empty(rows.shape[:-1] + ring.shape, ring.frames.dtype)
+            stacks = np.moveaxis(frames, lead, lead + ring.axis)  # a view: no copy
+            return np.ascontiguousarray(stacks) if leaf.stack.contiguous else stacks
+        out = np.empty(rows.shape[:-1] + ring.shape, ring.dtype)
         lead = (slice(None),) * (rows.ndim - 1 + ring.axis)
         for p in range(k):  # loop over stack positions, not over the batch
             pad_p = None if pad is None else pad[..., p]
@@ -360,8 +388,12 @@ class FrameStackStorage:
     # -- state ----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Plain-leaf ``columns``, the frame rings and the history (live arrays, not copies)."""
-        frames = {f"frames_{i}": leaf.frames.frames for i, leaf in self._leaves.items()}
-        return {**self._inner.state_dict(), "frames": frames, "history": self.history}
+        frames = {f"frames_{i}": ring.frames for i, ring in self._raw_rings().items()}
+        state = {**self._inner.state_dict(), "frames": frames, "history": self.history}
+        compressed = {f"frames_{i}": r.slots.state_dict() for i, r in self._compressed().items()}
+        if compressed:
+            state["compressed_frames"] = compressed
+        return state
 
     def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
         """Restores :meth:`state_dict` output (frames and history are copied).
@@ -370,11 +402,19 @@ class FrameStackStorage:
             CheckpointError: an array is missing or has another shape or dtype.
         """
         self._inner.load_state_dict(state, allow_map=allow_map)
-        names = sorted(f"frames_{i}" for i in self._leaves)
+        names = sorted(f"frames_{i}" for i in self._raw_rings())
         frames = state.get("frames", {})
         if sorted(frames) != names:
             raise CheckpointError(f"saved frame rings {sorted(frames)}; this buffer has {names}.")
-        pairs = [(f"frames_{i}", leaf.frames.frames) for i, leaf in self._leaves.items()]
+        compressed = state.get("compressed_frames", {})
+        wanted = sorted(f"frames_{i}" for i in self._compressed())
+        if sorted(compressed) != wanted:
+            raise CheckpointError(
+                f"saved compressed frame rings {sorted(compressed)}; this buffer has {wanted}."
+            )
+        for i, ring in self._compressed().items():
+            ring.slots.load_state_dict(compressed[f"frames_{i}"], f"frames_{i}")
+        pairs = [(f"frames_{i}", ring.frames) for i, ring in self._raw_rings().items()]
         for name, dest in [*pairs, ("history", self.history)]:
             source = np.asarray(frames[name] if name != "history" else state["history"])
             if source.shape != dest.shape or source.dtype != dest.dtype:
@@ -413,13 +453,25 @@ def resolve_frame_stacks(flat_spec: FlatSpec, frame_stacks: Any) -> dict[int, Fr
     return resolved
 
 
+def stack_ring(flat_spec: FlatSpec, max_length: int, stacks: dict[int, FrameStack]) -> int:
+    """Frames per row of a :class:`FrameStackStorage` with these stacks."""
+    return _ring(flat_spec, max_length, stacks)
+
+
 def frame_store_nbytes(
-    flat_spec: FlatSpec, num_envs: int, max_length: int, stacks: dict[int, FrameStack]
+    flat_spec: FlatSpec,
+    num_envs: int,
+    max_length: int,
+    stacks: dict[int, FrameStack],
+    skip: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> int:
-    """Bytes a :class:`FrameStackStorage` allocates (plain leaves, frame rings, history)."""
+    """Bytes a :class:`FrameStackStorage` allocates (plain leaves, frame rings, history);
+    leaves in ``skip`` (compressed) are not counted."""
     ring = _ring(flat_spec, max_length, stacks)
     total = num_envs * ring  # uint8 history
     for i, leaf in enumerate(flat_spec.leaves):
+        if i in skip:
+            continue
         if i not in stacks:
             total += num_envs * max_length * leaf.nbytes
             continue
