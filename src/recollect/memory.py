@@ -91,10 +91,11 @@ def estimate_memory(
     stacks = resolve_frame_stacks(flat, frame_stacks)
     table = table_nbytes(num_envs, max_length, sampler, track_times_sampled)
     codecs = resolve_compression(flat, compression, storage)
-    raw = [i for i in range(len(flat.leaves)) if i not in codecs or i in stacks]
-    total = table + sum(capacity * flat.leaves[i].nbytes for i in raw if i not in stacks)
     if stacks:
-        total += frame_store_nbytes(flat, num_envs, max_length, stacks, set(codecs))
+        total = table + frame_store_nbytes(flat, num_envs, max_length, stacks, set(codecs))
+    else:
+        raw = [leaf.nbytes for i, leaf in enumerate(flat.leaves) if i not in codecs]
+        total = table + capacity * sum(raw)
     samples = None
     if sample_steps is not None:
         samples = check_structure(flat, sample_steps, "sample_steps")
@@ -106,8 +107,8 @@ def estimate_memory(
             size //= stacks[i].stack_size
         mean = None
         if samples is not None:
-            values = np.asarray(samples[i], leaf.dtype).reshape(-1, *leaf.shape)
-            mean = _mean_compressed(codec, values, leaf, stacks.get(i))
+            given = np.asarray(samples[i], leaf.dtype).reshape(-1, *leaf.shape)
+            mean = _mean_compressed(codec, given, leaf, stacks.get(i))
         total += slots_nbytes(codec, values, size, mean)
     return total
 

@@ -54,6 +54,11 @@ class CompressedStorage:
         self.inner = inner(FlatSpec(placeholder))
 
     @property
+    def compressed_slots(self) -> dict[int, CompressedSlots]:
+        """``{leaf index: CompressedSlots}`` of the compressed plain leaves."""
+        return dict(self._slots)
+
+    @property
     def nbytes(self) -> int:
         """Bytes held: the inner storage plus each compressed leaf's arena blocks and index."""
         return self.inner.nbytes + sum(s.nbytes for s in self._slots.values())
