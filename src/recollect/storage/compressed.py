@@ -14,6 +14,7 @@ store later (:meth:`CompressedSlots.store`).
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,7 @@ class CompressedSlots:
         # the worst case (incompressible values) fits without growing; only touched pages count
         self.arena = ByteArena(num_envs * slots * bound + (num_envs + 2) * block, block)
         self._all_rows = np.arange(num_envs, dtype=np.int64)
+        self._scratch = threading.local()  # decoded values of the last read, per thread
 
     @property
     def nbytes(self) -> int:
@@ -119,19 +121,28 @@ class CompressedSlots:
         table = self.decode_unique(unique)
         return table[inverse.reshape(-1)].reshape(*keys.shape, *self.shape)
 
-    def decode_unique(self, keys: np.ndarray) -> np.ndarray:
-        """Values ``[len(keys), *shape]`` at distinct flat keys; zeros where never written."""
+    def decode_unique(self, keys: np.ndarray, lead: int = 0) -> np.ndarray:
+        """Values at distinct flat keys, zeros where never written, in a per-thread scratch
+        array ``[lead + len(keys), *shape]`` (rows ``[:lead]`` left for the caller).
+
+        The scratch array is reused by this thread's next call: copy what you keep.
+        """
+        n = lead + len(keys)
+        scratch = getattr(self._scratch, "array", None)
+        if scratch is None or len(scratch) < n:
+            scratch = self._scratch.array = np.empty((max(n, 64), self.size), np.uint8)
+        raw = scratch[lead:n]
         offsets = self.offsets.reshape(-1)[keys]
         lengths = self.lengths.reshape(-1)[keys]
         written = offsets >= 0
         if written.all():
-            raw = self.codec.decode(self.arena.data, offsets, lengths, self.size)
+            self.codec.decode_into(self.arena.data, offsets, lengths, raw)
         else:
-            raw = np.zeros((len(keys), self.size), np.uint8)
-            raw[written] = self.codec.decode(
-                self.arena.data, offsets[written], lengths[written], self.size
-            )
-        return raw.view(self.dtype).reshape(len(keys), *self.shape)
+            raw[~written] = 0
+            part = np.empty((int(written.sum()), self.size), np.uint8)
+            self.codec.decode_into(self.arena.data, offsets[written], lengths[written], part)
+            raw[written] = part
+        return scratch[:n].view(self.dtype).reshape(n, *self.shape)
 
     def load(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Values ``[*shape_of(rows, slots), *shape]`` at ``(rows, slots)`` (broadcasting)."""

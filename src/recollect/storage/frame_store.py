@@ -221,7 +221,7 @@ class FrameStackStorage:
             pad = stack.padding_frame(path, frame_shape, leaf.dtype)
             if i in codecs:
                 ring = CompressedFrameRing(
-                    leaf.shape, leaf.dtype, axis, num_envs, self.ring, pad, codecs[i]
+                    leaf.shape, leaf.dtype, axis, num_envs, self.ring, pad, codecs[i], self.gatherer
                 )
                 self._leaves[i] = _Leaf(stack, ring)
                 continue
@@ -260,14 +260,15 @@ class FrameStackStorage:
     def _raw_rings(self) -> dict[int, FrameRing]:
         return {i: x.frames for i, x in self._leaves.items() if isinstance(x.frames, FrameRing)}
 
-    def _compressed(self) -> dict[int, CompressedFrameRing]:
+    def compressed_rings(self) -> dict[int, CompressedFrameRing]:
+        """``{leaf index: CompressedFrameRing}`` of the compressed frame leaves."""
         rings = {i: leaf.frames for i, leaf in self._leaves.items()}
         return {i: r for i, r in rings.items() if isinstance(r, CompressedFrameRing)}
 
     def prepare(self, leaves: list[Any]) -> list[Any]:
         """Compresses the newest frame of each compressed leaf (call it outside the lock)."""
         out = list(leaves)
-        for i, ring in self._compressed().items():
+        for i, ring in self.compressed_rings().items():
             out[i] = ring.encode_stacked(leaves[i])
         return out
 
@@ -390,7 +391,8 @@ class FrameStackStorage:
         """Plain-leaf ``columns``, the frame rings and the history (live arrays, not copies)."""
         frames = {f"frames_{i}": ring.frames for i, ring in self._raw_rings().items()}
         state = {**self._inner.state_dict(), "frames": frames, "history": self.history}
-        compressed = {f"frames_{i}": r.slots.state_dict() for i, r in self._compressed().items()}
+        rings = self.compressed_rings()
+        compressed = {f"frames_{i}": r.slots.state_dict() for i, r in rings.items()}
         if compressed:
             state["compressed_frames"] = compressed
         return state
@@ -407,12 +409,12 @@ class FrameStackStorage:
         if sorted(frames) != names:
             raise CheckpointError(f"saved frame rings {sorted(frames)}; this buffer has {names}.")
         compressed = state.get("compressed_frames", {})
-        wanted = sorted(f"frames_{i}" for i in self._compressed())
+        wanted = sorted(f"frames_{i}" for i in self.compressed_rings())
         if sorted(compressed) != wanted:
             raise CheckpointError(
                 f"saved compressed frame rings {sorted(compressed)}; this buffer has {wanted}."
             )
-        for i, ring in self._compressed().items():
+        for i, ring in self.compressed_rings().items():
             ring.slots.load_state_dict(compressed[f"frames_{i}"], f"frames_{i}")
         pairs = [(f"frames_{i}", ring.frames) for i, ring in self._raw_rings().items()]
         for name, dest in [*pairs, ("history", self.history)]:
