@@ -89,6 +89,9 @@ class ReplayBuffer(Sb3ReplayBuffer):
         directory: memmap directory; only with ``storage="memmap"``.
         rng: seed or ``np.random.Generator`` for sampling; None draws a seed
             from numpy's global RNG, which SB3's ``set_random_seed`` seeds.
+        compression: a codec (``"zstd"``, ``"lz4"``, ``"zlib"``) for the
+            observations (each frame once, with ``frame_stack``), or
+            ``{leaf path: codec}``; see ``recollect.ReplayBuffer(compression=...)``.
 
     Raises:
         InvalidArgumentError: a bad argument or combination, an int
@@ -117,6 +120,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
         directory: str | os.PathLike | None = None,
         rng: int | np.random.Generator | None = None,
         n_steps: int | None = None,
+        compression: Any = None,
     ) -> None:
         for name, value in (("buffer_size", buffer_size), ("n_envs", n_envs)):
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
@@ -137,13 +141,16 @@ class ReplayBuffer(Sb3ReplayBuffer):
             self.stack_starts = StackStarts(self.frame_stack, shape, dtype, n_envs)
         if rng is None:  # SB3's set_random_seed seeds numpy's global RNG: follow it
             rng = int(np.random.randint(0, 2**63 - 1, dtype=np.int64))  # noqa: NPY002
+        codecs = {"observation": compression} if isinstance(compression, str) else compression
         self.transitions = TransitionBuffer(
             self.buffer_size * n_envs,
             n_envs,
             rng,
             prioritized=self.make_sampler(),
             frame_stack=self.frame_stack,
+            compression=codecs,
         )
+        self.compression = compression
         self.dones = TrajectoryCuts()
         self.num_added = 0
 
@@ -283,6 +290,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 "optimize_memory_usage": self.optimize_memory_usage,
                 "handle_timeout_termination": self.handle_timeout_termination,
                 "frame_stack": None if stack is None else stack.config(),
+                **({"compression": self.compression} if self.compression else {}),
                 "n_step": self.n_step,
                 "gamma": self.gamma,
             },

@@ -291,6 +291,32 @@ class FrameStackStorage:
             starts |= previous[rows, (times - 1) % self.max_length]
         return starts
 
+    def _history_rows(self, rows: np.ndarray | None, times: Any, leaves: Sequence[Any]) -> None:
+        """Sets ``history`` of the steps at ``(rows, times)``: min(previous + 1, max_back),
+        0 where an episode starts."""
+        all_rows = self._all_rows if rows is None else rows
+        t = np.broadcast_to(np.asarray(times, np.int64), all_rows.shape)
+        if self._max_back == 0:
+            history = np.zeros(len(all_rows), np.uint8)
+        else:
+            previous = self.history[all_rows, (t - 1) % self.ring]
+            history = np.minimum(previous, self._max_back - 1) + 1
+            history[self._episode_starts(all_rows, t, leaves) | (t == 0)] = 0
+        self.history[all_rows, t % self.ring] = history
+
+    def _history_all(self, t: int, leaves: Sequence[Any]) -> None:
+        """:meth:`_history_rows` of every row at one time ``t`` (the common case)."""
+        column = self.history[:, t % self.ring]
+        if self._max_back == 0 or t == 0:
+            column[:] = 0
+            return
+        np.minimum(self.history[:, (t - 1) % self.ring], self._max_back - 1, out=column)
+        column += 1
+        if self._is_first is not None:
+            column[np.asarray(leaves[self._is_first], bool)] = 0
+        if self._is_last is not None:
+            column[self._inner.arrays[self._is_last][:, (t - 1) % self.max_length]] = 0
+
     def write(
         self,
         rows: np.ndarray | None,
@@ -306,15 +332,10 @@ class FrameStackStorage:
         """
         if times is None:
             raise InvalidArgumentError("frame-stack storage needs the step times of a write.")
-        all_rows = self._all_rows if rows is None else rows
-        t = np.broadcast_to(np.asarray(times, np.int64), all_rows.shape)
-        if self._max_back == 0:
-            history = np.zeros(len(all_rows), np.uint8)
-        else:  # min(previous + 1, max_back), 0 where an episode starts
-            previous = self.history[all_rows, (t - 1) % self.ring]
-            history = np.minimum(previous, self._max_back - 1) + 1
-            history[self._episode_starts(all_rows, t, leaves) | (t == 0)] = 0
-        self.history[all_rows, t % self.ring] = history
+        if rows is None and type(times) is int:
+            self._history_all(times, leaves)  # every row at one clock: column views, no index
+        else:
+            self._history_rows(rows, times, leaves)
         plain = list(leaves)
         for i, leaf in self._leaves.items():
             leaf.frames.write_stacked(rows, times, leaves[i])
