@@ -136,13 +136,32 @@ class CompressedSlots:
         lengths = self.lengths.reshape(-1)[keys]
         written = offsets >= 0
         if written.all():
-            self.codec.decode_into(self.arena.data, offsets, lengths, raw)
+            self._decode(offsets, lengths, raw)
         else:
             raw[~written] = 0
             part = np.empty((int(written.sum()), self.size), np.uint8)
-            self.codec.decode_into(self.arena.data, offsets[written], lengths[written], part)
+            self._decode(offsets[written], lengths[written], part)
             raw[written] = part
         return scratch[:n].view(self.dtype).reshape(n, *self.shape)
+
+    def _decode(self, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
+        """``codec.decode_into``; a value that fails to decode comes back as zeros.
+
+        Under the table lock every stored value decodes. A gather outside the
+        lock (``Table.is_stale`` protocol) can read a slot while a write
+        replaces it; that draw is stale and is drawn again, so its values only
+        need to not raise. The fallback decodes value by value (rare path).
+        """
+        try:
+            self.codec.decode_into(self.arena.data, offsets, lengths, out)
+        except Exception:
+            for j in range(len(offsets)):  # fallback only: one value at a time
+                try:
+                    self.codec.decode_into(
+                        self.arena.data, offsets[j : j + 1], lengths[j : j + 1], out[j : j + 1]
+                    )
+                except Exception:
+                    out[j] = 0
 
     def load(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Values ``[*shape_of(rows, slots), *shape]`` at ``(rows, slots)`` (broadcasting)."""
@@ -163,11 +182,10 @@ class CompressedSlots:
         """
         flat_off, flat_len = self.offsets.reshape(-1), self.lengths.reshape(-1).astype(np.int64)
         keep = np.flatnonzero(flat_off >= 0)
-        total = int(flat_len[keep].sum())
-        ends = np.cumsum(flat_len[keep])
-        # one vectorized gather of variable-length segments: byte j of value v
-        within = np.arange(total) - np.repeat(ends - flat_len[keep], flat_len[keep])
-        data = self.arena.data[np.repeat(flat_off[keep], flat_len[keep]) + within]
+        ends = flat_off[keep] + flat_len[keep]
+        view = memoryview(self.arena.data)  # one join of the segments: no index per byte
+        joined = b"".join(map(view.__getitem__, map(slice, flat_off[keep].tolist(), ends.tolist())))
+        data = np.frombuffer(joined, np.uint8)
         lengths = np.where(self.offsets >= 0, self.lengths, -1).astype(np.int32)
         return {"bytes": data, "lengths": lengths, "codec": self.codec.name}
 
