@@ -87,6 +87,13 @@ class ReplayBuffer(TFAgentsReads):
             frames; only the newest frame of each step is stored and stacks are
             rebuilt at sample time, bit-exact (needs an ``is_first`` or
             ``is_last`` leaf). See :class:`~recollect.FrameStack`.
+        compression: ``{leaf path: codec}``: those leaves keep each step's value
+            (each frame, with ``frame_stacks``) compressed in large blocks; a
+            codec is ``"zstd"`` (``pip install recollect[compression]``),
+            ``"lz4"``, ``"zlib"`` or an object such as
+            ``recollect.storage.ZstdCodec(level=3)``. Samples are bit-exact;
+            RAM only (not with ``storage="memmap"``). See
+            :mod:`recollect.storage.codecs` for measured sizes and speeds.
         force: allocate a RAM buffer even when it exceeds ``MemAvailable``.
         gatherer: a :class:`~recollect.storage.gather.Gatherer` to share between
             buffers (default: the buffer's own).
@@ -310,7 +317,9 @@ class ReplayBuffer(TFAgentsReads):
     @property
     def nbytes(self) -> int:
         """Bytes allocated: stored steps plus the table (index, sampler, counts); equals
-        :func:`~recollect.estimate_memory` of the same arguments."""
+        :func:`~recollect.estimate_memory` of the same arguments. Compressed leaves
+        count the arena blocks in use (measured: it grows as compressed bytes are
+        stored) and their offset index."""
         return self._storage.nbytes + self._table.nbytes
 
     def num_frames(self) -> int:
