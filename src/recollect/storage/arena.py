@@ -104,10 +104,8 @@ class ByteArena:
         offsets = offsets[offsets >= 0]
         if not len(offsets):
             return
-        blocks = offsets // self.block_bytes
-        counts = np.bincount(blocks, minlength=len(self.live))
-        touched = np.flatnonzero(counts)
-        self.live[touched] -= counts[touched]
+        touched, counts = np.unique(offsets // self.block_bytes, return_counts=True)
+        self.live[touched] -= counts
         empty = touched[(self.live[touched] == 0) & (touched != self._block)]
         self._free.extend(empty.tolist())
 

@@ -107,9 +107,15 @@ class CompressedSlots:
         ``slots`` ``[k, T]``.
         """
         encoded = self.encode(values)
+        lengths = encoded.lengths.reshape(-1)
+        if rows is None and np.ndim(slots) == 0:  # every row at one slot: column views
+            column = self.offsets[:, int(slots)]
+            self.arena.release(column)
+            column[:] = self.arena.append(encoded.data, lengths)
+            self.lengths[:, int(slots)] = lengths
+            return
         rows = self._all_rows if rows is None else rows
         rows, slots = np.broadcast_arrays(rows, np.asarray(slots))
-        lengths = encoded.lengths.reshape(-1)
         self.arena.release(self.offsets[rows, slots].reshape(-1))
         offsets = self.arena.append(encoded.data, lengths)
         self.offsets[rows, slots] = offsets.reshape(rows.shape)
