@@ -19,12 +19,14 @@ import functools
 import itertools
 import os
 import threading
+import time
 import zlib
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from recollect.errors import InvalidArgumentError
+from recollect.storage.gather import ThreadChooser
 
 __all__ = ["CODECS", "Codec", "Lz4Codec", "ZlibCodec", "ZstdCodec", "codec_from_config", "resolve"]
 
@@ -84,7 +86,9 @@ class ZstdCodec:
     Args:
         level: compression level (1 fastest standard level; negative levels
             are faster still and larger; up to 22).
-        threads: threads decoding one batch (default: usable CPUs, at most 4).
+        threads: threads decoding one batch (default: usable CPUs, at most 4);
+            a batch of >= 256 values is split over them when that measures
+            faster than one thread (:class:`~recollect.storage.gather.ThreadChooser`).
 
     Raises:
         InvalidArgumentError: the ``zstandard`` package is not installed, or
@@ -109,6 +113,7 @@ class ZstdCodec:
         self._compress = zstandard.ZstdCompressor(level=level).compress
         self._local = threading.local()  # a decompressor per thread (they are not shared)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._chooser = ThreadChooser()
 
     def encode(self, values: np.ndarray) -> tuple[bytes, np.ndarray]:
         return _join(list(map(self._compress, values)))  # C-level map; GIL released per value
@@ -123,18 +128,24 @@ class ZstdCodec:
         released while it decodes, no bytes object per value.
         """
         n = len(offsets)
-        parts = self.threads if n >= PARALLEL_MIN_VALUES else 1
-        if parts == 1:
+        if n < PARALLEL_MIN_VALUES or self.threads == 1:
             self._decode_part(data, offsets, lengths, out)
             return
-        bounds = [n * j // parts for j in range(parts + 1)]
-        jobs = [
-            self._pool().submit(self._decode_part, data, offsets[a:b], lengths[a:b], out[a:b])
-            for a, b in itertools.pairwise(bounds[1:])
-        ]
-        self._decode_part(data, offsets[: bounds[1]], lengths[: bounds[1]], out[: bounds[1]])
-        for job in jobs:
-            job.result()
+        split = self._chooser.split(out.nbytes)  # threads only where they measure faster
+        t0 = time.perf_counter()
+        if not split:
+            self._decode_part(data, offsets, lengths, out)
+        else:
+            bounds = [n * j // self.threads for j in range(self.threads + 1)]
+            jobs = [
+                self._pool().submit(self._decode_part, data, offsets[a:b], lengths[a:b], out[a:b])
+                for a, b in itertools.pairwise(bounds[1:])
+            ]
+            head = slice(0, bounds[1])
+            self._decode_part(data, offsets[head], lengths[head], out[head])
+            for job in jobs:
+                job.result()
+        self._chooser.record(out.nbytes, split, time.perf_counter() - t0)
 
     def _decode_part(
         self, data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
