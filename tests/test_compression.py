@@ -309,3 +309,31 @@ def test_a_torn_value_decodes_as_zeros_and_the_rest_of_the_batch_exactly(codec):
     mask = np.ones((4, 6), bool)
     mask[1, 2] = False
     np.testing.assert_array_equal(got[mask], want[mask])
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_n_step_transitions_from_compressed_frames_are_exact(codec):
+    spec = {
+        "observation": rc.ArraySpec((2, 3, 4), np.uint8),
+        "reward": rc.ArraySpec((), np.float32),
+        "is_last": rc.ArraySpec((), bool),
+        "is_terminal": rc.ArraySpec((), bool),
+    }
+    stacks = {"observation": rc.FrameStack(4, padding="zero")}
+    buf = rc.ReplayBuffer(
+        spec, 60, 3, rng=1, frame_stacks=stacks, compression={"observation": codec}
+    )
+    envs = StackingEnvs(3, (2, 3), np.uint8, 4, -1, "zero", 4, 0.25)
+    recorded = {}
+    for t in range(45):  # wraps the 20-step rows twice
+        obs, _, is_last = envs.step()
+        for e in range(3):
+            recorded[int(rc.ids.encode(e, t))] = obs[e]
+        step = {"observation": obs, "reward": np.ones(3, np.float32)}
+        buf.add_batch({**step, "is_last": is_last, "is_terminal": is_last})
+    s = buf.sample(64, 4, within_episode=False)
+    batch = rc.n_step_transitions(s.data, discount=0.9)
+    for b, item in enumerate(s.ids):
+        np.testing.assert_array_equal(batch["observation"][b], recorded[int(item)])
+        k = int(batch["num_steps"][b])
+        np.testing.assert_array_equal(batch["next_observation"][b], recorded[int(item) + k])
