@@ -90,7 +90,7 @@ def memory_rows(games: list[Frames], capacity: int, codec: str) -> dict[str, rc.
             f"{g.game:<16}{delta / capacity:>12,.0f}{buf.nbytes / capacity:>15,.0f}"
             f"{per_frame:>15,.0f}{estimate / capacity:>17,.0f}{capacity / seconds:>14,.0f}"
         )
-        bufs[g.game] = buf
+        bufs[f"{codec} {g.game}"] = buf
     print(f"{'mean':<16}{np.mean(per_step):>12,.0f}   (target <= 900; MsPacman <= 1,600)")
     return bufs
 
@@ -126,7 +126,7 @@ def throughput_tables(games: list[Frames], bufs: dict, raw: rc.ReplayBuffer, arg
         Row("memcpy (batch bytes, rotating 64 MiB)", memcpy, E),
         Row(f"add_batch frame store ({first})", adder(raw, pools[first]), E),
     ]
-    rows += [Row(f"add_batch zstd {g}", adder(bufs[g], pools[g]), E) for g in bufs]
+    rows += [Row(f"add_batch {k}", adder(b, pools[k.split()[1]]), E) for k, b in bufs.items()]
     print_table(
         "W1 add_batch, real ALE frames (8 envs, ring full)",
         measure(rows, args.repeats, args.repeat_s),
@@ -142,8 +142,8 @@ def throughput_tables(games: list[Frames], bufs: dict, raw: rc.ReplayBuffer, arg
             ),
         ]
         rows += [
-            Row(f"zstd {g} sample({batch}, 2)", lambda b=bufs[g], n=batch: b.sample(n, 2), batch)
-            for g in bufs
+            Row(f"{k} sample({batch}, 2)", lambda b=b, n=batch: b.sample(n, 2), batch)
+            for k, b in bufs.items()
         ]
         print_table(
             f"W1 uniform sample, batch {batch}, real ALE frames",
@@ -152,7 +152,7 @@ def throughput_tables(games: list[Frames], bufs: dict, raw: rc.ReplayBuffer, arg
         )
 
 
-def run(args, capacity: int, record_steps: int, names: list[str]) -> None:
+def run(args, capacity: int, record_steps: int, names: list[str], codecs: list[str]) -> None:
     games = [Frames(g, record_steps) for g in names]
     gc.collect()
     before = rss_bytes()
@@ -160,7 +160,9 @@ def run(args, capacity: int, record_steps: int, names: list[str]) -> None:
     fill(raw, games[0], capacity)
     per_step = (rss_bytes() - before) / capacity
     print(f"\nuncompressed frame store ({games[0].game}): RSS {per_step:,.0f} B/step")
-    bufs = memory_rows(games, capacity, "zstd")
+    bufs = {}
+    for codec in codecs:
+        bufs.update(memory_rows(games, capacity, codec))
     throughput_tables(games, bufs, raw, args)
 
 

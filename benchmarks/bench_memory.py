@@ -25,7 +25,7 @@ Tables (WORKLOADS.md W1, 8 envs in ONE buffer, batches of 8):
    so repeating frames changes no frame's size).
 
 Own options: ``--only frames`` (tables 1-4) or ``--only compressed`` (table 5);
-``--games Pong,MsPacman``; ``--record-steps N`` (per env, default 2500);
+``--games Pong,MsPacman``; ``--codecs zstd,lz4``; ``--record-steps N`` (per env, default 2500);
 ``--steps N``: only the N-step Pong buffer's RSS (``--steps 1000000``).
 """
 
@@ -245,7 +245,7 @@ def memmap_table(capacity: int, pool: list[dict], args) -> None:
 def _own_args() -> dict:
     """Removes this script's own options from sys.argv (the rest go to parse_args)."""
     own, rest, argv = {}, [], sys.argv[1:]
-    names = {"--games": str, "--record-steps": int, "--steps": int}
+    names = {"--games": str, "--record-steps": int, "--steps": int, "--codecs": str}
     while argv:
         a = argv.pop(0)
         key, _, value = a.partition("=")
@@ -267,7 +267,8 @@ def main() -> None:
         return
     if args.only != "frames":
         games = own.get("games", ",".join(_compressed_rows.GAMES)).split(",")
-        _compressed_rows.run(args, capacity, record, games)
+        codecs = own.get("codecs", "zstd").split(",")
+        _compressed_rows.run(args, capacity, record, games, codecs)
         if args.only == "compressed":
             return
     print(f"W1: 8 envs, capacity {capacity:,} steps, numpy {np.__version__}")
