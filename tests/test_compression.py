@@ -134,7 +134,7 @@ def test_compressed_leaves_sample_like_uncompressed_twin(
 ):
     """Every write path, sampler, window and wraparound: same samples as raw storage."""
     kw = {"rng": 3, "sequence_length": None}
-    comp = {"observation": codec, "image": codec}
+    comp = {"observation": codec, "image": codec, "action": codec}  # leaf 0 too
     seq = 2 if sampler != "uniform" else None
     a = rc.ReplayBuffer(
         SPEC,

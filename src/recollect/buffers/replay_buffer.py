@@ -26,6 +26,7 @@ from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.manifest import describe_spec, rebuild_spec
 from recollect.storage.base import Storage
 from recollect.storage.factory import (
+    block_storage,
     bool_scalar,
     make_storage,
     prepare_writes,
@@ -33,7 +34,6 @@ from recollect.storage.factory import (
 )
 from recollect.storage.frame_store import FrameStack, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
-from recollect.storage.ring import RingStorage
 from recollect.table import Draw, Table, TableInfo
 from recollect.table.rate_limiters import RateLimiter, rate_limiter_from_config
 from recollect.table.table import RngLike, positive_int
@@ -490,12 +490,15 @@ class ReplayBuffer(TFAgentsReads):
             return
         table = self._table
         block = table.block_writes and table.rate_limiter is None
-        if not (block and isinstance(self._storage, RingStorage)):
+        if not (block and block_storage(self._storage)):
             for j in range(count):  # step by step: the sampler, storage or limiter follows
                 self.write_leaves([leaf[:, j] for leaf in leaves], rows, timeout=timeout)
             return
         for start in range(0, count, self._max_length):  # chunks of at most one ring
-            self._write_block([leaf[:, start : start + self._max_length] for leaf in leaves], rows)
+            chunk = [leaf[:, start : start + self._max_length] for leaf in leaves]
+            if self._prepare is not None:  # compressed leaves: compressed outside the lock
+                chunk = self._prepare(chunk)
+            self._write_block(chunk, rows)
 
     def _write_block(self, leaves: list[np.ndarray], rows: np.ndarray | None) -> None:
         count = leaves[0].shape[1]

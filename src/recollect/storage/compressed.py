@@ -55,6 +55,11 @@ class Encoded:
     def __init__(self, data: bytes, lengths: np.ndarray) -> None:
         self.data, self.lengths = data, lengths
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The leading (env, time) dims of the values: ``lengths.shape``."""
+        return self.lengths.shape
+
 
 class CompressedSlots:
     """One leaf's values ``[num_envs, slots, *shape]``, each stored compressed.

@@ -20,6 +20,7 @@ from recollect.storage.ring import RingStorage
 
 __all__ = [
     "STORAGES",
+    "block_storage",
     "bool_scalar",
     "check_storage",
     "make_storage",
@@ -86,6 +87,13 @@ def resolve_compression(
             )
         codecs[i] = resolve(codec, path)
     return codecs
+
+
+def block_storage(storage: Storage) -> bool:
+    """Whether ``storage.write`` takes a block of steps per row (slots ``[k, T]``)."""
+    if isinstance(storage, CompressedStorage):
+        storage = storage.inner
+    return isinstance(storage, RingStorage)
 
 
 def prepare_writes(storage: Storage) -> Any:
