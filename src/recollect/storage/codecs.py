@@ -110,13 +110,16 @@ class ZstdCodec:
         self.level = level
         self.threads = _threads() if threads is None else max(1, int(threads))
         self._zstd = zstandard
-        self._compress = zstandard.ZstdCompressor(level=level).compress
         self._local = threading.local()  # a decompressor per thread (they are not shared)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._chooser = ThreadChooser()
 
     def encode(self, values: np.ndarray) -> tuple[bytes, np.ndarray]:
-        return _join(list(map(self._compress, values)))  # C-level map; GIL released per value
+        local = self._local  # zstd contexts are not safe across threads: one per thread
+        compress = getattr(local, "compress", None)
+        if compress is None:
+            compress = local.compress = self._zstd.ZstdCompressor(level=self.level).compress
+        return _join(list(map(compress, values)))  # C-level map; GIL released per value
 
     def decode_into(
         self, data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
