@@ -20,6 +20,7 @@ import itertools
 import os
 import threading
 import time
+import weakref
 import zlib
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,6 +34,18 @@ __all__ = ["CODECS", "Codec", "Lz4Codec", "ZlibCodec", "ZstdCodec", "codec_from_
 #: Decodes of at least this many values use several threads (zstd).
 PARALLEL_MIN_VALUES = 256
 _POOL_LOCK = threading.Lock()
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # zstd codecs, given fresh threads after fork
+
+
+def _after_fork() -> None:
+    global _POOL_LOCK
+    _POOL_LOCK = threading.Lock()
+    for codec in list(_LIVE):
+        codec.reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _threads() -> int:
@@ -110,7 +123,12 @@ class ZstdCodec:
         self.level = level
         self.threads = _threads() if threads is None else max(1, int(threads))
         self._zstd = zstandard
-        self._local = threading.local()  # a decompressor per thread (they are not shared)
+        self.reset()
+        _LIVE.add(self)
+
+    def reset(self) -> None:
+        """Fresh per-thread contexts, decode threads and chooser (after ``fork``)."""
+        self._local = threading.local()  # zstd contexts are per thread (not thread-safe)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._chooser = ThreadChooser()
 
