@@ -12,6 +12,7 @@ import pytest
 
 import recollect as rc
 from recollect.service import Server
+from recollect.storage import ZstdCodec
 from test_frame_store import StackingEnvs
 
 FIELDS = ("observation", "action", "reward", "next_observation", "terminated", "truncated", "ids")
@@ -50,14 +51,15 @@ def test_transition_buffer_compressed_samples_like_uncompressed(stack, tmp_path)
     _equal(loaded.sample(32), b.sample(32))
 
 
-def test_sb3_buffer_compressed_observations_sample_like_uncompressed():
+def test_sb3_buffer_compressed_observations_sample_like_uncompressed(tmp_path):
     gym = pytest.importorskip("gymnasium")
     pytest.importorskip("stable_baselines3")
     from recollect.sb3 import ReplayBuffer
 
     obs_space = gym.spaces.Box(0, 255, (6, 5, 4), np.uint8)
     act_space = gym.spaces.Discrete(3)
-    a = ReplayBuffer(80, obs_space, act_space, "cpu", 2, frame_stack=4, rng=0, compression="zstd")
+    codec = ZstdCodec(level=3)
+    a = ReplayBuffer(80, obs_space, act_space, "cpu", 2, frame_stack=4, rng=0, compression=codec)
     b = ReplayBuffer(80, obs_space, act_space, "cpu", 2, frame_stack=4, rng=0)
     envs = StackingEnvs(2, (6, 5), np.uint8, 4, -1, "zero", 3, 0.0)
     obs, _, _ = envs.step()
@@ -71,7 +73,13 @@ def test_sb3_buffer_compressed_observations_sample_like_uncompressed():
     sa, sb = a.sample(16), b.sample(16)
     for field in ("observations", "next_observations", "actions", "rewards", "dones"):
         np.testing.assert_array_equal(getattr(sa, field).numpy(), getattr(sb, field).numpy())
-    assert a.config()["options"]["compression"] == "zstd"
+    assert a.config()["options"]["compression"] == {"name": "zstd", "level": 3}
+    a.save_checkpoint(tmp_path / "sb3")
+    loaded = ReplayBuffer.load_checkpoint(tmp_path / "sb3", obs_space, act_space, "cpu")
+    assert loaded.config()["options"]["compression"] == {"name": "zstd", "level": 3}
+    sl, sb = loaded.sample(16), b.sample(16)
+    for field in ("observations", "next_observations", "actions"):
+        np.testing.assert_array_equal(getattr(sl, field).numpy(), getattr(sb, field).numpy())
 
 
 def test_service_shards_of_a_compressed_table_keep_compression():

@@ -27,6 +27,7 @@ from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
 from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.rng import decode_rng, encode_rng
+from recollect.storage.codecs import json_compression
 from recollect.storage.frame_store import FrameStack
 from recollect.table.table import positive_int
 from recollect.validation import convert_step
@@ -544,7 +545,7 @@ class TransitionBuffer:
             "num_envs": self._num_envs,
             "prioritized": None if prioritized is None else prioritized.get_config(),
             "frame_stack": None if stack is None else stack.config(),
-            **({"compression": self._compression} if self._compression else {}),
+            **({"compression": json_compression(self._compression)} if self._compression else {}),
             "replay": None if self._buffer is None else self._buffer.config(),
         }
 

@@ -32,6 +32,7 @@ from recollect.sb3.samples import Draw, to_samples
 from recollect.sb3.spaces import as_actions, as_observations, first_env, resolve_frame_stack
 from recollect.sb3.stack_starts import StackStarts
 from recollect.specs import ArraySpec
+from recollect.storage.codecs import json_compression
 from recollect.storage.frame_store import FrameStack
 
 __all__ = ["ReplayBuffer"]
@@ -141,7 +142,11 @@ class ReplayBuffer(Sb3ReplayBuffer):
             self.stack_starts = StackStarts(self.frame_stack, shape, dtype, n_envs)
         if rng is None:  # SB3's set_random_seed seeds numpy's global RNG: follow it
             rng = int(np.random.randint(0, 2**63 - 1, dtype=np.int64))  # noqa: NPY002
-        codecs = {"observation": compression} if isinstance(compression, str) else compression
+        codecs = compression  # {path: codec}; one codec (name, object, config) is the observation's
+        if compression is not None and not (
+            isinstance(compression, dict) and "name" not in compression
+        ):
+            codecs = {"observation": compression}
         self.transitions = TransitionBuffer(
             self.buffer_size * n_envs,
             n_envs,
@@ -290,7 +295,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 "optimize_memory_usage": self.optimize_memory_usage,
                 "handle_timeout_termination": self.handle_timeout_termination,
                 "frame_stack": None if stack is None else stack.config(),
-                **({"compression": self.compression} if self.compression else {}),
+                **({"compression": json_compression(self.compression)} if self.compression else {}),
                 "n_step": self.n_step,
                 "gamma": self.gamma,
             },

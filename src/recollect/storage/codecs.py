@@ -29,7 +29,16 @@ import numpy as np
 from recollect.errors import InvalidArgumentError
 from recollect.storage.gather import ThreadChooser
 
-__all__ = ["CODECS", "Codec", "Lz4Codec", "ZlibCodec", "ZstdCodec", "codec_from_config", "resolve"]
+__all__ = [
+    "CODECS",
+    "Codec",
+    "Lz4Codec",
+    "ZlibCodec",
+    "ZstdCodec",
+    "codec_from_config",
+    "json_compression",
+    "resolve",
+]
 
 #: Decodes of at least this many values use several threads (zstd).
 PARALLEL_MIN_VALUES = 256
@@ -282,6 +291,16 @@ class ZlibCodec:
 
 #: Codec names accepted by ``ReplayBuffer(compression=...)``.
 CODECS = {"zstd": ZstdCodec, "lz4": Lz4Codec, "zlib": ZlibCodec}
+
+
+def json_compression(compression: Any) -> Any:
+    """``compression`` (a codec or ``{path: codec}``) with codec objects as their
+    JSON-safe ``config()`` (names and config dicts are kept as given)."""
+    if isinstance(compression, dict):
+        return {path: json_compression(codec) for path, codec in compression.items()}
+    if isinstance(compression, Codec):
+        return compression.config()
+    return compression
 
 
 def codec_from_config(config: dict[str, Any]) -> Codec:
