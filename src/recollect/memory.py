@@ -7,6 +7,12 @@ larger than the memory the kernel reports available (``MemAvailable`` of
 ``/proc/meminfo``) is refused at construction with
 :class:`~recollect.errors.InsufficientMemoryError` instead of dying later in the
 middle of a run; ``storage="memmap"`` or ``force=True`` go ahead.
+
+Compressed leaves (``compression=``) cannot be known before data arrives:
+without ``sample_steps`` the estimate is what an empty buffer holds (offset
+index and one arena block per leaf); with ``sample_steps`` (a few real steps)
+the values are compressed and their mean length estimates a full buffer.
+``buf.nbytes`` then measures the blocks actually in use.
 """
 
 from __future__ import annotations
