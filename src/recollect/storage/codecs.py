@@ -42,6 +42,8 @@ __all__ = [
 
 #: Decodes of at least this many values use several threads (zstd).
 PARALLEL_MIN_VALUES = 256
+#: Encodes of at least this many values may use several threads (zstd).
+PARALLEL_MIN_ENCODE = 8
 _POOL_LOCK = threading.Lock()
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # zstd codecs, given fresh threads after fork
 
@@ -110,7 +112,8 @@ class ZstdCodec:
             are faster still and larger; up to 22).
         threads: threads decoding one batch (default: usable CPUs, at most 4);
             a batch of >= 256 values is split over them when that measures
-            faster than one thread (:class:`~recollect.storage.gather.ThreadChooser`).
+            faster than one thread (:class:`~recollect.storage.gather.ThreadChooser`),
+            and so is an encode of >= 8 values (one ``add_batch`` of 8 envs).
 
     Raises:
         InvalidArgumentError: the ``zstandard`` package is not installed, or
@@ -140,13 +143,34 @@ class ZstdCodec:
         self._local = threading.local()  # zstd contexts are per thread (not thread-safe)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._chooser = ThreadChooser()
+        self._encode_chooser = ThreadChooser()
 
     def encode(self, values: np.ndarray) -> tuple[bytes, np.ndarray]:
+        n = len(values)
+        if n < PARALLEL_MIN_ENCODE or self.threads == 1:
+            return _join(self._encode_part(values))
+        split = self._encode_chooser.split(values.nbytes)  # threads where they measure faster
+        t0 = time.perf_counter()
+        if not split:
+            parts = self._encode_part(values)
+        else:
+            bounds = [n * j // self.threads for j in range(self.threads + 1)]
+            jobs = [
+                self._pool().submit(self._encode_part, values[a:b])
+                for a, b in itertools.pairwise(bounds[1:])
+            ]
+            parts = self._encode_part(values[: bounds[1]])
+            for job in jobs:
+                parts += job.result()
+        self._encode_chooser.record(values.nbytes, split, time.perf_counter() - t0)
+        return _join(parts)
+
+    def _encode_part(self, values: np.ndarray) -> list[bytes]:
         local = self._local  # zstd contexts are not safe across threads: one per thread
         compress = getattr(local, "compress", None)
         if compress is None:
             compress = local.compress = self._zstd.ZstdCompressor(level=self.level).compress
-        return _join(list(map(compress, values)))  # C-level map; GIL released per value
+        return list(map(compress, values))  # C-level map; GIL released per value
 
     def decode_into(
         self, data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
