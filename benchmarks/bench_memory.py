@@ -16,6 +16,17 @@ Tables (WORKLOADS.md W1, 8 envs in ONE buffer, batches of 8):
 4. memmap (frame store on disk): sample with the page cache warm, and cold
    (buffer closed, its files dropped from the page cache with
    ``posix_fadvise(DONTNEED)``, directory reopened; first calls timed).
+5. compressed frame store (``compression={"observation": "zstd"}``) on real
+   ALE frames (``_ale_frames.py``: AtariPreprocessing + FrameStackObservation(4),
+   8 envs, random policy; Pong, Breakout, MsPacman, SpaceInvaders, Seaquest):
+   RSS delta per stored step, add_batch and sample(32/256, 2) beside the
+   uncompressed frame store and the memcpy rows of the same run. A capacity
+   larger than the recording cycles it (each frame is compressed on its own,
+   so repeating frames changes no frame's size).
+
+Own options: ``--only frames`` (tables 1-4) or ``--only compressed`` (table 5);
+``--games Pong,MsPacman``; ``--codecs zstd,lz4``; ``--record-steps N`` (per env, default 2500);
+``--steps N``: only the N-step Pong buffer's RSS (``--steps 1000000``).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _compressed_rows
 import recollect as rc
 from _common import Row, cycle, measure, parse_args, print_table, rss_bytes
 
@@ -230,9 +242,35 @@ def memmap_table(capacity: int, pool: list[dict], args) -> None:
             print(f"{r.name:<44} {r.rate:>14,.0f} {r.seconds * 1e6:>10.1f} us/call")
 
 
+def _own_args() -> dict:
+    """Removes this script's own options from sys.argv (the rest go to parse_args)."""
+    own, rest, argv = {}, [], sys.argv[1:]
+    names = {"--games": str, "--record-steps": int, "--steps": int, "--codecs": str}
+    while argv:
+        a = argv.pop(0)
+        key, _, value = a.partition("=")
+        if key in names:
+            own[key[2:].replace("-", "_")] = names[key](value or argv.pop(0))
+        else:
+            rest.append(a)
+    sys.argv[1:] = rest
+    return own
+
+
 def main() -> None:
+    own = _own_args()
     args = parse_args(__doc__.splitlines()[0])
     capacity = 20_000 if args.quick else 100_000
+    record = own.get("record_steps", 2500)
+    if "steps" in own:
+        _compressed_rows.million(own["steps"], record)
+        return
+    if args.only != "frames":
+        games = own.get("games", ",".join(_compressed_rows.GAMES)).split(",")
+        codecs = own.get("codecs", "zstd").split(",")
+        _compressed_rows.run(args, capacity, record, games, codecs)
+        if args.only == "compressed":
+            return
     print(f"W1: 8 envs, capacity {capacity:,} steps, numpy {np.__version__}")
     pool_last, pool_first = batches(-1), batches(0)
     buf_last = memory_table(capacity, pool_last)

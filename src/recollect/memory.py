@@ -7,16 +7,26 @@ larger than the memory the kernel reports available (``MemAvailable`` of
 ``/proc/meminfo``) is refused at construction with
 :class:`~recollect.errors.InsufficientMemoryError` instead of dying later in the
 middle of a run; ``storage="memmap"`` or ``force=True`` go ahead.
+
+Compressed leaves (``compression=``) cannot be known before data arrives:
+without ``sample_steps`` the estimate is what an empty buffer holds (offset
+index and one arena block per leaf); with ``sample_steps`` (a few real steps)
+the values are compressed and their mean length estimates a full buffer.
+``buf.nbytes`` then measures the blocks actually in use.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from recollect.errors import InsufficientMemoryError, InvalidArgumentError
 from recollect.specs import FlatSpec
-from recollect.storage.factory import STORAGES, check_storage
-from recollect.storage.frame_store import frame_store_nbytes, resolve_frame_stacks
+from recollect.storage.compressed import slots_nbytes
+from recollect.storage.factory import STORAGES, check_storage, resolve_compression
+from recollect.storage.frame_store import frame_store_nbytes, resolve_frame_stacks, stack_ring
+from recollect.validation import check_structure
 from recollect.windows import WindowIndex
 
 __all__ = ["STORAGES", "available_memory", "check_memory", "estimate_memory", "table_nbytes"]
@@ -31,6 +41,8 @@ def estimate_memory(
     frame_stacks: dict[str, Any] | None = None,
     sampler: Any = None,
     track_times_sampled: bool = False,
+    compression: dict[str, Any] | None = None,
+    sample_steps: Any = None,
 ) -> int:
     """Bytes a buffer with these arguments allocates: its steps plus its table.
 
@@ -52,6 +64,13 @@ def estimate_memory(
             and one uint8 per row slot of bookkeeping).
         sampler: the sampler passed to the buffer (default uniform: no arrays).
         track_times_sampled: as passed to the buffer.
+        compression: ``{leaf path: codec}`` as passed to the buffer. Without
+            ``sample_steps`` a compressed leaf counts what an empty buffer
+            holds: its offset index (12 bytes per slot) and one arena block.
+        sample_steps: a nest of representative steps, leaves ``[n, *shape]``
+            (e.g. one ``add_batch`` of real observations): each compressed
+            leaf's values (the newest frame, for frame stacks) are compressed
+            and the mean length estimates a full buffer's arena.
 
     Returns:
         int bytes; equals ``buf.nbytes`` of the constructed (empty) buffer
@@ -77,9 +96,37 @@ def estimate_memory(
     max_length = capacity // num_envs
     stacks = resolve_frame_stacks(flat, frame_stacks)
     table = table_nbytes(num_envs, max_length, sampler, track_times_sampled)
+    codecs = resolve_compression(flat, compression, storage)
     if stacks:
-        return frame_store_nbytes(flat, num_envs, max_length, stacks) + table
-    return capacity * flat.nbytes + table
+        total = table + frame_store_nbytes(flat, num_envs, max_length, stacks, set(codecs))
+    else:
+        raw = [leaf.nbytes for i, leaf in enumerate(flat.leaves) if i not in codecs]
+        total = table + capacity * sum(raw)
+    samples = None
+    if sample_steps is not None:
+        samples = check_structure(flat, sample_steps, "sample_steps")
+    for i, codec in codecs.items():
+        leaf = flat.leaves[i]
+        values, size = capacity, leaf.nbytes
+        if i in stacks:
+            values = num_envs * stack_ring(flat, max_length, stacks)
+            size //= stacks[i].stack_size
+        mean = None
+        if samples is not None:
+            given = np.asarray(samples[i], leaf.dtype).reshape(-1, *leaf.shape)
+            mean = _mean_compressed(codec, given, leaf, stacks.get(i))
+        total += slots_nbytes(codec, values, size, mean)
+    return total
+
+
+def _mean_compressed(codec: Any, values: np.ndarray, leaf: Any, stack: Any) -> float:
+    """Mean compressed length of the values (newest frames) in ``values`` ``[n, *shape]``."""
+    if stack is not None:
+        axis = stack.axis % len(leaf.shape)
+        values = np.take(values, stack.stack_size - 1, axis=1 + axis)
+    raw = np.ascontiguousarray(values).reshape(len(values), -1).view(np.uint8)
+    _, lengths = codec.encode(raw)
+    return float(lengths.mean())
 
 
 def table_nbytes(num_envs: int, max_length: int, sampler: Any, track_times_sampled: bool) -> int:

@@ -25,10 +25,15 @@ from recollect.specs import FlatSpec
 from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.manifest import describe_spec, rebuild_spec
 from recollect.storage.base import Storage
-from recollect.storage.factory import bool_scalar, make_storage
+from recollect.storage.factory import (
+    block_storage,
+    bool_scalar,
+    make_storage,
+    prepare_writes,
+    resolve_compression,
+)
 from recollect.storage.frame_store import FrameStack, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
-from recollect.storage.ring import RingStorage
 from recollect.table import Draw, Table, TableInfo
 from recollect.table.rate_limiters import RateLimiter, rate_limiter_from_config
 from recollect.table.table import RngLike, positive_int
@@ -82,6 +87,13 @@ class ReplayBuffer(TFAgentsReads):
             frames; only the newest frame of each step is stored and stacks are
             rebuilt at sample time, bit-exact (needs an ``is_first`` or
             ``is_last`` leaf). See :class:`~recollect.FrameStack`.
+        compression: ``{leaf path: codec}``: those leaves keep each step's value
+            (each frame, with ``frame_stacks``) compressed in large blocks; a
+            codec is ``"zstd"`` (``pip install recollect[compression]``),
+            ``"lz4"``, ``"zlib"`` or an object such as
+            ``recollect.storage.ZstdCodec(level=3)``. Samples are bit-exact;
+            RAM only (not with ``storage="memmap"``). See
+            :mod:`recollect.storage.codecs` for measured sizes and speeds.
         force: allocate a RAM buffer even when it exceeds ``MemAvailable``.
         gatherer: a :class:`~recollect.storage.gather.Gatherer` to share between
             buffers (default: the buffer's own).
@@ -144,6 +156,7 @@ class ReplayBuffer(TFAgentsReads):
         recover: bool = False,
         rate_limiter: RateLimiter | None = None,
         max_times_sampled: int = 0,
+        compression: dict[str, Any] | None = None,
     ) -> None:
         capacity = positive_int("capacity", capacity)
         num_envs = positive_int("num_envs", num_envs)
@@ -160,6 +173,7 @@ class ReplayBuffer(TFAgentsReads):
         self._is_last = self._find_is_last()
         self._closed = False
         resolve_frame_stacks(self._flat, frame_stacks)  # validates before anything is built
+        codecs = resolve_compression(self._flat, compression, storage)
         self._table = Table(
             num_envs,
             self._max_length,
@@ -190,12 +204,16 @@ class ReplayBuffer(TFAgentsReads):
             }
         if max_times_sampled:
             self._config["max_times_sampled"] = self._table.max_times_sampled
+        if codecs:
+            paths = self._flat.paths
+            self._config["compression"] = {paths[i]: c.config() for i, c in codecs.items()}
         check_memory(
             estimate_memory(
                 self._flat.spec,
                 capacity,
                 num_envs,
                 frame_stacks=frame_stacks,
+                compression=compression,
                 sampler=self._table.sampler,
                 track_times_sampled=track_times_sampled,
             ),
@@ -214,11 +232,14 @@ class ReplayBuffer(TFAgentsReads):
                 reopen=self._persist is not None and self._persist.reopen,
                 frame_stacks=frame_stacks,
                 gatherer=gatherer,
+                compression=self._config.get("compression"),
             )
         except BaseException:
             if self._persist is not None:  # a full disk leaves no half-created directory
                 self._persist.discard_created()
             raise
+        # compressed leaves are compressed before the table lock is taken
+        self._prepare = prepare_writes(self._storage) if codecs else None
         # add_batch input that needs no conversion (exact dtypes and shapes) skips convert_step
         self._match_batch = exact_matcher(self._flat, (num_envs,))
         # no memmap bookkeeping and no rate limiter: writes to every row take the short path
@@ -306,7 +327,9 @@ class ReplayBuffer(TFAgentsReads):
     @property
     def nbytes(self) -> int:
         """Bytes allocated: stored steps plus the table (index, sampler, counts); equals
-        :func:`~recollect.estimate_memory` of the same arguments."""
+        :func:`~recollect.estimate_memory` of the same arguments. Compressed leaves
+        count the arena blocks in use (measured: it grows as compressed bytes are
+        stored) and their offset index."""
         return self._storage.nbytes + self._table.nbytes
 
     def num_frames(self) -> int:
@@ -374,6 +397,8 @@ class ReplayBuffer(TFAgentsReads):
         """
         if rows is None:
             leaves = self._match_batch(steps)  # the common case, checked per leaf in one pass
+            if leaves is not None and self._prepare is not None:
+                leaves = self._prepare(leaves)
             if leaves is not None and self._plain_writes:
                 table = self._table
                 with table.lock:  # every row at one clock: the short path of write_leaves
@@ -419,6 +444,8 @@ class ReplayBuffer(TFAgentsReads):
         rows). No check is made: use :meth:`add_batch` for user input. Waits on
         the rate limiter as :meth:`add_batch` does.
         """
+        if self._prepare is not None:
+            leaves = self._prepare(leaves)
         is_last = None if self._is_last is None else leaves[self._is_last]
         table = self._table
         with table.lock:
@@ -473,12 +500,15 @@ class ReplayBuffer(TFAgentsReads):
             return
         table = self._table
         block = table.block_writes and table.rate_limiter is None
-        if not (block and isinstance(self._storage, RingStorage)):
+        if not (block and block_storage(self._storage)):
             for j in range(count):  # step by step: the sampler, storage or limiter follows
                 self.write_leaves([leaf[:, j] for leaf in leaves], rows, timeout=timeout)
             return
         for start in range(0, count, self._max_length):  # chunks of at most one ring
-            self._write_block([leaf[:, start : start + self._max_length] for leaf in leaves], rows)
+            chunk = [leaf[:, start : start + self._max_length] for leaf in leaves]
+            if self._prepare is not None:  # compressed leaves: compressed outside the lock
+                chunk = self._prepare(chunk)
+            self._write_block(chunk, rows)
 
     def _write_block(self, leaves: list[np.ndarray], rows: np.ndarray | None) -> None:
         count = leaves[0].shape[1]
@@ -772,6 +802,7 @@ class ReplayBuffer(TFAgentsReads):
                 **{
                     "rate_limiter": rate_limiter_from_config(config.get("rate_limiter")),
                     "max_times_sampled": config.get("max_times_sampled", 0),
+                    "compression": config.get("compression"),
                     **kwargs,
                 },
             )

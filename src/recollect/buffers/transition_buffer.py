@@ -27,6 +27,7 @@ from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
 from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.rng import decode_rng, encode_rng
+from recollect.storage.codecs import json_compression
 from recollect.storage.frame_store import FrameStack
 from recollect.table.table import positive_int
 from recollect.validation import convert_step
@@ -135,6 +136,9 @@ class TransitionBuffer:
             and ``next_observation`` stacks are rebuilt bit-exact (a step that
             does not continue the previous ``next_observation`` starts an
             episode, padded per ``frame_stack.padding``).
+        compression: ``{leaf path: codec}`` of the stored step (``"observation"``,
+            ...), as ``ReplayBuffer(compression=...)``: each observation (each
+            frame, with ``frame_stack``) is kept compressed.
 
     The spec is inferred from the first :meth:`add` (observation and action
     may be nests; dtypes are kept as given, except that an integer or bool
@@ -158,8 +162,10 @@ class TransitionBuffer:
         *,
         prioritized: Any = False,
         frame_stack: FrameStack | None = None,
+        compression: dict[str, Any] | None = None,
     ) -> None:
         self._prioritized = _prioritized_sampler(prioritized)
+        self._compression = compression
         if frame_stack is not None and not isinstance(frame_stack, FrameStack):
             raise InvalidArgumentError(
                 f"`frame_stack` must be a recollect.FrameStack or None; got {frame_stack!r}."
@@ -212,6 +218,7 @@ class TransitionBuffer:
             sampler=sampler,
             sequence_length=None if sampler is None else 1,
             frame_stacks=stacks,
+            compression=self._compression,
         )
         self._attach(buffer, obs_spec)
 
@@ -538,6 +545,7 @@ class TransitionBuffer:
             "num_envs": self._num_envs,
             "prioritized": None if prioritized is None else prioritized.get_config(),
             "frame_stack": None if stack is None else stack.config(),
+            **({"compression": json_compression(self._compression)} if self._compression else {}),
             "replay": None if self._buffer is None else self._buffer.config(),
         }
 
@@ -654,6 +662,7 @@ class TransitionBuffer:
                 decode_rng(state.get("rng"), where) if config.get("replay") is None else None,
                 prioritized=False if prioritized is None else Prioritized(**prioritized),
                 frame_stack=stack,
+                compression=config.get("compression"),
             )
         except (TypeError, ValueError, KeyError) as err:
             raise CheckpointError(f"{where}: invalid TransitionBuffer options: {err}") from err

@@ -32,6 +32,7 @@ from recollect.sb3.samples import Draw, to_samples
 from recollect.sb3.spaces import as_actions, as_observations, first_env, resolve_frame_stack
 from recollect.sb3.stack_starts import StackStarts
 from recollect.specs import ArraySpec
+from recollect.storage.codecs import json_compression
 from recollect.storage.frame_store import FrameStack
 
 __all__ = ["ReplayBuffer"]
@@ -89,6 +90,9 @@ class ReplayBuffer(Sb3ReplayBuffer):
         directory: memmap directory; only with ``storage="memmap"``.
         rng: seed or ``np.random.Generator`` for sampling; None draws a seed
             from numpy's global RNG, which SB3's ``set_random_seed`` seeds.
+        compression: a codec (``"zstd"``, ``"lz4"``, ``"zlib"``) for the
+            observations (each frame once, with ``frame_stack``), or
+            ``{leaf path: codec}``; see ``recollect.ReplayBuffer(compression=...)``.
 
     Raises:
         InvalidArgumentError: a bad argument or combination, an int
@@ -117,6 +121,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
         directory: str | os.PathLike | None = None,
         rng: int | np.random.Generator | None = None,
         n_steps: int | None = None,
+        compression: Any = None,
     ) -> None:
         for name, value in (("buffer_size", buffer_size), ("n_envs", n_envs)):
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
@@ -137,13 +142,20 @@ class ReplayBuffer(Sb3ReplayBuffer):
             self.stack_starts = StackStarts(self.frame_stack, shape, dtype, n_envs)
         if rng is None:  # SB3's set_random_seed seeds numpy's global RNG: follow it
             rng = int(np.random.randint(0, 2**63 - 1, dtype=np.int64))  # noqa: NPY002
+        codecs = compression  # {path: codec}; one codec (name, object, config) is the observation's
+        if compression is not None and not (
+            isinstance(compression, dict) and "name" not in compression
+        ):
+            codecs = {"observation": compression}
         self.transitions = TransitionBuffer(
             self.buffer_size * n_envs,
             n_envs,
             rng,
             prioritized=self.make_sampler(),
             frame_stack=self.frame_stack,
+            compression=codecs,
         )
+        self.compression = compression
         self.dones = TrajectoryCuts()
         self.num_added = 0
 
@@ -283,6 +295,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 "optimize_memory_usage": self.optimize_memory_usage,
                 "handle_timeout_termination": self.handle_timeout_termination,
                 "frame_stack": None if stack is None else stack.config(),
+                **({"compression": json_compression(self.compression)} if self.compression else {}),
                 "n_step": self.n_step,
                 "gamma": self.gamma,
             },

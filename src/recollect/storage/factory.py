@@ -11,12 +11,22 @@ import numpy as np
 from recollect.errors import InvalidArgumentError, SpecError
 from recollect.specs import FlatSpec
 from recollect.storage.base import Storage
+from recollect.storage.codecs import Codec, resolve
+from recollect.storage.compressed_storage import CompressedStorage
 from recollect.storage.frame_store import FrameStackStorage, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
 from recollect.storage.memmap import MemmapStorage, memmap_allocator
 from recollect.storage.ring import RingStorage
 
-__all__ = ["STORAGES", "bool_scalar", "check_storage", "make_storage"]
+__all__ = [
+    "STORAGES",
+    "block_storage",
+    "bool_scalar",
+    "check_storage",
+    "make_storage",
+    "prepare_writes",
+    "resolve_compression",
+]
 
 STORAGES = ("numpy", "memmap")
 
@@ -45,6 +55,54 @@ def bool_scalar(flat: FlatSpec, key: str) -> int | None:
     return i
 
 
+def resolve_compression(
+    flat: FlatSpec, compression: Any, storage: str = "numpy"
+) -> dict[int, Codec]:
+    """Maps ``{leaf path: codec name or Codec}`` to ``{leaf index: Codec}``, validating each.
+
+    Raises:
+        InvalidArgumentError: ``compression`` is not a dict, names an unknown
+            codec, a flag leaf (``is_first``/``is_last``), or comes with memmap.
+        SpecError: a path names no leaf.
+    """
+    if not compression:
+        return {}
+    if not isinstance(compression, dict):
+        raise InvalidArgumentError(
+            "`compression` must be a dict {leaf path: codec}; got "
+            f"{type(compression).__name__}. Example: compression={{'observation': 'zstd'}}."
+        )
+    if storage != "numpy":
+        raise InvalidArgumentError(
+            f"`compression` keeps compressed bytes in RAM and needs storage='numpy'; got "
+            f"storage={storage!r}. Drop compression= or use storage='numpy'."
+        )
+    codecs = {}
+    for path, codec in compression.items():
+        i = flat.index(path)
+        if path in ("is_first", "is_last") and bool_scalar(flat, path) is not None:
+            raise InvalidArgumentError(
+                f"compression['{path}']: the episode flag leaves stay uncompressed (1 byte a "
+                "step); compress the large leaves only, e.g. the observation."
+            )
+        codecs[i] = resolve(codec, path)
+    return codecs
+
+
+def block_storage(storage: Storage) -> bool:
+    """Whether ``storage.write`` takes a block of steps per row (slots ``[k, T]``)."""
+    if isinstance(storage, CompressedStorage):
+        storage = storage.inner
+    return isinstance(storage, RingStorage)
+
+
+def prepare_writes(storage: Storage) -> Any:
+    """``storage.prepare`` (compress a write's leaves, outside the table lock) or None."""
+    if isinstance(storage, CompressedStorage | FrameStackStorage):
+        return storage.prepare
+    return None
+
+
 def make_storage(
     flat: FlatSpec,
     num_envs: int,
@@ -56,6 +114,7 @@ def make_storage(
     reopen: bool = False,
     frame_stacks: dict[str, Any] | None = None,
     gatherer: Gatherer | None = None,
+    compression: dict[str, Any] | None = None,
 ) -> Storage:
     """Returns the storage for a buffer's geometry and options.
 
@@ -66,6 +125,8 @@ def make_storage(
             maps existing files).
         frame_stacks: ``{leaf path: FrameStack}``.
         gatherer: the gatherer samples go through (default: the storage's own).
+        compression: ``{leaf path: codec}``: those leaves keep each value (each
+            frame, for frame-stacked leaves) compressed; see :mod:`recollect.storage.codecs`.
 
     Raises:
         InvalidArgumentError: unknown ``storage``; ``directory`` missing for
@@ -81,6 +142,9 @@ def make_storage(
             f"storage={storage!r}, directory={directory!r}."
         )
     stacks = resolve_frame_stacks(flat, frame_stacks)
+    codecs = resolve_compression(flat, compression, storage)
+    plain_codecs = {i: c for i, c in codecs.items() if i not in stacks}
+    frame_codecs = {i: c for i, c in codecs.items() if i in stacks}
     is_first = bool_scalar(flat, "is_first")
     if stacks and is_first is None and is_last is None:
         raise SpecError(
@@ -94,9 +158,16 @@ def make_storage(
         path = pathlib.Path(directory)
         inner = functools.partial(MemmapStorage, directory=path, reopen=reopen)
         allocate = memmap_allocator(path, reopen)
-    if not stacks:
-        return inner(flat, num_envs, max_length, gatherer)
-    kwargs = {} if allocate is None else {"allocate": allocate}
-    return FrameStackStorage(
-        flat, num_envs, max_length, stacks, is_first, is_last, inner, gatherer=gatherer, **kwargs
-    )
+    kwargs: dict[str, Any] = {} if allocate is None else {"allocate": allocate}
+
+    def build(spec: FlatSpec) -> Any:
+        if not stacks:
+            return inner(spec, num_envs, max_length, gatherer)
+        return FrameStackStorage(
+            spec, num_envs, max_length, stacks, is_first, is_last, inner, gatherer=gatherer,
+            codecs=frame_codecs, **kwargs,
+        )  # fmt: skip
+
+    if not plain_codecs:
+        return build(flat)
+    return CompressedStorage(flat, num_envs, max_length, plain_codecs, build)

@@ -94,6 +94,16 @@ class FrameRing:
         self.words = self.frames.view(self.word).reshape(self.pad_block + 1, *pad.shape)
 
     @property
+    def dtype(self) -> np.dtype:
+        """The leaf dtype."""
+        return self.frames.dtype
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the frame array."""
+        return self.frames.nbytes
+
+    @property
     def lanes(self) -> bool:
         """Whether the lanes layout is used."""
         return self.word is not None

@@ -30,13 +30,22 @@ from typing import Any
 
 import numpy as np
 
-from recollect.errors import CheckpointError, InvalidArgumentError, SpecError
+from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.specs import ArraySpec, FlatSpec
+from recollect.storage.codecs import Codec
+from recollect.storage.frame_compressed import CompressedFrameRing
 from recollect.storage.frame_layout import FrameRing, lane_word, ring_length
+from recollect.storage.frame_stack import FrameStack, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
 from recollect.storage.ring import RingStorage
 
-__all__ = ["FrameStack", "FrameStackStorage"]
+__all__ = [
+    "FrameStack",
+    "FrameStackStorage",
+    "frame_store_nbytes",
+    "resolve_frame_stacks",
+    "stack_ring",
+]
 
 Allocator = Callable[[str, tuple[int, ...], np.dtype], np.ndarray]
 
@@ -46,112 +55,12 @@ def _zeros(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.zeros(shape, dtype)
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class FrameStack:
-    """Marks an observation leaf as ``stack_size`` stacked frames (store each frame once).
-
-    Args:
-        stack_size: frames per stacked observation (the leaf's size along ``axis``).
-        axis: the stack axis within the leaf's per-step shape; ``-1`` (default)
-            for ``[84, 84, 4]``, ``0`` for gymnasium's ``[4, 84, 84]``.
-        padding: how the stack of an episode's first steps is filled, as
-            gymnasium's ``FrameStackObservation(padding_type=...)``: ``"reset"``
-            (repeat the episode's first frame, gymnasium's default), ``"zero"``,
-            or one frame (array of the frame shape) used as padding.
-        contiguous: when False (default) a sampled stack with ``axis != 0`` is
-            a zero-copy strided view (``np.moveaxis``) over a frame-major gather
-            ``[..., stack_size, *frame_shape]``: same shape and values, gathered
-            at row-copy speed, but not C-contiguous. True returns C-contiguous
-            stacks (rebuilt with word shifts for ``[84, 84, 4]``-like leaves,
-            about 3x slower); use it when a consumer needs C order without a copy.
-
-    Raises:
-        InvalidArgumentError: ``stack_size`` not in ``[1, 256]``, or ``padding``
-            neither ``"reset"``, ``"zero"`` nor an array.
-
-    Example:
-        >>> stacks = {"observation": FrameStack(stack_size=4, axis=-1, padding="reset")}
-        >>> buf = ReplayBuffer(spec, 100_000, num_envs=8, frame_stacks=stacks)  # doctest: +SKIP
-    """
-
-    stack_size: int
-    axis: int = -1
-    padding: Any = "reset"
-    contiguous: bool = False
-
-    def __post_init__(self) -> None:
-        k = self.stack_size
-        if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= 256:
-            raise InvalidArgumentError(
-                f"FrameStack `stack_size` must be an int in [1, 256]; got stack_size={k!r}."
-            )
-        if isinstance(self.padding, str) and self.padding not in ("reset", "zero"):
-            raise InvalidArgumentError(
-                f"FrameStack `padding` must be 'reset', 'zero' or one frame (an array); got "
-                f"padding={self.padding!r}."
-            )
-
-    @property
-    def custom_padding(self) -> bool:
-        """Whether ``padding`` is a user-given frame."""
-        return not isinstance(self.padding, str)
-
-    def config(self) -> dict[str, Any]:
-        """JSON-able description (a custom padding frame as a nested list)."""
-        pad = self.padding if isinstance(self.padding, str) else np.asarray(self.padding).tolist()
-        return {
-            "stack_size": int(self.stack_size),
-            "axis": int(self.axis),
-            "padding": pad,
-            "contiguous": bool(self.contiguous),
-        }
-
-    def frame_spec(self, path: str, leaf: ArraySpec) -> tuple[int, tuple[int, ...]]:
-        """Validates this stack against ``leaf``; returns (normalized axis, frame shape).
-
-        Raises:
-            SpecError: the axis is out of range or the leaf's size along it is
-                not ``stack_size``.
-        """
-        ndim = len(leaf.shape)
-        if not -ndim <= self.axis < ndim:
-            raise SpecError(
-                f"frame_stacks['{path}']: axis={self.axis} is out of range for leaf shape "
-                f"{leaf.shape}. Use the axis along which the frames are stacked."
-            )
-        axis = self.axis % ndim
-        if leaf.shape[axis] != self.stack_size:
-            raise SpecError(
-                f"frame_stacks['{path}']: leaf shape {leaf.shape} has {leaf.shape[axis]} "
-                f"along axis {self.axis}, expected stack_size={self.stack_size}. Fix the axis "
-                "or the stack size."
-            )
-        return axis, leaf.shape[:axis] + leaf.shape[axis + 1 :]
-
-    def padding_frame(self, path: str, frame_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        """The padding frame (zeros for "reset"/"zero"); raises SpecError if it does not fit."""
-        if not self.custom_padding:
-            return np.zeros(frame_shape, dtype)
-        pad = np.asarray(self.padding)
-        if pad.shape != frame_shape or not np.can_cast(pad.dtype, dtype, casting="same_kind"):
-            raise SpecError(
-                f"frame_stacks['{path}']: custom padding must be one frame of shape {frame_shape} "
-                f"castable to {dtype}; got shape {pad.shape}, dtype {pad.dtype}."
-            )
-        cast = pad.astype(dtype)
-        if not np.array_equal(cast, pad):
-            raise SpecError(
-                f"frame_stacks['{path}']: custom padding loses values when cast to {dtype}."
-            )
-        return cast
-
-
 @dataclasses.dataclass
 class _Leaf:
     """One frame-stacked leaf: its stack options and frame ring."""
 
     stack: FrameStack
-    frames: FrameRing
+    frames: FrameRing | CompressedFrameRing
 
 
 def _ring(flat_spec: FlatSpec, max_length: int, stacks: dict[int, FrameStack]) -> int:
@@ -183,6 +92,8 @@ class FrameStackStorage:
             the plain-leaf ring (``RingStorage`` or a memmap partial).
         allocate: ``(name, shape, dtype) -> array`` for the frame rings.
         gatherer: shared by the inner ring and the frame rings.
+        codecs: ``{leaf index: Codec}``: those leaves keep each frame compressed
+            (:class:`~recollect.storage.frame_compressed.CompressedFrameRing`).
     """
 
     def __init__(
@@ -196,7 +107,9 @@ class FrameStackStorage:
         inner: Callable[..., Any] = RingStorage,
         allocate: Allocator = _zeros,
         gatherer: Gatherer | None = None,
+        codecs: dict[int, Codec] | None = None,
     ) -> None:
+        codecs = codecs or {}
         self.flat_spec = flat_spec
         self.num_envs = num_envs
         self.max_length = max_length
@@ -213,6 +126,12 @@ class FrameStackStorage:
             path, leaf = flat_spec.paths[i], flat_spec.leaves[i]
             axis, frame_shape = stack.frame_spec(path, leaf)
             pad = stack.padding_frame(path, frame_shape, leaf.dtype)
+            if i in codecs:
+                ring = CompressedFrameRing(
+                    leaf.shape, leaf.dtype, axis, num_envs, self.ring, pad, codecs[i], self.gatherer
+                )
+                self._leaves[i] = _Leaf(stack, ring)
+                continue
             frames = FrameRing(
                 f"frames_{i}",
                 leaf.shape,
@@ -235,15 +154,30 @@ class FrameStackStorage:
     def named_arrays(self) -> dict[str, np.ndarray]:
         """Every raw array this storage owns, by a stable file-safe name."""
         named = {f"leaf_{i}": a for i, a in enumerate(self._inner.arrays) if i not in self._leaves}
-        named.update({f"frames_{i}": leaf.frames.frames for i, leaf in self._leaves.items()})
+        named.update({f"frames_{i}": ring.frames for i, ring in self._raw_rings().items()})
         named["history"] = self.history
         return named
 
     @property
     def nbytes(self) -> int:
         """Bytes held: plain leaves, frame rings and the uint8 history."""
-        frames = sum(leaf.frames.frames.nbytes for leaf in self._leaves.values())
+        frames = sum(leaf.frames.nbytes for leaf in self._leaves.values())
         return self._inner.nbytes + frames + self.history.nbytes
+
+    def _raw_rings(self) -> dict[int, FrameRing]:
+        return {i: x.frames for i, x in self._leaves.items() if isinstance(x.frames, FrameRing)}
+
+    def compressed_rings(self) -> dict[int, CompressedFrameRing]:
+        """``{leaf index: CompressedFrameRing}`` of the compressed frame leaves."""
+        rings = {i: leaf.frames for i, leaf in self._leaves.items()}
+        return {i: r for i, r in rings.items() if isinstance(r, CompressedFrameRing)}
+
+    def prepare(self, leaves: list[Any]) -> list[Any]:
+        """Compresses the newest frame of each compressed leaf (call it outside the lock)."""
+        out = list(leaves)
+        for i, ring in self.compressed_rings().items():
+            out[i] = ring.encode_stacked(leaves[i])
+        return out
 
     def flush(self) -> None:
         """Writes dirty pages of every memory-mapped array to disk (no-op in RAM)."""
@@ -264,6 +198,32 @@ class FrameStackStorage:
             starts |= previous[rows, (times - 1) % self.max_length]
         return starts
 
+    def _history_rows(self, rows: np.ndarray | None, times: Any, leaves: Sequence[Any]) -> None:
+        """Sets ``history`` of the steps at ``(rows, times)``: min(previous + 1, max_back),
+        0 where an episode starts."""
+        all_rows = self._all_rows if rows is None else rows
+        t = np.broadcast_to(np.asarray(times, np.int64), all_rows.shape)
+        if self._max_back == 0:
+            history = np.zeros(len(all_rows), np.uint8)
+        else:
+            previous = self.history[all_rows, (t - 1) % self.ring]
+            history = np.minimum(previous, self._max_back - 1) + 1
+            history[self._episode_starts(all_rows, t, leaves) | (t == 0)] = 0
+        self.history[all_rows, t % self.ring] = history
+
+    def _history_all(self, t: int, leaves: Sequence[Any]) -> None:
+        """:meth:`_history_rows` of every row at one time ``t`` (the common case)."""
+        column = self.history[:, t % self.ring]
+        if self._max_back == 0 or t == 0:
+            column[:] = 0
+            return
+        np.minimum(self.history[:, (t - 1) % self.ring], self._max_back - 1, out=column)
+        column += 1
+        if self._is_first is not None:
+            column[np.asarray(leaves[self._is_first], bool)] = 0
+        if self._is_last is not None:
+            column[self._inner.arrays[self._is_last][:, (t - 1) % self.max_length]] = 0
+
     def write(
         self,
         rows: np.ndarray | None,
@@ -279,15 +239,10 @@ class FrameStackStorage:
         """
         if times is None:
             raise InvalidArgumentError("frame-stack storage needs the step times of a write.")
-        all_rows = self._all_rows if rows is None else rows
-        t = np.broadcast_to(np.asarray(times, np.int64), all_rows.shape)
-        if self._max_back == 0:
-            history = np.zeros(len(all_rows), np.uint8)
-        else:  # min(previous + 1, max_back), 0 where an episode starts
-            previous = self.history[all_rows, (t - 1) % self.ring]
-            history = np.minimum(previous, self._max_back - 1) + 1
-            history[self._episode_starts(all_rows, t, leaves) | (t == 0)] = 0
-        self.history[all_rows, t % self.ring] = history
+        if rows is None and type(times) is int:
+            self._history_all(times, leaves)  # every row at one clock: column views, no index
+        else:
+            self._history_rows(rows, times, leaves)
         plain = list(leaves)
         for i, leaf in self._leaves.items():
             leaf.frames.write_stacked(rows, times, leaves[i])
@@ -321,11 +276,13 @@ class FrameStackStorage:
             times, pad = times[..., None] - np.minimum(back, history), None
         else:
             times, pad = times[..., None] - back, back > history
-        if not ring.lanes and (ring.axis == 0 or not leaf.stack.contiguous):
+        compressed = isinstance(ring, CompressedFrameRing)
+        if not ring.lanes and (ring.axis == 0 or not leaf.stack.contiguous or compressed):
             frames = ring.take(rows, times, pad)  # [..., k, *frame_shape], frame-major
             lead = rows.ndim - 1
-            return np.moveaxis(frames, lead, lead + ring.axis)  # a view: no copy
-        out = np.empty(rows.shape[:-1] + ring.shape, ring.frames.dtype)
+            stacks = np.moveaxis(frames, lead, lead + ring.axis)  # a view: no copy
+            return np.ascontiguousarray(stacks) if leaf.stack.contiguous else stacks
+        out = np.empty(rows.shape[:-1] + ring.shape, ring.dtype)
         lead = (slice(None),) * (rows.ndim - 1 + ring.axis)
         for p in range(k):  # loop over stack positions, not over the batch
             pad_p = None if pad is None else pad[..., p]
@@ -360,8 +317,13 @@ class FrameStackStorage:
     # -- state ----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Plain-leaf ``columns``, the frame rings and the history (live arrays, not copies)."""
-        frames = {f"frames_{i}": leaf.frames.frames for i, leaf in self._leaves.items()}
-        return {**self._inner.state_dict(), "frames": frames, "history": self.history}
+        frames = {f"frames_{i}": ring.frames for i, ring in self._raw_rings().items()}
+        state = {**self._inner.state_dict(), "frames": frames, "history": self.history}
+        rings = self.compressed_rings()
+        compressed = {f"frames_{i}": r.slots.state_dict() for i, r in rings.items()}
+        if compressed:
+            state["compressed_frames"] = compressed
+        return state
 
     def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
         """Restores :meth:`state_dict` output (frames and history are copied).
@@ -370,11 +332,19 @@ class FrameStackStorage:
             CheckpointError: an array is missing or has another shape or dtype.
         """
         self._inner.load_state_dict(state, allow_map=allow_map)
-        names = sorted(f"frames_{i}" for i in self._leaves)
+        names = sorted(f"frames_{i}" for i in self._raw_rings())
         frames = state.get("frames", {})
         if sorted(frames) != names:
             raise CheckpointError(f"saved frame rings {sorted(frames)}; this buffer has {names}.")
-        pairs = [(f"frames_{i}", leaf.frames.frames) for i, leaf in self._leaves.items()]
+        compressed = state.get("compressed_frames", {})
+        wanted = sorted(f"frames_{i}" for i in self.compressed_rings())
+        if sorted(compressed) != wanted:
+            raise CheckpointError(
+                f"saved compressed frame rings {sorted(compressed)}; this buffer has {wanted}."
+            )
+        for i, ring in self.compressed_rings().items():
+            ring.slots.load_state_dict(compressed[f"frames_{i}"], f"frames_{i}")
+        pairs = [(f"frames_{i}", ring.frames) for i, ring in self._raw_rings().items()]
         for name, dest in [*pairs, ("history", self.history)]:
             source = np.asarray(frames[name] if name != "history" else state["history"])
             if source.shape != dest.shape or source.dtype != dest.dtype:
@@ -385,41 +355,25 @@ class FrameStackStorage:
             dest[...] = source
 
 
-def resolve_frame_stacks(flat_spec: FlatSpec, frame_stacks: Any) -> dict[int, FrameStack]:
-    """Maps ``{leaf path: FrameStack}`` to ``{leaf index: FrameStack}``, validating each.
-
-    Raises:
-        InvalidArgumentError: ``frame_stacks`` is not a mapping of FrameStack.
-        SpecError: a path names no leaf, or a stack does not fit its leaf.
-    """
-    if not frame_stacks:
-        return {}
-    if not isinstance(frame_stacks, dict):
-        raise InvalidArgumentError(
-            "`frame_stacks` must be a dict {leaf path: FrameStack}; got "
-            f"{type(frame_stacks).__name__}. Example: "
-            "frame_stacks={'observation': FrameStack(stack_size=4)}."
-        )
-    resolved = {}
-    for path, stack in frame_stacks.items():
-        if not isinstance(stack, FrameStack):
-            raise InvalidArgumentError(
-                f"frame_stacks['{path}'] must be a recollect.FrameStack; got {stack!r}."
-            )
-        i = flat_spec.index(path)
-        _, frame_shape = stack.frame_spec(path, flat_spec.leaves[i])
-        stack.padding_frame(path, frame_shape, flat_spec.dtypes[i])
-        resolved[i] = stack
-    return resolved
+def stack_ring(flat_spec: FlatSpec, max_length: int, stacks: dict[int, FrameStack]) -> int:
+    """Frames per row of a :class:`FrameStackStorage` with these stacks."""
+    return _ring(flat_spec, max_length, stacks)
 
 
 def frame_store_nbytes(
-    flat_spec: FlatSpec, num_envs: int, max_length: int, stacks: dict[int, FrameStack]
+    flat_spec: FlatSpec,
+    num_envs: int,
+    max_length: int,
+    stacks: dict[int, FrameStack],
+    skip: set[int] = frozenset(),  # type: ignore[assignment]
 ) -> int:
-    """Bytes a :class:`FrameStackStorage` allocates (plain leaves, frame rings, history)."""
+    """Bytes a :class:`FrameStackStorage` allocates (plain leaves, frame rings, history);
+    leaves in ``skip`` (compressed) are not counted."""
     ring = _ring(flat_spec, max_length, stacks)
     total = num_envs * ring  # uint8 history
     for i, leaf in enumerate(flat_spec.leaves):
+        if i in skip:
+            continue
         if i not in stacks:
             total += num_envs * max_length * leaf.nbytes
             continue

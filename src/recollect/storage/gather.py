@@ -20,7 +20,7 @@ not scheduled in time costs nothing: the calling thread then copies the
 remaining chunks itself and never waits for a worker that has not started.
 A worker preempted in the middle of a chunk does make the caller wait, so
 large gathers pick one or several threads by measured throughput
-(:class:`_Chooser`).
+(:class:`ThreadChooser`).
 
 ``RECOLLECT_GATHER_THREADS`` (default: usable CPUs, at most 4) sets the default
 number of threads copying one gather, the calling thread included; 1 disables
@@ -42,7 +42,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["ALIGN_BYTES", "PARALLEL_MIN_BYTES", "Gatherer"]
+__all__ = ["ALIGN_BYTES", "PARALLEL_MIN_BYTES", "Gatherer", "ThreadChooser"]
 
 #: Leaf gathers moving at least this many bytes may be split over threads.
 PARALLEL_MIN_BYTES = 1 << 22
@@ -220,7 +220,7 @@ def _align(n: int) -> int:
     return (n + ALIGN_BYTES - 1) & ~(ALIGN_BYTES - 1)
 
 
-class _Chooser:
+class ThreadChooser:
     """Picks one or several threads for a large gather by measured throughput.
 
     Splitting pays when another core is idle; on a loaded machine a worker
@@ -274,7 +274,7 @@ class Gatherer:
         """New threads, block cache and chooser (after a fork: the old ones are not usable)."""
         self.pool = _Pool(self.threads)
         self.blocks = _Blocks()
-        self.chooser = _Chooser()
+        self.chooser = ThreadChooser()
         weakref.finalize(self, self.pool.stop)
 
     def take_large(self, view: np.ndarray, flat: np.ndarray, dst: np.ndarray, size: int) -> None:

@@ -1,0 +1,116 @@
+"""A byte arena of large blocks with a free list: where compressed values live.
+
+One lazily committed uint8 array (``np.zeros``: the kernel maps a page only
+when it is first written, so RSS tracks the bytes written, not the reserved
+size) cut into equal blocks. Values are appended to the current block, never
+split across blocks; each block counts its live values. When a value is
+overwritten its block's count drops, and a block whose count reaches zero goes
+back to the free list and is reused before any fresh block. A ring buffer
+overwrites values in the order it wrote them, so blocks empty in order and the
+arena holds the live compressed bytes plus about one block per write front.
+No Python object is kept per value: callers keep ``(offset, length)`` in
+arrays, and every operation is vectorized over a batch of values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ByteArena"]
+
+PAGE = 4096
+
+
+class ByteArena:
+    """Equal-size blocks of one large array; values addressed by absolute offset.
+
+    Args:
+        reserve_bytes: bytes reserved (address space; committed only when written).
+        block_bytes: block size; a value longer than a block cannot be stored.
+
+    The arena grows (one copy, amortized doubling) when every block is in use.
+    """
+
+    def __init__(self, reserve_bytes: int, block_bytes: int = 1 << 20) -> None:
+        self.block_bytes = -(-block_bytes // PAGE) * PAGE
+        blocks = max(2, -(-reserve_bytes // self.block_bytes))
+        self.data = np.zeros(blocks * self.block_bytes, np.uint8)
+        self.live = np.zeros(blocks, np.int64)
+        self._fresh = 0  # blocks [0, _fresh) were handed out at least once
+        self._free: list[int] = []  # emptied blocks, reused first (LIFO: still paged in)
+        self._block = self._next_block()
+        self._cursor = 0
+
+    @property
+    def blocks_in_use(self) -> int:
+        """Blocks holding at least one live value, or the block being written."""
+        return self._fresh - len(self._free)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the blocks ever handed out (what RSS holds for the arena)."""
+        return self._fresh * self.block_bytes
+
+    def _next_block(self) -> int:
+        if self._free:
+            return self._free.pop()
+        if self._fresh == len(self.live):
+            self._grow()
+        self._fresh += 1
+        return self._fresh - 1
+
+    def _grow(self) -> None:
+        blocks = len(self.live)
+        data = np.zeros(2 * blocks * self.block_bytes, np.uint8)
+        data[: len(self.data)] = self.data
+        self.data = data
+        self.live = np.concatenate([self.live, np.zeros(blocks, np.int64)])
+
+    def append(self, data: bytes | np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Stores values (``data`` = their bytes joined, ``lengths`` int64 ``[n]``).
+
+        Returns their int64 absolute ``offsets`` ``[n]``. A batch that does not
+        fit the current block's rest continues in the next block (a loop over
+        blocks touched, not over values).
+        """
+        raw = np.frombuffer(data, np.uint8)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        offsets = np.empty(len(lengths), np.int64)
+        done = 0
+        while done < len(lengths):
+            room = self.block_bytes - self._cursor
+            base = int(starts[done])
+            fit = int(np.searchsorted(ends[done:], base + room, side="right"))
+            if fit == 0:  # the block's rest is too small for the next value: start a new one
+                if self._cursor == 0:
+                    raise ValueError("a value is longer than an arena block")
+                if self.live[self._block] == 0:  # emptied while it was being written
+                    self._free.append(self._block)
+                self._block, self._cursor = self._next_block(), 0
+                continue
+            stop = done + fit
+            size = int(ends[stop - 1]) - base
+            at = self._block * self.block_bytes + self._cursor
+            self.data[at : at + size] = raw[base : base + size]
+            offsets[done:stop] = starts[done:stop] - base + at
+            self.live[self._block] += fit
+            self._cursor += size
+            done = stop
+        return offsets
+
+    def release(self, offsets: np.ndarray) -> None:
+        """Marks the values at ``offsets`` (int64, any shape; < 0 ignored) as dead."""
+        offsets = offsets[offsets >= 0]
+        if not len(offsets):
+            return
+        touched, counts = np.unique(offsets // self.block_bytes, return_counts=True)
+        self.live[touched] -= counts
+        empty = touched[(self.live[touched] == 0) & (touched != self._block)]
+        self._free.extend(empty.tolist())
+
+    def clear(self) -> None:
+        """Forgets every value (blocks stay allocated and are reused)."""
+        self.live[:] = 0
+        self._free = [b for b in range(self._fresh) if b != self._block]
+        self._cursor = 0
