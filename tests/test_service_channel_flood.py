@@ -86,17 +86,32 @@ def flood(address: str, count: int, limit_s: float) -> list[socket.socket]:
     for k in range(count):
         if time.monotonic() > end:
             break
-        peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        peer.settimeout(1.0)
-        try:
-            peer.connect(address)
+        peer = connect_peer(address)
+        if peer is not None:
             if k % 2:
                 peer.send(b"\0")
-        except OSError:  # refused, or the queue is full: the listener is busy or gone
-            peer.close()
-            continue
-        peers.append(peer)
+            peers.append(peer)
     return peers
+
+
+def connect_peer(address: str, limit_s: float = 1.0) -> socket.socket | None:
+    """A socket connected to ``address`` (retried while the listen queue is full, for
+    ``limit_s`` at most), or None."""
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    peer.settimeout(limit_s)
+    end = time.monotonic() + limit_s
+    while True:
+        try:
+            peer.connect(address)
+            return peer
+        except BlockingIOError:  # the queue is full: the listener is behind
+            if time.monotonic() > end:
+                break
+            time.sleep(0.001)
+        except OSError:  # refused: the listener is gone
+            break
+    peer.close()
+    return None
 
 
 def closed_by_listener(peer: socket.socket) -> bool:
