@@ -14,8 +14,10 @@ two numbers). Items of a batch come grouped by shard.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -89,6 +91,8 @@ class Client:
         self._closed = False
         self._on_close = on_close
         self._describe: dict[str, ShardDescription] = {}
+        #: this client's id in its sample requests: closing it ends its waiting ones
+        self._id = secrets.randbits(62) + 1
 
     @property
     def closed(self) -> bool:
@@ -259,7 +263,8 @@ class Client:
             endpoint = endpoints[0]
             request = ([batch_size] * k, num_steps, timeout, options)
             drawn = endpoint.result(
-                endpoint.submit("sample_batches", *request, self._take_unsent(table, 0)), wait
+                endpoint.submit("sample_batches", *request, self._take_unsent(table, 0), self._id),
+                wait,
             )
             counts = np.full((k, 1), batch_size, np.int64)
             return self._assemble(table, counts, np.zeros(1, np.int64), [drawn], None, options)
@@ -285,6 +290,7 @@ class Client:
                 timeout,
                 options,
                 self._take_unsent(table, int(s)),
+                self._id,
             )
             for s in parts
         ]
@@ -563,15 +569,33 @@ class Client:
         return directory
 
     def close(self) -> None:
-        """Waits for pending priority updates; stops the service if this client owns it."""
+        """Waits for pending priority updates, ends this client's sample requests (those
+        waiting on a rate limiter raise StateError within about 0.25 s, so the iterators
+        and dataset adapters over its tables end), and stops the service if this client
+        owns it. Idempotent."""
         if self._closed:
             return
         try:
             self.flush()
         finally:
             self._closed = True
-            if self._on_close is not None:
-                self._on_close()
+            try:
+                self._cancel_requests()
+            finally:
+                if self._on_close is not None:
+                    self._on_close()
+
+    def _cancel_requests(self) -> None:
+        """Tells every shard that this client is closed (best effort: a dead shard has no
+        request of it left to end)."""
+        calls = []
+        for endpoints in self._shards.values():
+            for endpoint in endpoints:
+                with contextlib.suppress(Exception):
+                    calls.append((endpoint, endpoint.submit("cancel", self._id)))
+        for endpoint, handle in calls:
+            with contextlib.suppress(Exception):
+                endpoint.result(handle, 5.0)
 
     def __enter__(self) -> Client:
         return self

@@ -31,7 +31,7 @@ import numpy as np
 import optree
 
 from recollect.buffers import ReplayBuffer, Sample
-from recollect.errors import InvalidArgumentError, StateError
+from recollect.errors import InvalidArgumentError, RateLimiterTimeout, StateError
 from recollect.table import TableInfo
 
 __all__ = [
@@ -46,6 +46,11 @@ __all__ = [
 
 #: ``(ids, priorities)``: int64 and float64 ``[U]`` priority updates sent along with a request
 PriorityUpdates = tuple[np.ndarray, np.ndarray]
+
+#: seconds between a waiting sample's checks whether its client was closed
+CANCEL_CHECK_S = 0.25
+#: seconds a closed client's id is remembered (requests still on their way are refused)
+_CANCELLED_FOR_S = 600.0
 
 
 @dataclasses.dataclass
@@ -178,6 +183,7 @@ class Shard:
         self._owner = np.zeros(buffer.num_envs, np.int64)  # lease id of each row, 0: free
         self._leases: dict[int, Lease] = {}
         self._lock = threading.Lock()
+        self._cancelled: dict[int, float] = {}  # closed clients' ids -> time.monotonic()
 
     # -- description --------------------------------------------------------
     def describe(self) -> ShardDescription:
@@ -337,6 +343,7 @@ class Shard:
         timeout: float | None = None,
         options: dict[str, Any] | None = None,
         updates: PriorityUpdates | None = None,
+        client: int | None = None,
     ) -> SampledBatches:
         """Applies ``updates``, then draws one batch of ``sizes[i]`` windows per entry.
 
@@ -355,6 +362,10 @@ class Shard:
             updates: ``(ids, priorities)``, int64 and float64 ``[U]``: priority
                 updates a client held back and sent along; applied first, so the
                 draws see them.
+            client: the id of the asking client, or None. A draw that waits on
+                the rate limiter checks every :data:`CANCEL_CHECK_S` seconds
+                whether that client was closed (:meth:`cancel`) and then raises
+                StateError, so closing a client ends its blocked requests.
 
         Returns:
             :class:`SampledBatches`: the batches drawn, in order; fewer than
@@ -364,7 +375,9 @@ class Shard:
         Raises:
             As ``ReplayBuffer.sample`` for the first batch drawn, and as
             ``ReplayBuffer.update_priorities`` for ``updates`` (nothing is drawn).
+            StateError: ``client`` was closed (before or while the draw waited).
         """
+        self._check_cancelled(client)
         self._apply(updates)
         sizes = [int(n) for n in sizes]
         table = self.buffer.table
@@ -387,7 +400,7 @@ class Shard:
                 continue
             wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                sample, weight = self.sample(size, num_steps, wait, options)
+                sample, weight = self._sample_for(client, size, num_steps, wait, options)
             except Exception as err:
                 if not samples:
                     raise
@@ -399,6 +412,51 @@ class Shard:
         return SampledBatches(
             concatenate_samples(samples), np.array(weights), np.array(table_sizes), error
         )
+
+    def _sample_for(
+        self,
+        client: int | None,
+        size: int,
+        num_steps: int | None,
+        timeout: float | None,
+        options: dict[str, Any] | None,
+    ) -> tuple[Sample, float]:
+        """:meth:`sample` for ``client``: a rate-limiter wait longer than
+        :data:`CANCEL_CHECK_S` is cut into waits of that length, between which the
+        client's :meth:`cancel` is checked (the same draw, the same error otherwise)."""
+        if client is None or (timeout is not None and timeout <= CANCEL_CHECK_S):
+            return self.sample(size, num_steps, timeout, options)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._check_cancelled(client)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= CANCEL_CHECK_S:
+                try:
+                    return self.sample(size, num_steps, max(left, 0.0), options)
+                except RateLimiterTimeout as err:  # the message names the caller's timeout
+                    message = str(err).replace(f"timeout={max(left, 0.0)}s", f"timeout={timeout}s")
+                    raise RateLimiterTimeout(message) from None
+            try:
+                return self.sample(size, num_steps, CANCEL_CHECK_S, options)
+            except RateLimiterTimeout:
+                if threading.active_count() == 1:  # nothing could ever unblock it
+                    raise
+
+    def cancel(self, client: int) -> None:
+        """Ends the waiting draws of ``client`` (a closed client's id) with StateError,
+        within :data:`CANCEL_CHECK_S` seconds, and refuses its later requests."""
+        now = time.monotonic()
+        with self._lock:
+            for old in [c for c, t in self._cancelled.items() if now - t > _CANCELLED_FOR_S]:
+                del self._cancelled[old]
+            self._cancelled[int(client)] = now
+
+    def _check_cancelled(self, client: int | None) -> None:
+        if client is not None and client in self._cancelled:
+            raise StateError(
+                f"this Client is closed; its sample request to table {self.table!r} shard "
+                f"{self.index} ended."
+            )
 
     def _apply(self, updates: PriorityUpdates | None) -> None:
         if updates is not None and len(updates[0]):
