@@ -23,7 +23,7 @@ import numpy as np
 
 from recollect.errors import InvalidArgumentError
 
-__all__ = ["MAX_ROWS", "MAX_SHARDS", "MAX_TIME", "decode", "encode"]
+__all__ = ["MAX_ROWS", "MAX_SHARDS", "MAX_TIME", "decode", "encode", "shard_of"]
 
 TIME_BITS = 40
 ROW_BITS = 15
@@ -68,6 +68,11 @@ def decode(ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             f"ids are never negative; got {int(ids.min())}. Pass ids returned by sample()."
         )
     return ids >> _SHARD_SHIFT, (ids >> _ROW_SHIFT) & (MAX_ROWS - 1), ids & (MAX_TIME - 1)
+
+
+def shard_of(ids: np.ndarray) -> np.ndarray:
+    """The shard of each int64 id, -1 for a negative one (no id ever is; a buffer skips it)."""
+    return np.where(ids >= 0, ids >> _SHARD_SHIFT, -1)
 
 
 def check_geometry(num_envs: int, shard: int = 0) -> None:

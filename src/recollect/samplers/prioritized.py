@@ -35,7 +35,7 @@ from recollect.samplers.base import Sampler, WindowDraw, importance_weights
 from recollect.samplers.sum_tree import SumTree
 from recollect.windows import WindowIndex
 
-__all__ = ["Prioritized"]
+__all__ = ["Prioritized", "check_update"]
 
 
 def _check_exponent(name: str, value: Any) -> float:
@@ -458,3 +458,18 @@ def _check_state_values(state: dict[str, Any], values: np.ndarray) -> None:
                 f"prioritized sampler state field {name!r} holds NaN, inf or negative values; "
                 "the state is damaged. Restore it from a backup or save the buffer again."
             )
+
+
+def check_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The checks :meth:`Prioritized.update_priorities` makes of its arguments alone (1-D,
+    one length, integer ids, finite priorities >= 0), with its messages; a served table's
+    client makes them when an update is held back, so it fails where it was made.
+
+    Returns:
+        ``(ids, priorities)`` as int64 and float64 ``[K]``.
+
+    Raises:
+        InvalidArgumentError: as ``Prioritized.update_priorities``.
+    """
+    ids, priorities, _ = Prioritized._check_update(None, ids, priorities)  # uses no state
+    return ids, priorities

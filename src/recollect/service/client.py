@@ -30,6 +30,7 @@ from recollect import ids as id_layout
 from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.samplers import importance_weights
+from recollect.samplers.prioritized import check_update
 from recollect.service.endpoint import Endpoint
 from recollect.service.shard import (
     SampledBatches,
@@ -407,31 +408,29 @@ class Client:
                 or ``update_priorities`` of this table (or :meth:`flush`).
 
         Raises:
-            InvalidArgumentError: ``ids`` and ``priorities`` are not 1-D of one
-                length (held back or over several shards), or as
-                ``ReplayBuffer.update_priorities`` (the shard's error).
+            InvalidArgumentError: as ``ReplayBuffer.update_priorities`` (same
+                message): the sampler has no priorities, ``ids`` and
+                ``priorities`` are not 1-D of one length, ids are not integers,
+                a priority is NaN, inf or negative. Checked by this call, also
+                when the update is held back, so a bad call never takes another
+                call's update down with it.
         """
         endpoints = self._endpoints(table)
         self._raise_failed_updates(table)
-        ids = np.asarray(ids)
-        priorities = np.asarray(priorities)
-        if len(endpoints) == 1 and wait:  # the shard checks them, as a local buffer
+        if not self.describe(table).priorities:  # the shard raises as a local buffer
+            endpoint = endpoints[0]
+            return endpoint.result(endpoint.submit("update_priorities", ids, priorities))
+        # a local buffer's checks and messages, made by this call for this call
+        ids, priorities = check_update(ids, priorities)
+        if len(endpoints) == 1:  # the shard skips ids of other shards, as a local buffer
             routed = [(0, ids, priorities)]
-        else:
-            if ids.shape != priorities.shape or ids.ndim != 1:
-                raise InvalidArgumentError(
-                    f"`ids` and `priorities` must be 1-D of one length; got shapes {ids.shape} "
-                    f"and {priorities.shape}."
-                )
-            if len(endpoints) == 1:
-                routed = [(0, ids, priorities)]
-            else:
-                shard, _, _ = id_layout.decode(ids.astype(np.int64, copy=False))
-                routed = [
-                    (int(s), ids[shard == s], priorities[shard == s])
-                    for s in np.unique(shard)
-                    if 0 <= s < len(endpoints)
-                ]
+        else:  # each id to its shard; negative ids and ids of no shard are skipped
+            shard = id_layout.shard_of(ids)
+            routed = [
+                (int(s), ids[shard == s], priorities[shard == s])
+                for s in np.unique(shard)
+                if 0 <= s < len(endpoints)
+            ]
         if wait:  # held-back updates first, applied before these (their skips not counted)
             held = [(s, self._take_unsent(table, s)) for s in range(len(endpoints))]
             earlier = [
@@ -448,6 +447,8 @@ class Client:
         with self._updates_lock:
             held = self._unsent[table]
             for s, i, p in routed:
+                if not len(i):
+                    continue
                 held.setdefault(s, []).append((i, p))
                 self._unsent_size[table, s] = self._unsent_size.get((table, s), 0) + len(i)
             self._unsent_since.setdefault(table, now)
@@ -461,8 +462,9 @@ class Client:
             self._send_unsent(table, s)
         return None
 
-    def _take_unsent(self, table: str, shard: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The held-back updates of ``table``'s shard ``shard``, concatenated (None: none)."""
+    def _take_unsent(self, table: str, shard: int) -> tuple[np.ndarray, ...] | None:
+        """The held-back updates of ``table``'s shard ``shard``, concatenated, with the
+        length of each call (:data:`~recollect.service.shard.PriorityUpdates`; None: none)."""
         with self._updates_lock:
             held = self._unsent.get(table)
             parts = held.pop(shard, None) if held else None
@@ -473,7 +475,11 @@ class Client:
                 self._unsent_since.pop(table, None)
         if len(parts) == 1:
             return parts[0]
-        return np.concatenate([i for i, _ in parts]), np.concatenate([p for _, p in parts])
+        return (
+            np.concatenate([i for i, _ in parts]),
+            np.concatenate([p for _, p in parts]),
+            np.array([len(i) for i, _ in parts], np.int64),
+        )
 
     def _send_unsent(self, table: str, shard: int) -> None:
         """Sends the held-back updates of one shard on their own (not waited for)."""

@@ -44,8 +44,10 @@ __all__ = [
     "open_shard",
 ]
 
-#: ``(ids, priorities)``: int64 and float64 ``[U]`` priority updates sent along with a request
-PriorityUpdates = tuple[np.ndarray, np.ndarray]
+#: ``(ids, priorities)`` or ``(ids, priorities, counts)``: int64 and float64 ``[U]``
+#: priority updates sent along with a request; ``counts``, int64 ``[C]``, the lengths of
+#: the ``update_priorities`` calls they concatenate (each applied on its own if the whole fails)
+PriorityUpdates = tuple[np.ndarray, ...]
 
 #: seconds between a waiting sample's checks whether its client was closed
 CANCEL_CHECK_S = 0.25
@@ -142,6 +144,7 @@ class ShardDescription:
         sampler: the sampler's registered name.
         importance_sampling_exponent: beta of prioritized sampling, else None.
         rate_limited: whether the shard has a rate limiter.
+        priorities: whether the sampler has priorities (``update_priorities``).
     """
 
     table: str
@@ -152,6 +155,7 @@ class ShardDescription:
     sampler: str
     importance_sampling_exponent: float | None
     rate_limited: bool
+    priorities: bool = False
 
 
 class Shard:
@@ -198,6 +202,7 @@ class Shard:
             sampler=buf.sampler.name,
             importance_sampling_exponent=getattr(buf.sampler, "importance_sampling_exponent", None),
             rate_limited=buf.table.rate_limiter is not None,
+            priorities=hasattr(buf.sampler, "update_priorities"),
         )
 
     # -- leases ---------------------------------------------------------------
@@ -462,9 +467,32 @@ class Shard:
         if updates is not None and len(updates[0]):
             self.update_priorities(*updates)
 
-    def update_priorities(self, ids: Any, priorities: Any) -> int:
-        """``ReplayBuffer.update_priorities``; returns the ids skipped."""
-        return self.buffer.update_priorities(ids, priorities)
+    def update_priorities(self, ids: Any, priorities: Any, counts: Any = None) -> int:
+        """``ReplayBuffer.update_priorities``; returns the ids skipped.
+
+        Args:
+            ids, priorities: as ``ReplayBuffer.update_priorities``.
+            counts: int ``[C]``, or None: the lengths of the client's calls that
+                ``ids`` and ``priorities`` concatenate (held-back updates). They
+                are applied at once; when that raises, call by call, so a bad
+                call takes no other down with it (the first error is raised after
+                the others were applied).
+        """
+        try:
+            return self.buffer.update_priorities(ids, priorities)
+        except InvalidArgumentError:
+            if counts is None or len(counts) < 2:
+                raise
+        bounds = np.cumsum(counts)[:-1]
+        skipped, error = 0, None
+        for i, p in zip(np.split(ids, bounds), np.split(priorities, bounds), strict=True):
+            try:
+                skipped += self.buffer.update_priorities(i, p)
+            except InvalidArgumentError as err:
+                error = error or err
+        if error is not None:
+            raise error
+        return skipped
 
     # -- management -----------------------------------------------------------
     def info(self) -> TableInfo:
