@@ -421,7 +421,7 @@ class Client:
             endpoint = endpoints[0]
             return endpoint.result(endpoint.submit("update_priorities", ids, priorities))
         # a local buffer's checks and messages, made by this call for this call
-        ids, priorities = check_update(ids, priorities)
+        ids, priorities, _ = check_update(ids, priorities)
         if len(endpoints) == 1:  # the shard skips ids of other shards, as a local buffer
             routed = [(0, ids, priorities)]
         else:  # each id to its shard; negative ids and ids of no shard are skipped
