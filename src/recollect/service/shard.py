@@ -18,6 +18,7 @@ server calls them directly, a Ray actor wraps them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -53,6 +54,8 @@ PriorityUpdates = tuple[np.ndarray, ...]
 CANCEL_CHECK_S = 0.25
 #: seconds a closed client's id is remembered (requests still on their way are refused)
 _CANCELLED_FOR_S = 600.0
+#: seconds an insert waits at most for the draws queued for the table lock to go first
+_YIELD_TO_DRAWS_S = 0.01
 
 
 @dataclasses.dataclass
@@ -188,6 +191,9 @@ class Shard:
         self._leases: dict[int, Lease] = {}
         self._lock = threading.Lock()
         self._cancelled: dict[int, float] = {}  # closed clients' ids -> time.monotonic()
+        # draws waiting for the table lock; inserts let them go first (see _draws_first)
+        self._draws_waiting = 0
+        self._draws_done = threading.Condition(threading.Lock())
 
     # -- description --------------------------------------------------------
     def describe(self) -> ShardDescription:
@@ -300,6 +306,9 @@ class Shard:
             lease = self._lease(lease_id)
             lease.last_active = time.monotonic()
             rows = lease.rows
+        if self._draws_waiting:  # a draw waits for the table lock: it goes first
+            with self._draws_done:
+                self._draws_done.wait_for(lambda: not self._draws_waiting, _YIELD_TO_DRAWS_S)
         before = self.buffer.table.inserts
         self.buffer.extend(steps, rows, timeout=timeout)
         with self._lock:
@@ -336,10 +345,37 @@ class Shard:
             As ``ReplayBuffer.sample``.
         """
         buf = self.buffer
-        with buf.lock:
+        with self._draws_first(buf.lock):
             draw = buf.table.draw(batch_size, num_steps, timeout=timeout, **(options or {}))
             weight, _ = buf.table.sampling_weight(draw.num_steps)
             return buf.gather(draw), weight
+
+    @contextlib.contextmanager
+    def _draws_first(self, lock: Any) -> Any:
+        """Holds the table ``lock`` for a draw, which inserts let go first.
+
+        Python's locks are not fair: with several writers storing chunks back to
+        back, the thread that releases the table lock often takes it again before
+        a waiting draw runs, and a learner got 16% of its solo sample rate with 8
+        writers on its shard (41% with them on another shard: the CPU share).
+        While a draw waits for the lock, a new :meth:`extend` waits (at most
+        ``_YIELD_TO_DRAWS_S``) until it has it; a draw waiting on the rate
+        limiter holds the lock no more (the limiter's wait releases it), so
+        inserts are not held back then.
+        """
+        with self._draws_done:
+            self._draws_waiting += 1
+        try:
+            lock.acquire()
+        finally:
+            with self._draws_done:
+                self._draws_waiting -= 1
+                if not self._draws_waiting:
+                    self._draws_done.notify_all()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def sample_batches(
         self,
