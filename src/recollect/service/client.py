@@ -94,6 +94,16 @@ class Client:
         self._describe: dict[str, ShardDescription] = {}
         #: this client's id in its sample requests: closing it ends its waiting ones
         self._id = secrets.randbits(62) + 1
+        # the shard field of a table's ids starts after the other tables' (recollect.ids)
+        sizes = [len(e) for e in self._shards.values()]
+        self._id_base = dict(zip(self._shards, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
+        total = sum(sizes)
+        if total > id_layout.MAX_SHARDS:
+            raise InvalidArgumentError(
+                f"a service serves at most {id_layout.MAX_SHARDS} shards over all its tables "
+                f"(ids hold 8 bits of shard); got {total}. Serve fewer shards per table, or "
+                "tables in several services."
+            )
 
     @property
     def closed(self) -> bool:
@@ -357,6 +367,8 @@ class Client:
             take(rows.priorities),
             take(rows.times_sampled),
         )
+        if self._id_base[table]:  # the table's tag: its shards' numbers among all tables'
+            ids = ids + (self._id_base[table] << id_layout.SHARD_SHIFT)
         probabilities = take(rows.probabilities) * factor
         beta = self.describe(table).importance_sampling_exponent  # None: no priorities
         if beta is not None and options.get("importance_sampling_exponent") is not None:
@@ -390,6 +402,10 @@ class Client:
     ) -> int | None:
         """Sets priorities of ``table``'s windows; each id goes to the shard encoded in it.
 
+        Ids that name no shard of ``table`` are skipped, as a local buffer skips
+        ids of another shard: ids of another table of the service (each table's
+        ids carry its own shard numbers, see :mod:`recollect.ids`), negative ids.
+
         Without ``wait``, updates are held back on the client and go to their
         shard along with this client's next sample request of the table (applied
         before its draw), or on their own once a shard has
@@ -422,15 +438,16 @@ class Client:
             return endpoint.result(endpoint.submit("update_priorities", ids, priorities))
         # a local buffer's checks and messages, made by this call for this call
         ids, priorities, _ = check_update(ids, priorities)
-        if len(endpoints) == 1:  # the shard skips ids of other shards, as a local buffer
-            routed = [(0, ids, priorities)]
-        else:  # each id to its shard; negative ids and ids of no shard are skipped
-            shard = id_layout.shard_of(ids)
-            routed = [
-                (int(s), ids[shard == s], priorities[shard == s])
-                for s in np.unique(shard)
-                if 0 <= s < len(endpoints)
-            ]
+        # each id to its shard; ids of no shard of this table (another table's, negative)
+        # are skipped, as a local buffer skips ids of another shard
+        base = self._id_base[table]
+        shard = id_layout.shard_of(ids) - base
+        local = ids - (base << id_layout.SHARD_SHIFT) if base else ids
+        routed = [
+            (int(s), local[shard == s], priorities[shard == s])
+            for s in np.unique(shard)
+            if 0 <= s < len(endpoints)
+        ]
         if wait:  # held-back updates first, applied before these (their skips not counted)
             held = [(s, self._take_unsent(table, s)) for s in range(len(endpoints))]
             earlier = [
