@@ -22,17 +22,22 @@ import contextlib
 import dataclasses
 import os
 import secrets
-import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import optree
 
 from recollect.buffers import ReplayBuffer, Sample
 from recollect.errors import InvalidArgumentError, RateLimiterTimeout, StateError
+from recollect.service.lease import Lease
+from recollect.service.replies import (
+    PriorityUpdates,
+    SampledBatches,
+    ShardDescription,
+    concatenate_samples,
+)
 from recollect.table import TableInfo
 
 __all__ = [
@@ -45,120 +50,12 @@ __all__ = [
     "open_shard",
 ]
 
-#: ``(ids, priorities)`` or ``(ids, priorities, counts)``: int64 and float64 ``[U]``
-#: priority updates sent along with a request; ``counts``, int64 ``[C]``, the lengths of
-#: the ``update_priorities`` calls they concatenate (each applied on its own if the whole fails)
-PriorityUpdates = tuple[np.ndarray, ...]
-
 #: seconds between a waiting sample's checks whether its client was closed
 CANCEL_CHECK_S = 0.25
 #: seconds a closed client's id is remembered (requests still on their way are refused)
 _CANCELLED_FOR_S = 600.0
 #: seconds an insert waits at most for the draws queued for the table lock to go first
 _YIELD_TO_DRAWS_S = 0.01
-
-
-@dataclasses.dataclass
-class Lease:
-    """Rows reserved by one writer.
-
-    Attributes:
-        lease_id: positive int below 2**62, drawn at random, so an id from
-            before a restart of the shard never names a lease after it.
-        rows: int64 ``[k]`` the leased rows.
-        host: host name of the writer's process.
-        pid: process id of the writer.
-        last_active: ``time.monotonic()`` of the reservation or the last write.
-    """
-
-    lease_id: int
-    rows: np.ndarray
-    host: str
-    pid: int
-    last_active: float
-
-    def is_dead(self, now: float, timeout: float) -> bool:
-        """Whether the writer is gone: its process died on this host, or it idled ``timeout`` s."""
-        if now - self.last_active > timeout:
-            return True
-        if self.host != socket.gethostname():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
-
-
-@dataclasses.dataclass(frozen=True)
-class SampledBatches:
-    """What :meth:`Shard.sample_batches` returns: batches drawn one after another.
-
-    Attributes:
-        sample: the windows of every batch drawn, batch after batch, as one
-            :class:`~recollect.Sample` (``table_size`` of the last draw), or
-            None when no window was drawn.
-        weights: float64 ``[drawn]`` the shard's sampling weight at each
-            batch's draw (NaN where the batch had no window on this shard).
-        table_sizes: ``[drawn]`` the shard's ``table_size`` at each batch's draw.
-        error: the exception that stopped the request before its last batch, or None.
-    """
-
-    sample: Sample | None
-    weights: np.ndarray
-    table_sizes: np.ndarray
-    error: BaseException | None = None
-
-
-def concatenate_samples(samples: list[Sample]) -> Sample | None:
-    """One :class:`~recollect.Sample` of the rows of ``samples``, in order (None: none),
-    with the last one's ``table_size`` and no importance ``weights`` (they are per batch)."""
-    if not samples:
-        return None
-    if len(samples) == 1:
-        return samples[0]
-
-    def cat(values: list[Any]) -> np.ndarray | None:
-        return None if values[0] is None else np.concatenate(values)
-
-    return Sample(
-        optree.tree_map(lambda *xs: np.concatenate(xs), *[s.data for s in samples]),
-        cat([s.ids for s in samples]),
-        cat([s.probabilities for s in samples]),
-        None,
-        cat([s.priorities for s in samples]),
-        cat([s.times_sampled for s in samples]),
-        samples[-1].table_size,
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardDescription:
-    """What a client needs to know of a shard (sent once, at connection).
-
-    Attributes:
-        table: table name.
-        shard: shard index (encoded in the ids).
-        data_spec: the table's spec (a nest of :class:`~recollect.ArraySpec`).
-        num_envs: rows of this shard.
-        sequence_length: fixed window length, or None.
-        sampler: the sampler's registered name.
-        importance_sampling_exponent: beta of prioritized sampling, else None.
-        rate_limited: whether the shard has a rate limiter.
-        priorities: whether the sampler has priorities (``update_priorities``).
-    """
-
-    table: str
-    shard: int
-    data_spec: Any
-    num_envs: int
-    sequence_length: int | None
-    sampler: str
-    importance_sampling_exponent: float | None
-    rate_limited: bool
-    priorities: bool = False
 
 
 class Shard:
