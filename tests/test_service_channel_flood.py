@@ -10,6 +10,7 @@ descriptors (``/proc/self/fd``), so the flood's own sockets are not counted.
 from __future__ import annotations
 
 import ast
+import contextlib
 import socket
 import subprocess
 import sys
@@ -89,7 +90,8 @@ def flood(address: str, count: int, limit_s: float) -> list[socket.socket]:
         peer = connect_peer(address)
         if peer is not None:
             if k % 2:
-                peer.send(b"\0")
+                with contextlib.suppress(OSError):  # the listener may have closed it already
+                    peer.send(b"\0")
             peers.append(peer)
     return peers
 
