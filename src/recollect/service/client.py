@@ -443,11 +443,14 @@ class Client:
         base = self._id_base[table]
         shard = id_layout.shard_of(ids) - base
         local = ids - (base << id_layout.SHARD_SHIFT) if base else ids
-        routed = [
-            (int(s), local[shard == s], priorities[shard == s])
-            for s in np.unique(shard)
-            if 0 <= s < len(endpoints)
-        ]
+        if len(endpoints) == 1 and not shard.any():  # the common case: no mask to apply
+            routed = [(0, local, priorities)]
+        else:
+            routed = [
+                (int(s), local[shard == s], priorities[shard == s])
+                for s in np.unique(shard)
+                if 0 <= s < len(endpoints)
+            ]
         if wait:  # held-back updates first, applied before these (their skips not counted)
             held = [(s, self._take_unsent(table, s)) for s in range(len(endpoints))]
             earlier = [
