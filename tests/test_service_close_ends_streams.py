@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -61,9 +62,6 @@ def ends_on_close(client: Any, iterator: Iterator) -> float:
     assert outcome, f"still blocked {ENDS_WITHIN_S} s after client.close()"
     assert outcome[0] is StopIteration, outcome[0]
     return outcome[1] - closed
-
-
-Any = object
 
 
 def recollect_threads() -> list[str]:
