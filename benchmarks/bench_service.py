@@ -70,6 +70,9 @@ WRITERS, ENVS, BATCH, BETA = 8, 8, 256, 0.4
 CHUNK, IN_FLIGHT = 64, 4  # writers: steps per row per chunk, chunks in flight
 TARGETS = {"insert": 500_000, "sample": 500_000, "per": 1_000}
 REVERB = {"insert": (4_600, 7_000), "sample": (42_000, 54_000), "per": (30, 30)}
+#: the "limited" table's SampleToInsertRatio (as the Ape-X example: windows sampled per
+#: step inserted, room for every writer's chunks in flight plus a few batches)
+SPI = 1.0
 LOOPBACK_ENV = "RECOLLECT_LOOPBACK_NS"
 
 
@@ -98,10 +101,16 @@ def spec() -> dict[str, rc.ArraySpec]:
 
 
 def tables() -> dict[str, rc.ReplayBuffer]:
-    """The uniform table and the prioritized one (alpha 0.6), 64 rows, capacity 1M each."""
+    """The uniform table, the prioritized one (alpha 0.6) and a uniform one with a
+    SampleToInsertRatio limiter, 64 rows, capacity 1M each."""
     per = rc.Prioritized(priority_exponent=0.6, epsilon=1e-6)
+    room = SPI * WRITERS * ENVS * CHUNK * IN_FLIGHT + BATCH * 8
+    limiter = rc.SampleToInsertRatio(SPI, BATCH * 4, room)
     return {
         "uniform": rc.ReplayBuffer(spec(), W2_CAPACITY, WRITERS * ENVS, rng=0),
+        "limited": rc.ReplayBuffer(
+            spec(), W2_CAPACITY, WRITERS * ENVS, rate_limiter=limiter, rng=0
+        ),
         "per": rc.ReplayBuffer(
             spec(), W2_CAPACITY, WRITERS * ENVS, sampler=per, sequence_length=1, rng=0
         ),
@@ -162,8 +171,10 @@ class Setup:
     client: Any = None  # the service's client (None: the local buffer)
     insert_only = False  # measure the insert figures only
 
-    def insert(self, table: str, start_at: float, stop_at: float, max_adds=None) -> float:
-        """Steps/s of all writers together (sum of each writer's steps / its seconds)."""
+    def insert(
+        self, table: str, start_at: float, stop_at: float, max_adds=None, writers=WRITERS
+    ) -> float:
+        """Steps/s of ``writers`` writers together (sum of each writer's steps / its seconds)."""
         raise NotImplementedError
 
     def sampler(self) -> Callable[[], Any]:
@@ -194,7 +205,9 @@ class LocalSetup(Setup):
             "per": rc.ReplayBuffer(spec(), W2_CAPACITY, ENVS, sampler=per, sequence_length=1),
         }
 
-    def insert(self, table: str, start_at: float, stop_at: float, max_adds=None) -> float:
+    def insert(
+        self, table: str, start_at: float, stop_at: float, max_adds=None, writers=1
+    ) -> float:
         buf, steps = self.buffers[table], self.steps
         time.sleep(max(0.0, start_at - time.time()))
         n, limit, start = 0, max_adds or 1 << 62, time.time()
@@ -223,13 +236,15 @@ class EmbeddedSetup(Setup):
         self.server = rc.service.Server(tables())
         self.client = self.server.client()
 
-    def insert(self, table: str, start_at: float, stop_at: float, max_adds=None) -> float:
-        with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
+    def insert(
+        self, table: str, start_at: float, stop_at: float, max_adds=None, writers=WRITERS
+    ) -> float:
+        with concurrent.futures.ThreadPoolExecutor(writers) as pool:
             runs = [
                 pool.submit(
                     write_loop, self.server.client(), table, self.steps, start_at, stop_at, max_adds
                 )
-                for _ in range(WRITERS)
+                for _ in range(writers)
             ]
             return sum(steps / secs for steps, secs in (r.result() for r in runs))
 
@@ -264,11 +279,14 @@ class RaySetup(Setup):
             tables(), num_shards=num_shards, name=self.service, local_writes=local_writes
         )
 
-    def insert(self, table: str, start_at: float, stop_at: float, max_adds=None) -> float:
+    def insert(
+        self, table: str, start_at: float, stop_at: float, max_adds=None, writers=WRITERS
+    ) -> float:
         import ray
 
         runs = [
-            w.run.remote(self.service, table, start_at, stop_at, max_adds) for w in self.writers
+            w.run.remote(self.service, table, start_at, stop_at, max_adds)
+            for w in self.writers[:writers]
         ]
         return sum(steps / secs for steps, secs in ray.get(runs))
 
@@ -323,6 +341,25 @@ def measure_setup(setup: Setup, args: argparse.Namespace) -> dict[str, float]:
             calls, secs = loop_until(start + window, sample)
             out["insert with learner"].append(ins.result())
             out["sample with writers"].append(calls * BATCH / secs)
+        start = time.time() + 0.3
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            ins = pool.submit(setup.insert, "uniform", start, start + window, None, 2)
+            time.sleep(max(0.0, start - time.time()))
+            calls, secs = loop_until(start + window, sample)
+            ins.result()
+            out["sample with 2 writers"].append(calls * BATCH / secs)
+        if setup.client is not None:  # writers busy on another table's shard(s): CPU share only
+            start = time.time() + 0.3
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                ins = pool.submit(setup.insert, "per", start, start + window)
+                time.sleep(max(0.0, start - time.time()))
+                calls, secs = loop_until(start + window, sample)
+                ins.result()
+                out["sample with writers elsewhere"].append(calls * BATCH / secs)
+            limited = limited_run(setup, window)
+            out["sample limited"].append(limited[0])
+            out["insert limited"].append(limited[1])
+            out["ratio limited"].append(limited[2])
         calls, secs = loop_until(time.time() + window, sample)
         out["sample x1"].append(calls * BATCH / secs)
         calls, secs = loop_until(time.time() + window, lambda: per_update(per_sample()))
@@ -349,10 +386,38 @@ def measure_setup(setup: Setup, args: argparse.Namespace) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in out.items()}
 
 
+def limited_run(setup: Setup, window: float) -> tuple[float, float, float]:
+    """8 writers and the learner (1 sample request at a time) on the SampleToInsertRatio
+    table for ``window`` s; returns (transitions/s sampled, steps/s inserted, sampled
+    windows per inserted step, which the limiter holds near ``SPI``)."""
+    client = setup.client
+    before = client.info("limited")
+    start = time.time() + 0.3
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        ins = pool.submit(setup.insert, "limited", start, start + window)
+        time.sleep(max(0.0, start - time.time()))
+        calls, t0 = 0, time.time()
+        while not ins.done():  # until the writers flushed: their last chunks need samples
+            try:
+                client.sample("limited", BATCH, timeout=0.2)
+                calls += 1
+            except rc.errors.RateLimiterTimeout:
+                pass
+        secs = time.time() - t0
+        inserted = ins.result()
+    after = client.info("limited")
+    ratio = (after.samples - before.samples) / max(after.inserts - before.inserts, 1)
+    return calls * BATCH / secs, inserted, ratio
+
+
 def report(results: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
     local = next(iter(results))
     groups = [
-        ("insert, 8 writers x 8 envs (steps/s)", "insert", ["insert alone", "insert with learner"]),
+        (
+            "insert, 8 writers x 8 envs (steps/s)",
+            "insert",
+            ["insert alone", "insert with learner", "insert limited"],
+        ),
         (
             "sample uniform 256 (transitions/s)",
             "sample",
@@ -360,6 +425,9 @@ def report(results: dict[str, dict[str, float]], args: argparse.Namespace) -> No
                 "sample x1",
                 *[f"sample stream {k}" for k in args.per_request],
                 "sample with writers",
+                "sample with 2 writers",
+                "sample with writers elsewhere",
+                "sample limited",
             ],
         ),
         (
@@ -377,6 +445,10 @@ def report(results: dict[str, dict[str, float]], args: argparse.Namespace) -> No
             for k in args.per_request
         },
         "sample with writers": "1 at a time, while 8 writers insert",
+        "sample with 2 writers": "1 at a time, while 2 writers insert",
+        "sample with writers elsewhere": "1 at a time, 8 writers on another table",
+        "sample limited": f"1 at a time, 8 writers, SampleToInsertRatio({SPI:g})",
+        "insert limited": f"8 writers, SampleToInsertRatio({SPI:g}), learner sampling",
         "per x1": "1 step at a time",
         **{
             f"per stream {k}": f"SampleStream {args.in_flight} x {k} batches"
@@ -395,6 +467,17 @@ def report(results: dict[str, dict[str, float]], args: argparse.Namespace) -> No
         reverb = Row(f"Reverb {lo:,}-{hi:,}" if lo != hi else f"Reverb {hi:,}", None, 1, 1.0 / hi)
         ref = next(r.name for r in rows if r.name.startswith(local.split(" (")[0]))
         print_table(title, [*rows, target, reverb], [ref, target.name, reverb.name])
+    for setup, figs in results.items():
+        if "ratio limited" in figs:
+            print(
+                f"# {setup.split(' (')[0]}: SampleToInsertRatio({SPI:g}) held samples/inserts at "
+                f"{figs['ratio limited']:.3f}; learner with 8 writers "
+                f"{figs['sample with writers'] / figs['sample x1']:.0%} of its solo rate, "
+                f"with 2 writers {figs['sample with 2 writers'] / figs['sample x1']:.0%}, "
+                f"with 8 writers on another table's shard "
+                f"{figs['sample with writers elsewhere'] / figs['sample x1']:.0%}, "
+                f"rate-limited {figs['sample limited'] / figs['sample x1']:.0%}"
+            )
 
 
 def main() -> None:

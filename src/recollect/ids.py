@@ -12,6 +12,15 @@ by :mod:`recollect.service` (0 for an in-process buffer). So an id names the
 step for the table's lifetime, and a service routes ``update_priorities`` to
 the shard that owns an id without a lookup.
 
+In a service the ``shard`` field also tells the tables apart: the shards of
+all tables are numbered one after another in the order the tables were
+served (table 0's shards 0..n0-1, table 1's n0..n0+n1-1, ...), so an id of
+one table passed to another table's ``update_priorities`` names no shard of
+it and is skipped (counted in the skips ``wait=True`` returns), like an id
+overwritten meanwhile. A service serves at most 256 shards over all its
+tables. The shards themselves (and their checkpoints) keep the numbers 0..n-1
+of their table; the service's client adds and removes the table's offset.
+
 Limits: 256 shards, 32,768 rows per shard, 2**40 (about 1.1e12) steps per row.
 """
 
@@ -23,7 +32,7 @@ import numpy as np
 
 from recollect.errors import InvalidArgumentError
 
-__all__ = ["MAX_ROWS", "MAX_SHARDS", "MAX_TIME", "decode", "encode"]
+__all__ = ["MAX_ROWS", "MAX_SHARDS", "MAX_TIME", "SHARD_SHIFT", "decode", "encode", "shard_of"]
 
 TIME_BITS = 40
 ROW_BITS = 15
@@ -32,7 +41,7 @@ MAX_TIME = 1 << TIME_BITS
 MAX_ROWS = 1 << ROW_BITS
 MAX_SHARDS = 1 << SHARD_BITS
 ROW_SHIFT = _ROW_SHIFT = TIME_BITS
-_SHARD_SHIFT = TIME_BITS + ROW_BITS
+SHARD_SHIFT = _SHARD_SHIFT = TIME_BITS + ROW_BITS
 
 
 def encode(rows: Any, times: Any, shard: int = 0) -> np.ndarray:
@@ -68,6 +77,11 @@ def decode(ids: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             f"ids are never negative; got {int(ids.min())}. Pass ids returned by sample()."
         )
     return ids >> _SHARD_SHIFT, (ids >> _ROW_SHIFT) & (MAX_ROWS - 1), ids & (MAX_TIME - 1)
+
+
+def shard_of(ids: np.ndarray) -> np.ndarray:
+    """The shard of each int64 id, -1 for a negative one (no id ever is; a buffer skips it)."""
+    return np.where(ids >= 0, ids >> _SHARD_SHIFT, -1)
 
 
 def check_geometry(num_envs: int, shard: int = 0) -> None:

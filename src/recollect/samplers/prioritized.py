@@ -35,7 +35,7 @@ from recollect.samplers.base import Sampler, WindowDraw, importance_weights
 from recollect.samplers.sum_tree import SumTree
 from recollect.windows import WindowIndex
 
-__all__ = ["Prioritized"]
+__all__ = ["Prioritized", "check_update"]
 
 
 def _check_exponent(name: str, value: Any) -> float:
@@ -372,31 +372,7 @@ class Prioritized(Sampler):
         )
 
     def _check_update(self, ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
-        ids = np.asarray(ids)
-        priorities = np.asarray(priorities, dtype=np.float64)
-        if ids.size == 0 and ids.ndim == 1 and priorities.shape == ids.shape:
-            return np.zeros(0, np.int64), priorities, 0.0
-        if ids.ndim != 1 or ids.shape != priorities.shape:
-            raise InvalidArgumentError(
-                f"update_priorities needs 1-D ids and priorities of the same shape; got ids "
-                f"shape {ids.shape}, priorities shape {priorities.shape}."
-            )
-        if ids.dtype.kind not in "iu":
-            raise InvalidArgumentError(
-                f"update_priorities needs integer ids (Sample.ids); got dtype {ids.dtype}."
-            )
-        largest = float(priorities.max()) if len(priorities) else 0.0
-        if math.isfinite(largest) and (priorities >= 0).all():  # fast path: no nan, inf, < 0
-            return ids.astype(np.int64, copy=False), priorities, largest
-        bad = ~np.isfinite(priorities) | (priorities < 0)
-        if bad.any():
-            first = int(np.flatnonzero(bad)[0])
-            raise InvalidArgumentError(
-                f"priorities must be finite and >= 0; got {float(priorities[first])} at position "
-                f"{first} ({int(bad.sum())} bad value(s)). Nothing was updated; pass e.g. "
-                "np.abs(td_error) and check the loss for NaN."
-            )
-        return ids.astype(np.int64, copy=False), priorities, largest
+        return check_update(ids, priorities)
 
     # -- checkpoints ------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -458,3 +434,41 @@ def _check_state_values(state: dict[str, Any], values: np.ndarray) -> None:
                 f"prioritized sampler state field {name!r} holds NaN, inf or negative values; "
                 "the state is damaged. Restore it from a backup or save the buffer again."
             )
+
+
+def check_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
+    """The checks :meth:`Prioritized.update_priorities` makes of its arguments alone (1-D,
+    one length, integer ids, finite priorities >= 0), with its messages; a served table's
+    client makes them when it holds an update back, so a bad call fails where it was made.
+
+    Returns:
+        ``(ids, priorities, largest)``: int64 and float64 ``[K]`` and the largest priority.
+
+    Raises:
+        InvalidArgumentError: as ``Prioritized.update_priorities``.
+    """
+    ids = np.asarray(ids)
+    priorities = np.asarray(priorities, dtype=np.float64)
+    if ids.size == 0 and ids.ndim == 1 and priorities.shape == ids.shape:
+        return np.zeros(0, np.int64), priorities, 0.0
+    if ids.ndim != 1 or ids.shape != priorities.shape:
+        raise InvalidArgumentError(
+            f"update_priorities needs 1-D ids and priorities of the same shape; got ids "
+            f"shape {ids.shape}, priorities shape {priorities.shape}."
+        )
+    if ids.dtype.kind not in "iu":
+        raise InvalidArgumentError(
+            f"update_priorities needs integer ids (Sample.ids); got dtype {ids.dtype}."
+        )
+    largest = float(priorities.max()) if len(priorities) else 0.0
+    if math.isfinite(largest) and (priorities >= 0).all():  # fast path: no nan, inf, < 0
+        return ids.astype(np.int64, copy=False), priorities, largest
+    bad = ~np.isfinite(priorities) | (priorities < 0)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise InvalidArgumentError(
+            f"priorities must be finite and >= 0; got {float(priorities[first])} at position "
+            f"{first} ({int(bad.sum())} bad value(s)). Nothing was updated; pass e.g. "
+            "np.abs(td_error) and check the loss for NaN."
+        )
+    return ids.astype(np.int64, copy=False), priorities, largest

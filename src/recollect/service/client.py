@@ -14,8 +14,10 @@ two numbers). Items of a batch come grouped by shard.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import secrets
 import threading
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ from recollect import ids as id_layout
 from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.samplers import importance_weights
+from recollect.samplers.prioritized import check_update
 from recollect.service.endpoint import Endpoint
 from recollect.service.shard import (
     SampledBatches,
@@ -89,6 +92,18 @@ class Client:
         self._closed = False
         self._on_close = on_close
         self._describe: dict[str, ShardDescription] = {}
+        #: this client's id in its sample requests: closing it ends its waiting ones
+        self._id = secrets.randbits(62) + 1
+        # the shard field of a table's ids starts after the other tables' (recollect.ids)
+        sizes = [len(e) for e in self._shards.values()]
+        self._id_base = dict(zip(self._shards, np.cumsum([0, *sizes[:-1]]).tolist(), strict=True))
+        total = sum(sizes)
+        if total > id_layout.MAX_SHARDS:
+            raise InvalidArgumentError(
+                f"a service serves at most {id_layout.MAX_SHARDS} shards over all its tables "
+                f"(ids hold 8 bits of shard); got {total}. Serve fewer shards per table, or "
+                "tables in several services."
+            )
 
     @property
     def closed(self) -> bool:
@@ -259,7 +274,8 @@ class Client:
             endpoint = endpoints[0]
             request = ([batch_size] * k, num_steps, timeout, options)
             drawn = endpoint.result(
-                endpoint.submit("sample_batches", *request, self._take_unsent(table, 0)), wait
+                endpoint.submit("sample_batches", *request, self._take_unsent(table, 0), self._id),
+                wait,
             )
             counts = np.full((k, 1), batch_size, np.int64)
             return self._assemble(table, counts, np.zeros(1, np.int64), [drawn], None, options)
@@ -285,6 +301,7 @@ class Client:
                 timeout,
                 options,
                 self._take_unsent(table, int(s)),
+                self._id,
             )
             for s in parts
         ]
@@ -350,6 +367,8 @@ class Client:
             take(rows.priorities),
             take(rows.times_sampled),
         )
+        if self._id_base[table]:  # the table's tag: its shards' numbers among all tables'
+            ids = ids + (self._id_base[table] << id_layout.SHARD_SHIFT)
         probabilities = take(rows.probabilities) * factor
         beta = self.describe(table).importance_sampling_exponent  # None: no priorities
         if beta is not None and options.get("importance_sampling_exponent") is not None:
@@ -383,6 +402,10 @@ class Client:
     ) -> int | None:
         """Sets priorities of ``table``'s windows; each id goes to the shard encoded in it.
 
+        Ids that name no shard of ``table`` are skipped, as a local buffer skips
+        ids of another shard: ids of another table of the service (each table's
+        ids carry its own shard numbers, see :mod:`recollect.ids`), negative ids.
+
         Without ``wait``, updates are held back on the client and go to their
         shard along with this client's next sample request of the table (applied
         before its draw), or on their own once a shard has
@@ -401,31 +424,33 @@ class Client:
                 or ``update_priorities`` of this table (or :meth:`flush`).
 
         Raises:
-            InvalidArgumentError: ``ids`` and ``priorities`` are not 1-D of one
-                length (held back or over several shards), or as
-                ``ReplayBuffer.update_priorities`` (the shard's error).
+            InvalidArgumentError: as ``ReplayBuffer.update_priorities`` (same
+                message): the sampler has no priorities, ``ids`` and
+                ``priorities`` are not 1-D of one length, ids are not integers,
+                a priority is NaN, inf or negative. Checked by this call, also
+                when the update is held back, so a bad call never takes another
+                call's update down with it.
         """
         endpoints = self._endpoints(table)
         self._raise_failed_updates(table)
-        ids = np.asarray(ids)
-        priorities = np.asarray(priorities)
-        if len(endpoints) == 1 and wait:  # the shard checks them, as a local buffer
-            routed = [(0, ids, priorities)]
+        if not self.describe(table).priorities:  # the shard raises as a local buffer
+            endpoint = endpoints[0]
+            return endpoint.result(endpoint.submit("update_priorities", ids, priorities))
+        # a local buffer's checks and messages, made by this call for this call
+        ids, priorities, _ = check_update(ids, priorities)
+        # each id to its shard; ids of no shard of this table (another table's, negative)
+        # are skipped, as a local buffer skips ids of another shard
+        base = self._id_base[table]
+        shard = id_layout.shard_of(ids) - base
+        local = ids - (base << id_layout.SHARD_SHIFT) if base else ids
+        if len(endpoints) == 1 and not shard.any():  # the common case: no mask to apply
+            routed = [(0, local, priorities)]
         else:
-            if ids.shape != priorities.shape or ids.ndim != 1:
-                raise InvalidArgumentError(
-                    f"`ids` and `priorities` must be 1-D of one length; got shapes {ids.shape} "
-                    f"and {priorities.shape}."
-                )
-            if len(endpoints) == 1:
-                routed = [(0, ids, priorities)]
-            else:
-                shard, _, _ = id_layout.decode(ids.astype(np.int64, copy=False))
-                routed = [
-                    (int(s), ids[shard == s], priorities[shard == s])
-                    for s in np.unique(shard)
-                    if 0 <= s < len(endpoints)
-                ]
+            routed = [
+                (int(s), local[shard == s], priorities[shard == s])
+                for s in np.unique(shard)
+                if 0 <= s < len(endpoints)
+            ]
         if wait:  # held-back updates first, applied before these (their skips not counted)
             held = [(s, self._take_unsent(table, s)) for s in range(len(endpoints))]
             earlier = [
@@ -442,6 +467,8 @@ class Client:
         with self._updates_lock:
             held = self._unsent[table]
             for s, i, p in routed:
+                if not len(i):
+                    continue
                 held.setdefault(s, []).append((i, p))
                 self._unsent_size[table, s] = self._unsent_size.get((table, s), 0) + len(i)
             self._unsent_since.setdefault(table, now)
@@ -455,8 +482,9 @@ class Client:
             self._send_unsent(table, s)
         return None
 
-    def _take_unsent(self, table: str, shard: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The held-back updates of ``table``'s shard ``shard``, concatenated (None: none)."""
+    def _take_unsent(self, table: str, shard: int) -> tuple[np.ndarray, ...] | None:
+        """The held-back updates of ``table``'s shard ``shard``, concatenated, with the
+        length of each call (:data:`~recollect.service.shard.PriorityUpdates`; None: none)."""
         with self._updates_lock:
             held = self._unsent.get(table)
             parts = held.pop(shard, None) if held else None
@@ -467,7 +495,11 @@ class Client:
                 self._unsent_since.pop(table, None)
         if len(parts) == 1:
             return parts[0]
-        return np.concatenate([i for i, _ in parts]), np.concatenate([p for _, p in parts])
+        return (
+            np.concatenate([i for i, _ in parts]),
+            np.concatenate([p for _, p in parts]),
+            np.array([len(i) for i, _ in parts], np.int64),
+        )
 
     def _send_unsent(self, table: str, shard: int) -> None:
         """Sends the held-back updates of one shard on their own (not waited for)."""
@@ -563,15 +595,33 @@ class Client:
         return directory
 
     def close(self) -> None:
-        """Waits for pending priority updates; stops the service if this client owns it."""
+        """Waits for pending priority updates, ends this client's sample requests (those
+        waiting on a rate limiter raise StateError within about 0.25 s, so the iterators
+        and dataset adapters over its tables end), and stops the service if this client
+        owns it. Idempotent."""
         if self._closed:
             return
         try:
             self.flush()
         finally:
             self._closed = True
-            if self._on_close is not None:
-                self._on_close()
+            try:
+                self._cancel_requests()
+            finally:
+                if self._on_close is not None:
+                    self._on_close()
+
+    def _cancel_requests(self) -> None:
+        """Tells every shard that this client is closed (best effort: a dead shard has no
+        request of it left to end)."""
+        calls = []
+        for endpoints in self._shards.values():
+            for endpoint in endpoints:
+                with contextlib.suppress(Exception):
+                    calls.append((endpoint, endpoint.submit("cancel", self._id)))
+        for endpoint, handle in calls:
+            with contextlib.suppress(Exception):
+                endpoint.result(handle, 5.0)
 
     def __enter__(self) -> Client:
         return self

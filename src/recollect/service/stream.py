@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from recollect.buffers import Sample
-from recollect.errors import InvalidArgumentError, StateError
+from recollect.errors import InvalidArgumentError
 from recollect.service.client import TableHandle
 
 __all__ = ["SampleStream", "check_batches_per_request", "check_max_in_flight"]
@@ -59,7 +59,10 @@ class SampleStream(Iterator[Sample]):
 
     Requests run on ``max_in_flight`` threads; batches come back in request
     order. An error of a request (e.g. ``RateLimiterTimeout``) is raised by the
-    ``next()`` that would have returned its first batch.
+    ``next()`` that would have returned its first batch. Iteration ends
+    (``StopIteration``) after :meth:`close` and once the table's client is
+    closed, also while a request waits on the rate limiter (closing the
+    client ends it, see :meth:`Client.close <recollect.service.Client.close>`).
 
     Args:
         table: a :class:`~recollect.service.TableHandle` (``client.table(name)``).
@@ -114,7 +117,8 @@ class SampleStream(Iterator[Sample]):
         return self
 
     def __next__(self) -> Sample:
-        if self._closed:
+        if self._closed or self.table.closed:
+            self.close()
             raise StopIteration
         if self._ready:
             return self._ready.popleft()
@@ -123,8 +127,9 @@ class SampleStream(Iterator[Sample]):
         future = self._pending.popleft()
         try:
             batches = future.result()
-        except StateError:
-            if self._closed:
+        except Exception:
+            if self._closed or self.table.closed:  # what closing did to a request in flight
+                self.close()
                 raise StopIteration from None
             raise
         if not self._closed:
