@@ -22,17 +22,28 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.buffers import ReplayBuffer as Sb3ReplayBuffer
+from stable_baselines3.common.preprocessing import get_obs_shape
 
+from recollect import ids as id_layout
 from recollect.buffers import TransitionBuffer
-from recollect.errors import CheckpointError, InvalidArgumentError
+from recollect.errors import CheckpointError, InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
 from recollect.samplers import Prioritized
 from recollect.sb3 import persistence
-from recollect.sb3.samples import Draw, to_samples
-from recollect.sb3.spaces import as_actions, as_observations, first_env, resolve_frame_stack
+from recollect.sb3.arrays import Sb3Arrays
+from recollect.sb3.samples import Draw, pack, to_samples
+from recollect.sb3.sampling import gather_fields
+from recollect.sb3.spaces import (
+    AddConverter,
+    action_dtype,
+    first_env,
+    resolve_frame_stack,
+    timeouts_of,
+)
 from recollect.sb3.stack_starts import StackStarts
 from recollect.specs import ArraySpec
 from recollect.storage.frame_store import FrameStack
+from recollect.table.table import positive_int
 
 __all__ = ["ReplayBuffer"]
 
@@ -137,19 +148,84 @@ class ReplayBuffer(Sb3ReplayBuffer):
             self.stack_starts = StackStarts(self.frame_stack, shape, dtype, n_envs)
         if rng is None:  # SB3's set_random_seed seeds numpy's global RNG: follow it
             rng = int(np.random.randint(0, 2**63 - 1, dtype=np.int64))  # noqa: NPY002
-        self.transitions = TransitionBuffer(
-            self.buffer_size * n_envs,
-            n_envs,
-            rng,
-            prioritized=self.make_sampler(),
-            frame_stack=self.frame_stack,
-        )
-        self.dones = TrajectoryCuts()
+        self.convert = AddConverter(observation_space, action_space, n_envs)
+        #: SB3's layout (arrays ``[buffer_size, n_envs, ...]`` as views of recollect's
+        #: storage); False: one copy of each observation in a TransitionBuffer.
+        self.sb3_layout = self.frame_stack is None and not self.optimize_memory_usage
+        self.transitions: Sb3Arrays | TransitionBuffer
+        if self.sb3_layout:
+            self.transitions = Sb3Arrays(
+                self.buffer_size,
+                n_envs,
+                _obs_spec(observation_space),
+                ArraySpec((self.action_dim,), action_dtype(action_space)),
+                rng,
+                self.make_sampler(),
+            )
+        else:
+            self.transitions = TransitionBuffer(
+                self.buffer_size * n_envs,
+                n_envs,
+                rng,
+                prioritized=self.make_sampler(),
+                frame_stack=self.frame_stack,
+            )
+        self.cuts = TrajectoryCuts()
+        self.no_timeouts = np.zeros(n_envs, np.float32)
         self.num_added = 0
 
     def make_sampler(self) -> Prioritized | None:
         """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
         return None
+
+    # -- SB3's attributes ----------------------------------------------------
+    def sb3_array(self, name: str) -> Any:
+        """SB3's array ``name`` (a view of the storage); AttributeError without SB3's layout."""
+        if self.sb3_layout:
+            return self.transitions.view(name)  # type: ignore[union-attr]
+        raise AttributeError(
+            f"{type(self).__name__} with frame_stack or optimize_memory_usage stores each "
+            f"observation once and has no SB3 `{name}` array; use sample() or _get_samples()."
+        )
+
+    @property
+    def observations(self) -> Any:
+        """SB3's ``observations`` ``[buffer_size, n_envs, *obs_shape]`` (a dict of them for
+        Dict spaces): a view of the stored observations; writes land in the buffer."""
+        return self.sb3_array("observations")
+
+    @property
+    def next_observations(self) -> Any:
+        """SB3's ``next_observations`` (as ``observations``)."""
+        return self.sb3_array("next_observations")
+
+    @property
+    def actions(self) -> np.ndarray:
+        """SB3's ``actions`` ``[buffer_size, n_envs, action_dim]`` (a view)."""
+        return self.sb3_array("actions")
+
+    @property
+    def rewards(self) -> np.ndarray:
+        """SB3's float32 ``rewards`` ``[buffer_size, n_envs]`` (a view)."""
+        return self.sb3_array("rewards")
+
+    @property
+    def dones(self) -> Any:
+        """SB3's float32 ``dones`` ``[buffer_size, n_envs]`` (a view; writes such as
+        ``dones[pos - 1] = True`` take effect). With ``frame_stack`` or
+        ``optimize_memory_usage``: an object that accepts SB3's writes and ignores them
+        (see :class:`TrajectoryCuts`)."""
+        return self.transitions.view("dones") if self.sb3_layout else self.cuts  # type: ignore[union-attr]
+
+    @property
+    def timeouts(self) -> np.ndarray:
+        """SB3's float32 ``timeouts`` ``[buffer_size, n_envs]`` (a view)."""
+        return self.sb3_array("timeouts")
+
+    @property
+    def n_steps(self) -> int:
+        """SB3's spelling of ``n_step``."""
+        return self.n_step
 
     @property
     def nbytes(self) -> int:
@@ -165,39 +241,56 @@ class ReplayBuffer(Sb3ReplayBuffer):
         action: np.ndarray,
         reward: np.ndarray,
         done: np.ndarray,
-        infos: list[dict[str, Any]],
+        infos: Any,
     ) -> None:
         """Stores one transition per env (SB3's ``add``).
 
         ``next_obs`` is what SB3's off-policy loop passes: the step's next
         observation, with ``infos[i]["terminal_observation"]`` already put in
-        for envs that autoreset. ``done`` and ``infos[i]["TimeLimit.truncated"]``
-        give the termination (``done`` and not a timeout) stored for sampling.
+        for envs that autoreset. With ``handle_timeout_termination`` (and only
+        then, as SB3) ``infos`` gives the timeouts: a list of ``n_envs`` dicts
+        with ``"TimeLimit.truncated"`` (SB3's VecEnv), a gymnasium 1.x vector
+        env's dict of arrays (``"TimeLimit.truncated"`` with its mask
+        ``"_TimeLimit.truncated"``), or ``{}``/``[]``. A sampled transition is
+        done when ``done`` and not a timeout.
 
         Raises:
-            InvalidArgumentError: shapes that do not fit ``[n_envs, ...]``, a
-                wrong number of infos, or (``frame_stack``) an episode start
-                that is not padded; recollect's ShapeError/DTypeError/CastError
-                for values that do not match the first add. Nothing is written.
+            InvalidArgumentError: shapes that do not fit ``[n_envs, ...]``,
+                ``infos`` of another length than ``n_envs`` (when read), or
+                (``frame_stack``) an episode start that is not padded;
+                recollect's ShapeError/DTypeError/CastError for values that do
+                not match the first add. Nothing is written.
         """
-        n, space = self.n_envs, self.observation_space
-        obs, next_obs = as_observations(obs, space, n), as_observations(next_obs, space, n)
-        action = as_actions(action, self.action_space, n)
-        reward = np.asarray(reward, np.float32).reshape(n)
-        done = np.asarray(done).reshape(n).astype(bool)
-        if len(infos) != n:
-            raise InvalidArgumentError(f"`infos` must hold n_envs={n} dicts; got {len(infos)}.")
-        timeout = np.zeros(n, bool)
+        n, convert = self.n_envs, self.convert
+        obs, next_obs = convert.observations(obs), convert.observations(next_obs)
+        action = convert.actions(action)
+        reward = convert.scalars(reward, np.float32)
         if self.handle_timeout_termination:
-            timeout = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
-        if self.stack_starts is not None:
-            self.stack_starts.check(obs)
-        args = (obs, action, reward, next_obs)
-        if n == 1:  # TransitionBuffer takes unbatched values when num_envs == 1
-            args = tuple(first_env(a) for a in args)
-        self.transitions.add(*args[:3], args[3], done & ~timeout, timeout)
-        if self.stack_starts is not None:
-            self.stack_starts.commit(next_obs)
+            timeout = timeouts_of(infos, n)
+        else:
+            timeout = None  # as SB3: infos are not read
+        if self.sb3_layout:
+            self.transitions.write(  # type: ignore[union-attr]
+                {
+                    "observations": obs,
+                    "next_observations": next_obs,
+                    "actions": action,
+                    "rewards": reward,
+                    "dones": convert.scalars(done, np.float32),
+                    "timeouts": self.no_timeouts if timeout is None else timeout.astype(np.float32),
+                }
+            )
+        else:
+            done = np.asarray(done).reshape(n).astype(bool)
+            timeout = np.zeros(n, bool) if timeout is None else timeout
+            if self.stack_starts is not None:
+                self.stack_starts.check(obs)
+            args = (obs, action, reward, next_obs)
+            if n == 1:  # TransitionBuffer takes unbatched values when num_envs == 1
+                args = tuple(first_env(a) for a in args)
+            self.transitions.add(*args[:3], args[3], done & ~timeout, timeout)
+            if self.stack_starts is not None:
+                self.stack_starts.commit(next_obs)
         self.num_added += n
         self.pos += 1
         if self.pos == self.buffer_size:
@@ -225,9 +318,44 @@ class ReplayBuffer(Sb3ReplayBuffer):
             NotEnoughDataError: the buffer is empty.
             InvalidArgumentError: ``batch_size`` < 1.
         """
-        s = self.transitions.sample(batch_size, **self.sample_options())
-        samples = to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
-        return Draw(samples, s.ids, s.probabilities, s.weights)
+        if not self.sb3_layout:
+            s = self.transitions.sample(batch_size, **self.sample_options())
+            samples = to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
+            return Draw(samples, s.ids, s.probabilities, s.weights)
+        arrays = self.transitions
+        assert isinstance(arrays, Sb3Arrays)
+        if self.prioritized:
+            options = self.sample_options()
+            options.pop("n_step", None), options.pop("discount", None)
+            d = arrays.replay_buffer.table.draw(
+                batch_size, 1, within_episode=False, time_axis=False, **options
+            )
+            rows, times, ids, probabilities, weights = (
+                d.rows, d.times, d.ids, d.probabilities, d.weights
+            )
+            batch_inds = times % self.buffer_size
+        else:
+            batch_inds, rows = self.uniform_draw(batch_size)
+            clock = arrays.clock()
+            times = clock - 1 - (self.pos - 1 - batch_inds) % self.buffer_size
+            ids = id_layout.encode(rows, times)
+            upper = self.buffer_size if self.full else self.pos
+            probabilities = np.full(batch_size, 1.0 / (upper * self.n_envs))
+            weights = None
+        fields = gather_fields(
+            arrays, batch_inds, rows, env, self.n_step, self.gamma, self.pos
+        )
+        samples = pack(fields, self.device, weights, ids)
+        return Draw(samples, ids, probabilities, weights)
+
+    def uniform_draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """SB3's uniform draw: ``(batch_inds, env_indices)`` over the stored transitions."""
+        batch_size = positive_int("batch_size", batch_size)
+        upper = self.buffer_size if self.full else self.pos
+        if upper == 0:
+            raise NotEnoughDataError("the replay buffer is empty; add() transitions first.")
+        flat = self.transitions.replay_buffer.rng.integers(0, upper * self.n_envs, batch_size)
+        return np.divmod(flat, self.n_envs)
 
     def sample(self, batch_size: int, env: Any = None) -> Any:
         """``batch_size`` transitions drawn uniformly with replacement, as SB3's tuples.
@@ -235,9 +363,9 @@ class ReplayBuffer(Sb3ReplayBuffer):
         Args:
             batch_size: transitions to draw.
             env: SB3's ``VecNormalize`` (or None); observations and rewards are
-                normalised with it as SB3 does. With n-step sampling the
-                discounted sum is normalised (SB3 normalises each reward), which
-                differs only where ``clip_reward`` clips.
+                normalised with it as SB3 does (n-step: each reward, as SB3's
+                ``NStepReplayBuffer``; with ``frame_stack``/``optimize_memory_usage``
+                the discounted sum, which differs only where ``clip_reward`` clips).
 
         Returns:
             ``ReplayBufferSamples`` (``DictReplayBufferSamples`` for Dict
@@ -247,29 +375,76 @@ class ReplayBuffer(Sb3ReplayBuffer):
 
         Raises:
             NotEnoughDataError: the buffer is empty.
+            InvalidArgumentError: ``batch_size`` < 1.
         """
+        if self.sb3_layout and not self.prioritized:  # the common case, fewest steps
+            batch_inds, env_indices = self.uniform_draw(batch_size)
+            fields = gather_fields(
+                self.transitions,  # type: ignore[arg-type]
+                batch_inds,
+                env_indices,
+                env,
+                self.n_step,
+                self.gamma,
+                self.pos,
+            )
+            return pack(fields, self.device)
         return self.draw(batch_size, env).samples
+
+    def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
+        """SB3's ``_get_samples``: the transitions at ``batch_inds`` of random envs.
+
+        As SB3, the env of each sample is drawn with numpy's global RNG
+        (``np.random.randint``), so a seeded run picks the same envs as SB3's buffer.
+
+        Args:
+            batch_inds: int ``[B]`` positions in ``[0, buffer_size)`` of stored transitions.
+            env: SB3's ``VecNormalize`` or None.
+
+        Returns:
+            What :meth:`sample` returns (prioritized buffers: weights of 1, and ids).
+        """
+        batch_inds = np.asarray(batch_inds, np.int64).reshape(-1)
+        env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))  # noqa: NPY002
+        clock = self.clock()
+        times = clock - 1 - (self.pos - 1 - batch_inds) % self.buffer_size
+        ids = id_layout.encode(env_indices, times)
+        weights = np.ones(len(batch_inds)) if self.prioritized else None
+        if self.sb3_layout:
+            fields = gather_fields(
+                self.transitions,  # type: ignore[arg-type]
+                batch_inds,
+                env_indices,
+                env,
+                self.n_step,
+                self.gamma,
+                self.pos,
+            )
+            return pack(fields, self.device, weights, ids)
+        s = self.transitions.sample_at(env_indices, times, **self.sample_options())  # type: ignore[union-attr]
+        return to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
+
+    def clock(self) -> int:
+        """Steps added per env since construction (recollect's step time of the next add)."""
+        return self.transitions.clock()
 
     def locate(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """SB3 coordinates ``(batch_inds, env_indices)`` of sampled ``ids`` (int64 ``[B]`` each).
 
         Where SB3's own buffer, fed the same ``add`` calls, holds the same
-        transitions. Costs O(buffer size); meant for tests and debugging.
+        transitions.
 
         Raises:
             InvalidArgumentError: an id is no longer (or never was) stored.
         """
         ids = np.asarray(ids, np.int64).reshape(-1)
-        stored = self.transitions.replay_buffer.item_ids()  # [n_envs, size], oldest first
-        flat = stored.reshape(-1)
-        order = np.argsort(flat)
-        at = np.minimum(np.searchsorted(flat, ids, sorter=order), len(flat) - 1)
-        found = order[at]
-        if not np.array_equal(flat[found], ids):
+        _, rows, times = id_layout.decode(ids)
+        clock, stored = self.clock(), (self.buffer_size if self.full else self.pos)
+        if self.sb3_layout:
+            stored = min(stored, self.transitions.num_frames() // self.n_envs)
+        if ((times >= clock) | (times < clock - stored) | (rows >= self.n_envs)).any():
             raise InvalidArgumentError("some ids are not stored any more; sample again.")
-        env_indices, age = np.divmod(found, stored.shape[1])
-        batch_inds = (self.pos - stored.shape[1] + age) % self.buffer_size
-        return batch_inds, env_indices
+        return times % self.buffer_size, rows
 
     # -- saving -----------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -286,6 +461,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 "n_step": self.n_step,
                 "gamma": self.gamma,
             },
+            "layout": "sb3" if self.sb3_layout else "transitions",
             "pos": self.pos,
             "full": self.full,
             "num_added": self.num_added,
@@ -333,7 +509,9 @@ class ReplayBuffer(Sb3ReplayBuffer):
             CheckpointError: damaged files, another format or buffer class, or a
                 checkpoint whose geometry differs from what it restores.
         """
-        config, transitions, arrays = persistence.read_checkpoint(path)
+        config, transitions, arrays = persistence.read_checkpoint(
+            path, Sb3Arrays.load if config_layout(path) == "sb3" else TransitionBuffer.load
+        )
         if config.get("class") != cls.__name__:
             raise CheckpointError(
                 f"{path} holds a {config.get('class')} checkpoint; load it with that class, "
@@ -351,8 +529,15 @@ class ReplayBuffer(Sb3ReplayBuffer):
             n_envs=config["n_envs"],
             **options,
         )
-        if (transitions.capacity, transitions.num_envs) != (buf.transitions.capacity, buf.n_envs):
-            raise CheckpointError(f"{path}: transitions do not match buffer_size/n_envs.")
+        if (
+            type(transitions) is not type(buf.transitions)
+            or (transitions.capacity, transitions.num_envs)
+            != (buf.transitions.capacity, buf.n_envs)
+        ):
+            raise CheckpointError(
+                f"{path}: transitions do not match buffer_size/n_envs or the storage layout "
+                "(a checkpoint of another recollect version?)."
+            )
         buf.transitions = transitions
         buf.pos, buf.full, buf.num_added = config["pos"], config["full"], config["num_added"]
         if buf.stack_starts is not None:
@@ -367,8 +552,15 @@ class ReplayBuffer(Sb3ReplayBuffer):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = dict(state)
-        state["transitions"] = persistence.transitions_from_files(state["transitions"])
+        state.pop("dones", None)  # pickles of older versions: now a property
+        load = Sb3Arrays.load if state.get("sb3_layout") else TransitionBuffer.load
+        state["transitions"] = persistence.transitions_from_files(state["transitions"], load)
         self.__dict__.update(state)
+
+
+def config_layout(path: str | os.PathLike) -> str:
+    """The storage layout a checkpoint names (``"transitions"`` for older checkpoints)."""
+    return persistence.read_config(path).get("layout", "transitions")
 
 
 def _n_step(n_step: Any, n_steps: Any) -> int:
@@ -381,6 +573,13 @@ def _n_step(n_step: Any, n_steps: Any) -> int:
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise InvalidArgumentError(f"`n_step` must be an int >= 1; got n_step={n!r}.")
     return int(n)
+
+
+def _obs_spec(space: spaces.Space) -> Any:
+    """One env's observation spec as SB3 stores it (shape ``get_obs_shape``, space dtype)."""
+    if isinstance(space, spaces.Dict):
+        return {key: _obs_spec(sub) for key, sub in space.spaces.items()}
+    return ArraySpec(get_obs_shape(space), np.dtype(space.dtype))
 
 
 def _check_storage(storage: str, directory: Any) -> None:
