@@ -182,13 +182,13 @@ def run_cleanrl(repeats: int, repeat_s: float) -> None:
             for kind, buf in bufs.items():
                 nxt = cycle(cleanrl_stream(n_envs, 256, 1))
 
-                def both(b: Any = buf, n: Any = nxt) -> None:
+                def both(b: Any = buf, n: Any = nxt, k: int = batch) -> None:
                     b.add(*n())
-                    b.sample(batch)
+                    b.sample(k)
 
                 rows += [
                     Row(f"{kind} add", lambda b=buf, n=nxt: b.add(*n()), n_envs),
-                    Row(f"{kind} sample", lambda b=buf: b.sample(batch), batch),
+                    Row(f"{kind} sample", lambda b=buf, k=batch: b.sample(k), batch),
                     Row(f"{kind} add+sample", both, n_envs),
                 ]
             by = {r.name: r.seconds for r in measure(rows, repeats, repeat_s)}

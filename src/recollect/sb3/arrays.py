@@ -40,6 +40,10 @@ class Sb3Arrays:
         sampler: None (uniform) or a :class:`~recollect.Prioritized`.
         buffer: an existing core buffer to wrap (checkpoint loading); then the
             other arguments but ``buffer_size``/``n_envs`` are ignored.
+        store_timeouts: whether ``timeouts`` is a leaf of the buffer. SB3 never
+            writes its ``timeouts`` without ``handle_timeout_termination``; then
+            it is a zero array beside the buffer (not checkpointed), and each
+            ``add`` writes one array less.
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class Sb3Arrays:
         rng: Any = None,
         sampler: Prioritized | None = None,
         buffer: CoreReplayBuffer | None = None,
+        store_timeouts: bool = True,
     ) -> None:
         if buffer is None:
             scalar = ArraySpec((), np.float32)
@@ -62,6 +67,8 @@ class Sb3Arrays:
                 "dones": scalar,
                 "timeouts": scalar,
             }
+            if not store_timeouts:
+                del spec["timeouts"]
             buffer = CoreReplayBuffer(
                 spec,
                 buffer_size * n_envs,
@@ -73,9 +80,15 @@ class Sb3Arrays:
         self.replay_buffer = buffer
         self.buffer_size, self.n_envs = buffer.max_length, buffer.num_envs
         paths = buffer.flat_spec.paths
+        self.store_timeouts = "timeouts" in paths
+        self.side_timeouts = None
+        if not self.store_timeouts:
+            self.side_timeouts = np.zeros((self.n_envs, self.buffer_size), np.float32)
         #: per field: its leaf index (an int), or ``{key: leaf index}`` for dict observations
         self.leaf: dict[str, Any] = {}
         for field in FIELDS:
+            if field == "timeouts" and not self.store_timeouts:
+                continue
             if field in paths:
                 self.leaf[field] = paths.index(field)
             else:
@@ -85,6 +98,9 @@ class Sb3Arrays:
                 }
         self.dict_obs = isinstance(self.leaf["observations"], dict)
         self.order = [field_of(self.leaf, i) for i in range(len(paths))]
+        if not self.dict_obs:  # write_step's order
+            fields = sorted(FIELDS if self.store_timeouts else set(FIELDS) - {"timeouts"})
+            assert [f for f, _ in self.order] == fields, self.order
 
     # -- geometry ---------------------------------------------------------
     @property
@@ -109,6 +125,8 @@ class Sb3Arrays:
     # -- views --------------------------------------------------------------
     def view(self, field: str) -> Any:
         """SB3's array ``field`` ``[buffer_size, n_envs, ...]``: a view of the storage."""
+        if field == "timeouts" and self.side_timeouts is not None:
+            return self.side_timeouts.swapaxes(0, 1)
         arrays = self.replay_buffer.storage.arrays
         where = self.leaf[field]
         if isinstance(where, dict):
@@ -117,6 +135,8 @@ class Sb3Arrays:
 
     def flat(self, field: str) -> Any:
         """The storage of ``field`` row-flattened, ``[n_envs * buffer_size, ...]`` (a view)."""
+        if field == "timeouts" and self.side_timeouts is not None:
+            return self.side_timeouts.reshape(-1)
         views = self.replay_buffer.storage.flat_views
         where = self.leaf[field]
         if isinstance(where, dict):
@@ -129,8 +149,28 @@ class Sb3Arrays:
         fields' shapes and dtypes (the SB3 layer checked them)."""
         leaves = [
             values[field] if key is None else values[field][key] for field, key in self.order
-        ]
+        ]  # without a timeouts leaf, values["timeouts"] is not read
         self.replay_buffer.write_leaves(leaves)
+
+    def write_step(
+        self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any, timeout: Any
+    ) -> None:
+        """:meth:`write` with the fields as arguments (the per-step path of SB3's ``add``)."""
+        if self.dict_obs:
+            self.write(
+                {
+                    "observations": obs,
+                    "next_observations": next_obs,
+                    "actions": action,
+                    "rewards": reward,
+                    "dones": done,
+                    "timeouts": timeout,
+                }
+            )
+        elif self.store_timeouts:  # leaves in flat (sorted field) order, see __init__
+            self.replay_buffer.write_leaves([action, done, next_obs, obs, reward, timeout])
+        else:
+            self.replay_buffer.write_leaves([action, done, next_obs, obs, reward])
 
     def clear(self) -> None:
         self.replay_buffer.clear()
@@ -153,7 +193,7 @@ class Sb3Arrays:
         """
         buffer = CoreReplayBuffer.load(path)
         spec = buffer.data_spec
-        if not isinstance(spec, dict) or set(spec) != set(FIELDS):
+        if not isinstance(spec, dict) or set(spec) | {"timeouts"} != set(FIELDS):
             raise CheckpointError(f"{path}: not the SB3 arrays of a recollect.sb3 buffer.")
         return cls(buffer.max_length, buffer.num_envs, buffer=buffer)
 

@@ -34,6 +34,7 @@ from recollect.sb3.arrays import Sb3Arrays
 from recollect.sb3.samples import Draw, pack, to_samples
 from recollect.sb3.sampling import gather_fields
 from recollect.sb3.spaces import (
+    FLOAT32,
     AddConverter,
     action_dtype,
     first_env,
@@ -161,6 +162,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 ArraySpec((self.action_dim,), action_dtype(action_space)),
                 rng,
                 self.make_sampler(),
+                store_timeouts=self.handle_timeout_termination,
             )
         else:
             self.transitions = TransitionBuffer(
@@ -264,21 +266,19 @@ class ReplayBuffer(Sb3ReplayBuffer):
         n, convert = self.n_envs, self.convert
         obs, next_obs = convert.observations(obs), convert.observations(next_obs)
         action = convert.actions(action)
-        reward = convert.scalars(reward, np.float32)
+        reward = convert.scalars(reward, FLOAT32)
         if self.handle_timeout_termination:
             timeout = timeouts_of(infos, n)
         else:
             timeout = None  # as SB3: infos are not read
         if self.sb3_layout:
-            self.transitions.write(  # type: ignore[union-attr]
-                {
-                    "observations": obs,
-                    "next_observations": next_obs,
-                    "actions": action,
-                    "rewards": reward,
-                    "dones": convert.scalars(done, np.float32),
-                    "timeouts": self.no_timeouts if timeout is None else timeout.astype(np.float32),
-                }
+            self.transitions.write_step(  # type: ignore[union-attr]
+                obs,
+                next_obs,
+                action,
+                reward,
+                convert.flags(done),
+                self.no_timeouts if timeout is None else timeout.astype(np.float32),
             )
         else:
             done = np.asarray(done).reshape(n).astype(bool)
@@ -331,7 +331,11 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 batch_size, 1, within_episode=False, time_axis=False, **options
             )
             rows, times, ids, probabilities, weights = (
-                d.rows, d.times, d.ids, d.probabilities, d.weights
+                d.rows,
+                d.times,
+                d.ids,
+                d.probabilities,
+                d.weights,
             )
             batch_inds = times % self.buffer_size
         else:
@@ -342,9 +346,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
             upper = self.buffer_size if self.full else self.pos
             probabilities = np.full(batch_size, 1.0 / (upper * self.n_envs))
             weights = None
-        fields = gather_fields(
-            arrays, batch_inds, rows, env, self.n_step, self.gamma, self.pos
-        )
+        fields = gather_fields(arrays, batch_inds, rows, env, self.n_step, self.gamma, self.pos)
         samples = pack(fields, self.device, weights, ids)
         return Draw(samples, ids, probabilities, weights)
 
@@ -529,11 +531,10 @@ class ReplayBuffer(Sb3ReplayBuffer):
             n_envs=config["n_envs"],
             **options,
         )
-        if (
-            type(transitions) is not type(buf.transitions)
-            or (transitions.capacity, transitions.num_envs)
-            != (buf.transitions.capacity, buf.n_envs)
-        ):
+        if type(transitions) is not type(buf.transitions) or (
+            transitions.capacity,
+            transitions.num_envs,
+        ) != (buf.transitions.capacity, buf.n_envs):
             raise CheckpointError(
                 f"{path}: transitions do not match buffer_size/n_envs or the storage layout "
                 "(a checkpoint of another recollect version?)."

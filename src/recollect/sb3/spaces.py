@@ -18,6 +18,8 @@ from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 from recollect.errors import InvalidArgumentError
 from recollect.storage.frame_store import FrameStack
 
+FLOAT32 = np.dtype(np.float32)
+
 __all__ = [
     "action_dtype",
     "as_actions",
@@ -138,6 +140,8 @@ class AddConverter:
 
     def observations(self, obs: Any) -> Any:
         """As :func:`as_observations` (same errors)."""
+        if type(obs) is np.ndarray and obs.dtype is self.obs_dtype and obs.shape == self.obs_shape:
+            return obs  # the common case: nothing to convert
         if self.dict_obs:
             return as_observations(obs, self.space, self.n)
         array = np.asarray(obs, dtype=self.obs_dtype)
@@ -160,12 +164,25 @@ class AddConverter:
                     f"shape {array.shape}."
                 )
             array = array.reshape(self.action_shape)
-        return array.astype(self.action_dtype, copy=False)
+        return array if array.dtype == self.action_dtype else array.astype(self.action_dtype)
 
-    def scalars(self, value: Any, dtype: type) -> np.ndarray:
+    def scalars(self, value: Any, dtype: np.dtype) -> np.ndarray:
         """``value`` as ``[n_envs]`` of ``dtype`` (numpy's reshape error if the size differs)."""
+        if type(value) is np.ndarray and value.dtype is dtype and value.shape == self.scalar_shape:
+            return value  # the common case: nothing to convert
         array = np.asarray(value, dtype)
         return array if array.shape == self.scalar_shape else array.reshape(self.scalar_shape)
+
+    def flags(self, value: Any) -> np.ndarray:
+        """``value`` as ``[n_envs]`` of bool, ints or floats (what a float32 array takes
+        without error or loss of a 0/1 flag); anything else converted to float32."""
+        if (
+            type(value) is np.ndarray
+            and value.shape == self.scalar_shape
+            and value.dtype.kind in "biuf"
+        ):
+            return value  # the usual bool array of a vector env
+        return self.scalars(value, FLOAT32)
 
 
 def timeouts_of(infos: Any, n_envs: int) -> np.ndarray | None:
