@@ -12,6 +12,8 @@ Example:
 
 - :class:`ReplayBuffer`: SB3's ``ReplayBuffer`` contract (Box and Dict spaces),
   observations stored once, ``frame_stack=`` for ``VecFrameStack``, ``n_step=``.
+- :class:`DictReplayBuffer`, :class:`NStepReplayBuffer`: SB3's variants under
+  their SB3 names (the same class, SB3's constructors).
 - :class:`PrioritizedReplayBuffer`: adds ``alpha``, ``beta`` (or a schedule),
   ``epsilon``; samples carry ``weights`` and ``ids``.
 - :class:`DQN` (and :class:`QRDQN` when sb3-contrib is installed): train with
@@ -31,10 +33,13 @@ from recollect.sb3.buffers import ReplayBuffer
 from recollect.sb3.dqn import DQN
 from recollect.sb3.prioritized import PrioritizedReplayBuffer
 from recollect.sb3.samples import PrioritizedReplayBufferSamples
+from recollect.sb3.variants import DictReplayBuffer, NStepReplayBuffer
 
 __all__ = [
     "DQN",
     "QRDQN",
+    "DictReplayBuffer",
+    "NStepReplayBuffer",
     "PrioritizedReplayBuffer",
     "PrioritizedReplayBufferSamples",
     "ReplayBuffer",
