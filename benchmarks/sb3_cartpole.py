@@ -8,6 +8,16 @@ PNG with the learning curves (mean over seeds, min-max band) and a JSON with
 every number, and prints the final evaluations per seed.
 
     python benchmarks/sb3_cartpole.py --seeds 0 1 2 --out runs/sb3_cartpole
+
+``--cleanrl`` runs CleanRL's ``dqn.py`` instead (its hyperparameters, a
+gymnasium 1.x ``SyncVectorEnv`` of 1 env, ``rb.add(...)`` with the env's own
+``infos`` every step, ``rb.sample(128)`` every 10th step), once with SB3's
+``ReplayBuffer`` and once with ``recollect.sb3.ReplayBuffer`` (the only line
+that differs), interleaved per seed so both share the machine's load. It
+prints the mean return of the last 20 training episodes, a greedy evaluation
+and the process CPU seconds of each run, and the CPU-time ratio::
+
+    python benchmarks/sb3_cartpole.py --cleanrl --seeds 0 1 2 --steps 100000
 """
 
 from __future__ import annotations
@@ -156,6 +166,147 @@ def report(results: list[dict], seeds: list[int], variants: list[str]) -> None:
             print(f"| {variant} | {cells} | {np.mean(values):.1f} |")
 
 
+# CleanRL dqn.py defaults (total_timesteps is --steps)
+CLEANRL = {
+    "learning_rate": 2.5e-4,
+    "buffer_size": 10_000,
+    "gamma": 0.99,
+    "tau": 1.0,
+    "target_network_frequency": 500,
+    "batch_size": 128,
+    "start_e": 1.0,
+    "end_e": 0.05,
+    "exploration_fraction": 0.5,
+    "learning_starts": 10_000,
+    "train_frequency": 10,
+}
+
+
+def cleanrl_dqn(buffer: str, seed: int, steps: int) -> dict:
+    """One CleanRL DQN run on CartPole-v1 with SB3's buffer (``"sb3"``) or recollect's."""
+    import random
+
+    from stable_baselines3.common.buffers import ReplayBuffer as Sb3ReplayBuffer
+    from torch import nn, optim
+    from torch.nn import functional as F
+
+    import recollect.sb3
+
+    h = CLEANRL
+    random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002 - CleanRL seeds the global RNGs
+    th.manual_seed(seed)
+    th.set_num_threads(1)
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(
+        gym.vector.SyncVectorEnv(
+            [lambda: gym.make("CartPole-v1")],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+    )
+    n_obs = int(np.prod(envs.single_observation_space.shape))
+    n_act = int(envs.single_action_space.n)
+
+    def net() -> nn.Module:
+        return nn.Sequential(
+            nn.Linear(n_obs, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, n_act)
+        )
+
+    q_network, target_network = net(), net()
+    optimizer = optim.Adam(q_network.parameters(), lr=h["learning_rate"])
+    target_network.load_state_dict(q_network.state_dict())
+    cls = Sb3ReplayBuffer if buffer == "sb3" else recollect.sb3.ReplayBuffer
+    rb = cls(
+        h["buffer_size"],
+        envs.single_observation_space,
+        envs.single_action_space,
+        "cpu",
+        handle_timeout_termination=False,
+    )
+    returns: list[float] = []
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    obs, _ = envs.reset(seed=seed)
+    envs.single_action_space.seed(seed)
+    for global_step in range(steps):
+        frac = min(global_step / (h["exploration_fraction"] * steps), 1.0)
+        epsilon = h["start_e"] + frac * (h["end_e"] - h["start_e"])
+        if random.random() < epsilon:
+            actions = np.array([envs.single_action_space.sample()])
+        else:
+            with th.no_grad():
+                actions = q_network(th.Tensor(obs)).argmax(dim=1).numpy()
+        next_obs, rewards, terminations, _truncations, infos = envs.step(actions)
+        if "_episode" in infos:
+            returns += infos["episode"]["r"][infos["_episode"]].tolist()
+        real_next_obs = next_obs.copy()
+        if "_final_obs" in infos:
+            for idx in np.flatnonzero(infos["_final_obs"]):
+                real_next_obs[idx] = infos["final_obs"][idx]
+        rb.add(obs, real_next_obs, actions, rewards, terminations, infos)
+        obs = next_obs
+        if global_step > h["learning_starts"]:
+            if global_step % h["train_frequency"] == 0:
+                data = rb.sample(h["batch_size"])
+                with th.no_grad():
+                    target_max, _ = target_network(data.next_observations).max(dim=1)
+                    td_target = data.rewards.flatten() + h["gamma"] * target_max * (
+                        1 - data.dones.flatten()
+                    )
+                old_val = q_network(data.observations).gather(1, data.actions).squeeze()
+                loss = F.mse_loss(td_target, old_val)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            if global_step % h["target_network_frequency"] == 0:
+                target_network.load_state_dict(q_network.state_dict())
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    env = gym.make("CartPole-v1")
+    evals = []
+    for i in range(10):
+        o, _ = env.reset(seed=10_000 + 100 * seed + i)
+        done, total = False, 0.0
+        while not done:
+            with th.no_grad():
+                a = int(q_network(th.Tensor(o)[None]).argmax(dim=1)[0])
+            o, r, term, trunc, _ = env.step(a)
+            total += float(r)
+            done = term or trunc
+        evals.append(total)
+    return {
+        "buffer": buffer,
+        "seed": seed,
+        "last20": float(np.mean(returns[-20:])),
+        "episodes": len(returns),
+        "greedy_eval": float(np.mean(evals)),
+        "cpu_s": cpu,
+        "wall_s": wall,
+    }
+
+
+def run_cleanrl(seeds: list[int], steps: int, out: Path) -> None:
+    """Both buffers per seed, interleaved (order alternates), then the table and CPU ratio."""
+    results = []
+    for k, seed in enumerate(seeds):
+        order = ("sb3", "recollect") if k % 2 == 0 else ("recollect", "sb3")
+        for buffer in order:
+            r = cleanrl_dqn(buffer, seed, steps)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+            (out / "cleanrl_results.json").write_text(json.dumps(results, indent=1))
+    print(f"\nCleanRL DQN, CartPole-v1, {steps:,} steps")
+    print("| buffer | seed | last-20 return | greedy eval (10) | episodes | CPU s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in sorted(results, key=lambda r: (r["buffer"], r["seed"])):
+        print(
+            f"| {r['buffer']} | {r['seed']} | {r['last20']:.1f} | {r['greedy_eval']:.1f} | "
+            f"{r['episodes']} | {r['cpu_s']:.1f} |"
+        )
+    cpu = {b: sum(r["cpu_s"] for r in results if r["buffer"] == b) for b in ("sb3", "recollect")}
+    print(
+        f"\ntotal CPU s: sb3 {cpu['sb3']:.1f}, recollect {cpu['recollect']:.1f}; ratio "
+        f"recollect/sb3 = {cpu['recollect'] / cpu['sb3']:.3f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -165,8 +316,12 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("runs/sb3_cartpole"))
     parser.add_argument("--report-only", action="store_true", help="re-plot OUT/results.json")
+    parser.add_argument("--cleanrl", action="store_true", help="CleanRL's dqn.py loop instead")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.cleanrl:
+        run_cleanrl(args.seeds, args.steps, args.out)
+        return
     results = []
     if args.report_only:
         results = json.loads((args.out / "results.json").read_text())
