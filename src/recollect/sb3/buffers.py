@@ -172,9 +172,18 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 prioritized=self.make_sampler(),
                 frame_stack=self.frame_stack,
             )
+        self.attach(self.transitions)
         self.cuts = TrajectoryCuts()
         self.no_timeouts = np.zeros(n_envs, np.float32)
         self.num_added = 0
+
+    def attach(self, transitions: Sb3Arrays | TransitionBuffer) -> None:
+        """Makes ``transitions`` this buffer's storage (construction, loading)."""
+        self.transitions = transitions
+        lean = isinstance(transitions, Sb3Arrays) and not transitions.dict_obs
+        #: the short ``add`` path: SB3's layout, a Box space, no timeouts to read
+        self.lean_adds = lean and not self.handle_timeout_termination
+        self.write_leaves = transitions.replay_buffer.write_leaves if lean else None
 
     def make_sampler(self) -> Prioritized | None:
         """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
@@ -264,6 +273,22 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 not match the first add. Nothing is written.
         """
         n, convert = self.n_envs, self.convert
+        if self.lean_adds:  # SB3's layout, a Box space, no infos to read: CleanRL's case
+            self.write_leaves(  # the leaves in the storage's order (Sb3Arrays.write_step)
+                [
+                    convert.actions(action),
+                    convert.flags(done),
+                    convert.observations(next_obs),
+                    convert.observations(obs),
+                    convert.scalars(reward, FLOAT32),
+                ]
+            )
+            self.num_added += n
+            self.pos += 1
+            if self.pos == self.buffer_size:
+                self.full = True
+                self.pos = 0
+            return
         obs, next_obs = convert.observations(obs), convert.observations(next_obs)
         action = convert.actions(action)
         reward = convert.scalars(reward, FLOAT32)
@@ -539,7 +564,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 f"{path}: transitions do not match buffer_size/n_envs or the storage layout "
                 "(a checkpoint of another recollect version?)."
             )
-        buf.transitions = transitions
+        buf.attach(transitions)
         buf.pos, buf.full, buf.num_added = config["pos"], config["full"], config["num_added"]
         if buf.stack_starts is not None:
             buf.stack_starts.previous[...] = arrays["previous"]
@@ -549,14 +574,16 @@ class ReplayBuffer(Sb3ReplayBuffer):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["transitions"] = persistence.checkpoint_files(self.transitions)
+        state.pop("write_leaves", None)  # a method of the storage: set again by attach
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = dict(state)
         state.pop("dones", None)  # pickles of older versions: now a property
         load = Sb3Arrays.load if state.get("sb3_layout") else TransitionBuffer.load
-        state["transitions"] = persistence.transitions_from_files(state["transitions"], load)
+        transitions = persistence.transitions_from_files(state.pop("transitions"), load)
         self.__dict__.update(state)
+        self.attach(transitions)
 
 
 def config_layout(path: str | os.PathLike) -> str:
