@@ -223,3 +223,32 @@ def test_variants_check_their_spaces_as_sb3():
     with pytest.raises(InvalidArgumentError, match="Dict observation space"):
         recollect.sb3.DictReplayBuffer(8, obs_space, act_space)
     assert recollect.sb3.NStepReplayBuffer(8, obs_space, act_space).n_steps == 3
+
+
+@pytest.mark.parametrize("handle_timeouts", [True, False])
+def test_pickle_and_checkpoint_keep_arrays_and_adds_go_on(tmp_path, handle_timeouts):
+    import pickle
+
+    kwargs = {"handle_timeout_termination": handle_timeouts}
+    sb3, ours, obs_space, act_space = pair("box", 2, size=10, **kwargs)
+    feed(sb3, ours, obs_space, act_space, 2, 7)
+    ours.save_checkpoint(tmp_path / "ckpt")
+    copies = [
+        pickle.loads(pickle.dumps(ours)),
+        type(ours).load_checkpoint(tmp_path / "ckpt", obs_space, act_space, "cpu"),
+    ]
+    feed(sb3, ours, obs_space, act_space, 2, 4, seed=9)
+    for copy in copies:
+        assert copy.sb3_layout
+        feed(
+            sb3.__class__(10, obs_space, act_space, "cpu", 2, **kwargs),
+            copy,
+            obs_space,
+            act_space,
+            2,
+            4,
+            seed=9,
+        )
+        for name in ARRAYS:
+            np.testing.assert_array_equal(getattr(copy, name), getattr(ours, name), name)
+        assert (copy.pos, copy.full) == (ours.pos, ours.full)
