@@ -252,3 +252,25 @@ def test_pickle_and_checkpoint_keep_arrays_and_adds_go_on(tmp_path, handle_timeo
         for name in ARRAYS:
             np.testing.assert_array_equal(getattr(copy, name), getattr(ours, name), name)
         assert (copy.pos, copy.full) == (ours.pos, ours.full)
+
+
+def test_get_samples_of_a_buffer_storing_observations_once_equal_sb3s():
+    """``optimize_memory_usage``: recollect's TransitionBuffer layout, SB3's ``_get_samples``."""
+    obs_space, act_space = spaces("box")
+    kwargs = {"optimize_memory_usage": True, "handle_timeout_termination": False}
+    sb3 = sb3_buffers.ReplayBuffer(8, obs_space, act_space, "cpu", 2, **kwargs)
+    ours = recollect.sb3.ReplayBuffer(8, obs_space, act_space, "cpu", 2, rng=0, **kwargs)
+    assert not ours.sb3_layout
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((2, 3, 2)).astype(np.float32)
+    for _ in range(11):  # a chained stream: each obs is the previous next_obs
+        nxt = rng.standard_normal((2, 3, 2)).astype(np.float32)
+        args = (obs, nxt, rng.uniform(-1, 1, (2, 2)), np.ones(2, np.float32), np.zeros(2), [])
+        sb3.add(*args)
+        ours.add(*args)
+        obs = nxt
+    batch_inds = np.array([s for s in range(4) if s != sb3.pos] * 3)  # SB3 never samples pos
+    seed_global(3)
+    want = sb3._get_samples(batch_inds)
+    seed_global(3)
+    assert_same_samples(want, ours._get_samples(batch_inds))

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from recollect import ids as id_layout
+from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.nstep_transitions import n_step_fields
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.sample import nest_repr
@@ -69,65 +70,6 @@ class TransitionSample:
         return iter(
             (self.observation, self.action, self.reward, self.next_observation, self.terminated)
         )
-
-
-class _FinalObservations:
-    """Growable FIFO ring of observations that no following step holds.
-
-    Entry ``k`` (a logical, never reused index) lives at position ``k % size``
-    and belongs to the transition stored at step time ``times[k % size]``.
-    Entries die in time order, when their transition's slot is overwritten.
-    """
-
-    def __init__(self, obs_flat: FlatSpec, max_size: int) -> None:
-        self.obs_flat = obs_flat
-        self.max_size = max_size
-        self.size = 0
-        self.arrays = [
-            np.empty((0, *s), d) for s, d in zip(obs_flat.shapes, obs_flat.dtypes, strict=True)
-        ]
-        self.times = np.empty(0, np.int64)
-        self.start = 0
-        self.n = 0
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays) + self.times.nbytes
-
-    def clear(self) -> None:
-        self.start = self.n
-
-    def append(self, leaves: list[np.ndarray], time: int, lo: int) -> np.ndarray:
-        """Appends ``k`` observations of step ``time``; returns their logical indices."""
-        k = len(leaves[0])
-        if self.n - self.start + k > self.size:
-            live = np.arange(self.start, self.n)
-            self.start += int(np.searchsorted(self.times[live % self.size], lo)) if self.size else 0
-            if self.n - self.start + k > self.size:
-                self._grow(self.n - self.start + k)
-        ks = np.arange(self.n, self.n + k)
-        pos = ks % self.size
-        for array, leaf in zip(self.arrays, leaves, strict=True):
-            array[pos] = leaf
-        self.times[pos] = time
-        self.n += k
-        return ks
-
-    def _grow(self, needed: int) -> None:
-        new_size = min(max(needed, 2 * self.size, 64), self.max_size)
-        live = np.arange(self.start, self.n)
-        new_arrays = []
-        for array in self.arrays:
-            grown = np.empty((new_size, *array.shape[1:]), array.dtype)
-            grown[live % new_size] = array[live % self.size] if self.size else array[:0]
-            new_arrays.append(grown)
-        times = np.empty(new_size, np.int64)
-        times[live % new_size] = self.times[live % self.size] if self.size else 0
-        self.arrays, self.times, self.size = new_arrays, times, new_size
-
-    def gather(self, refs: np.ndarray) -> list[np.ndarray]:
-        pos = refs % self.size
-        return [array[pos] for array in self.arrays]
 
 
 class TransitionBuffer:
@@ -245,7 +187,7 @@ class TransitionBuffer:
         ]
         self._has_pending = np.zeros(self._num_envs, bool)
         self._final_ref = np.full((self._num_envs, buffer.max_length), -1, np.int64)
-        self._finals = _FinalObservations(self._obs_flat, self._capacity + self._num_envs)
+        self._finals = FinalObservations(self._obs_flat, self._capacity + self._num_envs)
         self._buffer = buffer
 
     @property

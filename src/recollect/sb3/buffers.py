@@ -26,13 +26,14 @@ from stable_baselines3.common.preprocessing import get_obs_shape
 
 from recollect import ids as id_layout
 from recollect.buffers import TransitionBuffer
-from recollect.errors import CheckpointError, InvalidArgumentError, NotEnoughDataError
+from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
 from recollect.samplers import Prioritized
-from recollect.sb3 import persistence
 from recollect.sb3.arrays import Sb3Arrays
+from recollect.sb3.attributes import Sb3Attributes, TrajectoryCuts
 from recollect.sb3.samples import Draw, pack, to_samples
 from recollect.sb3.sampling import gather_fields
+from recollect.sb3.saving import Saving
 from recollect.sb3.spaces import (
     FLOAT32,
     AddConverter,
@@ -49,28 +50,7 @@ from recollect.table.table import positive_int
 __all__ = ["ReplayBuffer"]
 
 
-class TrajectoryCuts:
-    """Stands in for SB3's ``dones`` array where SB3 writes to it from outside.
-
-    SB3's ``_setup_learn`` marks the newest transition done
-    (``replay_buffer.dones[pos] = True``) before a fresh ``learn()`` of a model
-    with ``optimize_memory_usage``, so that its single observation array does
-    not join the old trajectory to the new one. recollect needs no mark: the
-    observation after the env reset does not continue the stored
-    ``next_obs``, so the trajectory is cut there anyway. Writes are accepted
-    and change nothing; reads raise.
-    """
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        del key, value
-
-    def __getitem__(self, key: Any) -> Any:
-        raise InvalidArgumentError(
-            "recollect.sb3 buffers keep no `dones` array; sample() returns the dones."
-        )
-
-
-class ReplayBuffer(Sb3ReplayBuffer):
+class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
     """SB3 ``ReplayBuffer`` storing transitions in a :class:`recollect.TransitionBuffer`.
 
     Use it with any SB3 off-policy algorithm::
@@ -188,55 +168,6 @@ class ReplayBuffer(Sb3ReplayBuffer):
     def make_sampler(self) -> Prioritized | None:
         """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
         return None
-
-    # -- SB3's attributes ----------------------------------------------------
-    def sb3_array(self, name: str) -> Any:
-        """SB3's array ``name`` (a view of the storage); AttributeError without SB3's layout."""
-        if self.sb3_layout:
-            return self.transitions.view(name)  # type: ignore[union-attr]
-        raise AttributeError(
-            f"{type(self).__name__} with frame_stack or optimize_memory_usage stores each "
-            f"observation once and has no SB3 `{name}` array; use sample() or _get_samples()."
-        )
-
-    @property
-    def observations(self) -> Any:
-        """SB3's ``observations`` ``[buffer_size, n_envs, *obs_shape]`` (a dict of them for
-        Dict spaces): a view of the stored observations; writes land in the buffer."""
-        return self.sb3_array("observations")
-
-    @property
-    def next_observations(self) -> Any:
-        """SB3's ``next_observations`` (as ``observations``)."""
-        return self.sb3_array("next_observations")
-
-    @property
-    def actions(self) -> np.ndarray:
-        """SB3's ``actions`` ``[buffer_size, n_envs, action_dim]`` (a view)."""
-        return self.sb3_array("actions")
-
-    @property
-    def rewards(self) -> np.ndarray:
-        """SB3's float32 ``rewards`` ``[buffer_size, n_envs]`` (a view)."""
-        return self.sb3_array("rewards")
-
-    @property
-    def dones(self) -> Any:
-        """SB3's float32 ``dones`` ``[buffer_size, n_envs]`` (a view; writes such as
-        ``dones[pos - 1] = True`` take effect). With ``frame_stack`` or
-        ``optimize_memory_usage``: an object that accepts SB3's writes and ignores them
-        (see :class:`TrajectoryCuts`)."""
-        return self.transitions.view("dones") if self.sb3_layout else self.cuts  # type: ignore[union-attr]
-
-    @property
-    def timeouts(self) -> np.ndarray:
-        """SB3's float32 ``timeouts`` ``[buffer_size, n_envs]`` (a view)."""
-        return self.sb3_array("timeouts")
-
-    @property
-    def n_steps(self) -> int:
-        """SB3's spelling of ``n_step``."""
-        return self.n_step
 
     @property
     def nbytes(self) -> int:
@@ -472,123 +403,6 @@ class ReplayBuffer(Sb3ReplayBuffer):
         if ((times >= clock) | (times < clock - stored) | (rows >= self.n_envs)).any():
             raise InvalidArgumentError("some ids are not stored any more; sample again.")
         return times % self.buffer_size, rows
-
-    # -- saving -----------------------------------------------------------
-    def config(self) -> dict[str, Any]:
-        """JSON-able constructor options and counters (the checkpoint's ``sb3.json``)."""
-        stack = self.frame_stack
-        return {
-            "class": type(self).__name__,
-            "buffer_size": self.buffer_size * self.n_envs,
-            "n_envs": self.n_envs,
-            "options": {
-                "optimize_memory_usage": self.optimize_memory_usage,
-                "handle_timeout_termination": self.handle_timeout_termination,
-                "frame_stack": None if stack is None else stack.config(),
-                "n_step": self.n_step,
-                "gamma": self.gamma,
-            },
-            "layout": "sb3" if self.sb3_layout else "transitions",
-            "pos": self.pos,
-            "full": self.full,
-            "num_added": self.num_added,
-        }
-
-    @classmethod
-    def options_from_config(cls, options: dict[str, Any]) -> dict[str, Any]:
-        """Constructor keyword arguments from the ``options`` of :meth:`config`."""
-        stack = options.get("frame_stack")
-        if stack is not None:
-            padding = stack["padding"]
-            padding = padding if isinstance(padding, str) else np.asarray(padding)
-            options["frame_stack"] = FrameStack(**{**stack, "padding": padding})
-        return options
-
-    def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Writes a pickle-free checkpoint directory (see :mod:`recollect.sb3.persistence`).
-
-        Raises:
-            CheckpointError: ``path`` is another, non-checkpoint directory.
-            InvalidArgumentError: an option cannot be written without pickle
-                (a custom ``beta`` callable).
-        """
-        arrays = {}
-        if self.stack_starts is not None:
-            arrays = {
-                "previous": self.stack_starts.previous,
-                "has_previous": self.stack_starts.has_previous,
-            }
-        persistence.write_checkpoint(path, self.transitions, self.config(), arrays)
-
-    @classmethod
-    def load_checkpoint(
-        cls,
-        path: str | os.PathLike,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-    ) -> ReplayBuffer:
-        """Restores a buffer written by :meth:`save_checkpoint` (data, counters, RNG, priorities).
-
-        The spaces are not stored (they are not JSON); pass the model's.
-
-        Raises:
-            CheckpointError: damaged files, another format or buffer class, or a
-                checkpoint whose geometry differs from what it restores.
-        """
-        config, transitions, arrays = persistence.read_checkpoint(
-            path, Sb3Arrays.load if config_layout(path) == "sb3" else TransitionBuffer.load
-        )
-        if config.get("class") != cls.__name__:
-            raise CheckpointError(
-                f"{path} holds a {config.get('class')} checkpoint; load it with that class, "
-                f"not {cls.__name__}."
-            )
-        try:
-            options = cls.options_from_config(dict(config["options"]))
-        except (KeyError, TypeError, ValueError) as err:
-            raise CheckpointError(f"{path}: invalid buffer options: {err}") from err
-        buf = cls(
-            config["buffer_size"],
-            observation_space,
-            action_space,
-            device=device,
-            n_envs=config["n_envs"],
-            **options,
-        )
-        if type(transitions) is not type(buf.transitions) or (
-            transitions.capacity,
-            transitions.num_envs,
-        ) != (buf.transitions.capacity, buf.n_envs):
-            raise CheckpointError(
-                f"{path}: transitions do not match buffer_size/n_envs or the storage layout "
-                "(a checkpoint of another recollect version?)."
-            )
-        buf.attach(transitions)
-        buf.pos, buf.full, buf.num_added = config["pos"], config["full"], config["num_added"]
-        if buf.stack_starts is not None:
-            buf.stack_starts.previous[...] = arrays["previous"]
-            buf.stack_starts.has_previous[...] = arrays["has_previous"]
-        return buf
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["transitions"] = persistence.checkpoint_files(self.transitions)
-        state.pop("write_leaves", None)  # a method of the storage: set again by attach
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        state = dict(state)
-        state.pop("dones", None)  # pickles of older versions: now a property
-        load = Sb3Arrays.load if state.get("sb3_layout") else TransitionBuffer.load
-        transitions = persistence.transitions_from_files(state.pop("transitions"), load)
-        self.__dict__.update(state)
-        self.attach(transitions)
-
-
-def config_layout(path: str | os.PathLike) -> str:
-    """The storage layout a checkpoint names (``"transitions"`` for older checkpoints)."""
-    return persistence.read_config(path).get("layout", "transitions")
 
 
 def _n_step(n_step: Any, n_steps: Any) -> int:
