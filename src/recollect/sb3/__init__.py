@@ -11,7 +11,8 @@ Example:
     >>> per = recollect.sb3.DQN("MlpPolicy", "CartPole-v1")  # prioritized replay  # doctest: +SKIP
 
 - :class:`ReplayBuffer`: SB3's ``ReplayBuffer`` contract (Box and Dict spaces),
-  observations stored once, ``frame_stack=`` for ``VecFrameStack``, ``n_step=``.
+  SB3's arrays as views of recollect's storage (or each observation stored
+  once with ``optimize_memory_usage``), ``frame_stack=`` for ``VecFrameStack``, ``n_step=``.
 - :class:`DictReplayBuffer`, :class:`NStepReplayBuffer`: SB3's variants under
   their SB3 names (the same class, SB3's constructors).
 - :class:`PrioritizedReplayBuffer`: adds ``alpha``, ``beta`` (or a schedule),

@@ -5,11 +5,18 @@ device=, n_envs=, optimize_memory_usage=, **replay_buffer_kwargs)``, calls
 ``add(obs, next_obs, action, reward, done, infos)`` once per vector-env step
 and ``sample(batch_size, env)`` once per gradient step. These classes keep that
 contract (including ``pos``, ``full``, ``size()``, ``reset()`` and pickling by
-``save_replay_buffer``) and store the transitions in a
-:class:`recollect.TransitionBuffer`: each observation is stored once (SB3 keeps
-two copies, or one with ``optimize_memory_usage`` but then cannot handle
-timeouts), ``frame_stack=`` stores each Atari frame once, and sampling can be
-n-step and prioritized.
+``save_replay_buffer``) and SB3's public attributes. Two storage layouts:
+
+- SB3's (the default): SB3's arrays ``observations``, ``next_observations``,
+  ``actions``, ``rewards``, ``dones``, ``timeouts`` ``[buffer_size, n_envs, ...]``
+  are views of a recollect ``ReplayBuffer``'s storage
+  (:class:`~recollect.sb3.arrays.Sb3Arrays`); writes through them take effect.
+- one copy of each observation, with ``optimize_memory_usage=True`` (unlike
+  SB3, also with ``handle_timeout_termination``) or ``frame_stack=`` (each
+  Atari frame once): a :class:`recollect.TransitionBuffer`; SB3's arrays are
+  not available there.
+
+Sampling can be n-step and prioritized in both.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ __all__ = ["ReplayBuffer"]
 
 
 class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
-    """SB3 ``ReplayBuffer`` storing transitions in a :class:`recollect.TransitionBuffer`.
+    """SB3's ``ReplayBuffer`` on recollect storage (SB3's arrays, or one copy per observation).
 
     Use it with any SB3 off-policy algorithm::
 
@@ -65,9 +72,9 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
             the space's dtype, float64 as float32, as SB3 does).
         device: torch device of the sampled tensors.
         n_envs: parallel envs; every ``add`` argument has leading dim ``n_envs``.
-        optimize_memory_usage: accepted for SB3's constructor call; recollect
-            always stores each observation once, and, unlike SB3, also with
-            ``handle_timeout_termination``.
+        optimize_memory_usage: store each observation once (a
+            TransitionBuffer; unlike SB3, also with ``handle_timeout_termination``);
+            SB3's arrays are then not available.
         handle_timeout_termination: read ``infos[i]["TimeLimit.truncated"]``
             and bootstrap through timeouts (SB3's default).
         frame_stack: None, an int ``k`` for SB3's ``VecFrameStack(k)`` of
