@@ -11,7 +11,15 @@ capacity with the same stream, then:
 - ``sample(32)`` and ``add`` (8 envs) per second, timed interleaved in this
   run; ratios are to SB3's default buffer.
 
-    python benchmarks/bench_sb3.py [--quick] [--capacity 20000]
+Then CleanRL's pattern (``--only cleanrl``): CartPole-shaped float32 ``[4]``
+observations, ``Discrete(2)`` actions, a 10,000-transition buffer with
+``handle_timeout_termination=False``, ``add`` every step and ``sample(B)``
+every step, for 1 and 8 envs and ``B`` = 128 and 256. SB3's rows are the limit
+rows: the table gives each recollect row's time per call as a multiple of
+SB3's time for the same call in the same run (targets: add <= 1.5x,
+sample <= 1.0x, add+sample <= 1.1x).
+
+    python benchmarks/bench_sb3.py [--quick] [--capacity 20000] [--only atari|cleanrl]
 """
 
 from __future__ import annotations
@@ -116,10 +124,84 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=20_000)
     parser.add_argument("--episode-steps", type=int, default=1_000)
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--only", choices=("atari", "cleanrl"), default=None)
     args = parser.parse_args()
     repeats = args.repeats or (5 if args.quick else 9)
     repeat_s = 0.02 if args.quick else 0.06
     th.set_num_threads(1)
+    if args.only != "atari":
+        run_cleanrl(repeats, repeat_s)
+    if args.only != "cleanrl":
+        run_atari(args, repeats, repeat_s)
+
+
+def cleanrl_stream(n_envs: int, steps: int, seed: int) -> list[tuple]:
+    """CleanRL's ``rb.add(obs, real_next_obs, actions, rewards, terminations, infos)`` calls."""
+    rng = np.random.default_rng(seed)
+    obs = rng.standard_normal((steps + 1, n_envs, 4)).astype(np.float32)
+    out = []
+    for t in range(steps):
+        action = rng.integers(0, 2, n_envs)
+        reward = np.ones(n_envs, np.float32)
+        done = rng.random(n_envs) < 0.02
+        out.append((obs[t], obs[t + 1].copy(), action, reward, done, {}))
+    return out
+
+
+def run_cleanrl(repeats: int, repeat_s: float) -> None:
+    """Per-call times of CleanRL's pattern, recollect.sb3 vs SB3 (SB3 = limit rows)."""
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    import recollect.sb3
+
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    act_space = gym.spaces.Discrete(2)
+    print("\n## CleanRL pattern: us per call, and recollect's time as a multiple of SB3's")
+    head = (
+        f"{'n_envs':>6} {'batch':>5} {'call':<11} {'sb3 us':>8} {'recollect us':>13} {'x sb3':>7}"
+    )
+    print(f"{head}\n{'-' * len(head)}")
+    for n_envs in (1, 8):
+        for batch in (128, 256):
+            bufs = {}
+            for kind, cls in (("sb3", ReplayBuffer), ("recollect", recollect.sb3.ReplayBuffer)):
+                kw = {"rng": 0} if kind == "recollect" else {}
+                buf = cls(
+                    10_000,
+                    obs_space,
+                    act_space,
+                    "cpu",
+                    n_envs=n_envs,
+                    handle_timeout_termination=False,
+                    **kw,
+                )
+                for step in cleanrl_stream(n_envs, 10_000 // n_envs + 10, 0):
+                    buf.add(*step)
+                bufs[kind] = buf
+            rows = []
+            for kind, buf in bufs.items():
+                nxt = cycle(cleanrl_stream(n_envs, 256, 1))
+
+                def both(b: Any = buf, n: Any = nxt, k: int = batch) -> None:
+                    b.add(*n())
+                    b.sample(k)
+
+                rows += [
+                    Row(f"{kind} add", lambda b=buf, n=nxt: b.add(*n()), n_envs),
+                    Row(f"{kind} sample", lambda b=buf, k=batch: b.sample(k), batch),
+                    Row(f"{kind} add+sample", both, n_envs),
+                ]
+            by = {r.name: r.seconds for r in measure(rows, repeats, repeat_s)}
+            for call in ("add", "sample", "add+sample"):
+                sb3, ours = by[f"sb3 {call}"], by[f"recollect {call}"]
+                print(
+                    f"{n_envs:>6} {batch:>5} {call:<11} {sb3 * 1e6:>8.1f} {ours * 1e6:>13.1f} "
+                    f"{ours / sb3:>7.2f}",
+                    flush=True,
+                )
+
+
+def run_atari(args: Any, repeats: int, repeat_s: float) -> None:
     kinds = ["sb3", "sb3-optimize", "recollect", "recollect-per"]
     buffers = fill(kinds, args.capacity, args.episode_steps)
 

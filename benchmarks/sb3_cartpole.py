@@ -8,12 +8,24 @@ PNG with the learning curves (mean over seeds, min-max band) and a JSON with
 every number, and prints the final evaluations per seed.
 
     python benchmarks/sb3_cartpole.py --seeds 0 1 2 --out runs/sb3_cartpole
+
+``--cleanrl`` runs CleanRL's ``dqn.py`` instead (its hyperparameters, a
+gymnasium 1.x ``SyncVectorEnv`` of 1 env, ``rb.add(...)`` with the env's own
+``infos`` every step, ``rb.sample(128)`` every 10th step), once with SB3's
+``ReplayBuffer`` and once with ``recollect.sb3.ReplayBuffer`` (the only line
+that differs); per seed the two agents advance in turns of 500 steps in one
+process, so both share the machine's load. It
+prints the mean return of the last 20 training episodes, a greedy evaluation
+and the process CPU seconds of each run, and the CPU-time ratio::
+
+    python benchmarks/sb3_cartpole.py --cleanrl --seeds 0 1 2 --steps 100000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -156,6 +168,156 @@ def report(results: list[dict], seeds: list[int], variants: list[str]) -> None:
             print(f"| {variant} | {cells} | {np.mean(values):.1f} |")
 
 
+# CleanRL dqn.py defaults (total_timesteps is --steps)
+CLEANRL = {
+    "learning_rate": 2.5e-4,
+    "buffer_size": 10_000,
+    "gamma": 0.99,
+    "tau": 1.0,
+    "target_network_frequency": 500,
+    "batch_size": 128,
+    "start_e": 1.0,
+    "end_e": 0.05,
+    "exploration_fraction": 0.5,
+    "learning_starts": 10_000,
+    "train_frequency": 10,
+}
+
+
+class CleanRLDQN:
+    """CleanRL's DQN on CartPole-v1 with SB3's buffer (``"sb3"``) or recollect's, run in chunks.
+
+    Each agent owns its env, networks, optimizer, epsilon RNG and buffer, so two
+    agents can advance in turns (:meth:`advance`) in one process and share the
+    machine's load; :attr:`cpu_s` sums the process CPU time of its own chunks.
+    """
+
+    def __init__(self, buffer: str, seed: int, steps: int) -> None:
+        from stable_baselines3.common.buffers import ReplayBuffer as Sb3ReplayBuffer
+        from torch import nn, optim
+
+        import recollect.sb3
+
+        h = CLEANRL
+        self.buffer, self.seed, self.steps = buffer, seed, steps
+        self.random = random.Random(seed)
+        self.envs = gym.wrappers.vector.RecordEpisodeStatistics(
+            gym.vector.SyncVectorEnv(
+                [lambda: gym.make("CartPole-v1")],
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            )
+        )
+        space, act = self.envs.single_observation_space, self.envs.single_action_space
+        n_obs, n_act = int(np.prod(space.shape)), int(act.n)
+
+        def net() -> nn.Module:
+            layers = [nn.Linear(n_obs, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU()]
+            return nn.Sequential(*layers, nn.Linear(84, n_act))
+
+        th.manual_seed(seed)  # both agents of a seed start from the same weights
+        self.q_network, self.target_network = net(), net()
+        self.optimizer = optim.Adam(self.q_network.parameters(), lr=h["learning_rate"])
+        self.target_network.load_state_dict(self.q_network.state_dict())
+        cls = Sb3ReplayBuffer if buffer == "sb3" else recollect.sb3.ReplayBuffer
+        self.rb = cls(h["buffer_size"], space, act, "cpu", handle_timeout_termination=False)
+        self.returns: list[float] = []
+        self.obs, _ = self.envs.reset(seed=seed)
+        act.seed(seed)
+        self.global_step, self.cpu_s = 0, 0.0
+
+    def advance(self, k: int) -> None:
+        """Runs the next ``k`` steps of CleanRL's loop (fewer at the end)."""
+        from torch.nn import functional as F
+
+        h, envs, rb = CLEANRL, self.envs, self.rb
+        cpu0 = time.process_time()
+        for global_step in range(self.global_step, min(self.global_step + k, self.steps)):
+            frac = min(global_step / (h["exploration_fraction"] * self.steps), 1.0)
+            epsilon = h["start_e"] + frac * (h["end_e"] - h["start_e"])
+            if self.random.random() < epsilon:
+                actions = np.array([envs.single_action_space.sample()])
+            else:
+                with th.no_grad():
+                    actions = self.q_network(th.Tensor(self.obs)).argmax(dim=1).numpy()
+            next_obs, rewards, terminations, _truncations, infos = envs.step(actions)
+            if "_episode" in infos:
+                self.returns += infos["episode"]["r"][infos["_episode"]].tolist()
+            real_next_obs = next_obs.copy()
+            if "_final_obs" in infos:
+                for idx in np.flatnonzero(infos["_final_obs"]):
+                    real_next_obs[idx] = infos["final_obs"][idx]
+            rb.add(self.obs, real_next_obs, actions, rewards, terminations, infos)
+            self.obs = next_obs
+            if global_step > h["learning_starts"]:
+                if global_step % h["train_frequency"] == 0:
+                    data = rb.sample(h["batch_size"])
+                    with th.no_grad():
+                        target_max, _ = self.target_network(data.next_observations).max(dim=1)
+                        td_target = data.rewards.flatten() + h["gamma"] * target_max * (
+                            1 - data.dones.flatten()
+                        )
+                    old_val = self.q_network(data.observations).gather(1, data.actions).squeeze()
+                    loss = F.mse_loss(td_target, old_val)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                if global_step % h["target_network_frequency"] == 0:
+                    self.target_network.load_state_dict(self.q_network.state_dict())
+            self.global_step = global_step + 1
+        self.cpu_s += time.process_time() - cpu0
+
+    def result(self) -> dict:
+        """Last-20 training return, a greedy evaluation (10 episodes), episodes, CPU s."""
+        env, evals = gym.make("CartPole-v1"), []
+        for i in range(10):
+            o, _ = env.reset(seed=10_000 + 100 * self.seed + i)
+            done, total = False, 0.0
+            while not done:
+                with th.no_grad():
+                    a = int(self.q_network(th.Tensor(o)[None]).argmax(dim=1)[0])
+                o, r, term, trunc, _ = env.step(a)
+                total += float(r)
+                done = term or trunc
+            evals.append(total)
+        return {
+            "buffer": self.buffer,
+            "seed": self.seed,
+            "last20": float(np.mean(self.returns[-20:])),
+            "episodes": len(self.returns),
+            "greedy_eval": float(np.mean(evals)),
+            "cpu_s": self.cpu_s,
+        }
+
+
+def run_cleanrl(seeds: list[int], steps: int, out: Path, chunk: int = 500) -> None:
+    """Per seed, both buffers' agents advance in turns of ``chunk`` steps (same load)."""
+    th.set_num_threads(1)
+    results = []
+    for k, seed in enumerate(seeds):
+        order = ("sb3", "recollect") if k % 2 == 0 else ("recollect", "sb3")
+        agents = [CleanRLDQN(buffer, seed, steps) for buffer in order]
+        while agents[0].global_step < steps:
+            for agent in agents:
+                agent.advance(chunk)
+        for agent in agents:
+            results.append(agent.result())
+            print(json.dumps(results[-1]), flush=True)
+        (out / "cleanrl_results.json").write_text(json.dumps(results, indent=1))
+    print(f"\nCleanRL DQN, CartPole-v1, {steps:,} steps")
+    print("| buffer | seed | last-20 return | greedy eval (10) | episodes | CPU s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in sorted(results, key=lambda r: (r["buffer"], r["seed"])):
+        print(
+            f"| {r['buffer']} | {r['seed']} | {r['last20']:.1f} | {r['greedy_eval']:.1f} | "
+            f"{r['episodes']} | {r['cpu_s']:.1f} |"
+        )
+    cpu = {b: sum(r["cpu_s"] for r in results if r["buffer"] == b) for b in ("sb3", "recollect")}
+    print(
+        f"\ntotal CPU s: sb3 {cpu['sb3']:.1f}, recollect {cpu['recollect']:.1f}; ratio "
+        f"recollect/sb3 = {cpu['recollect'] / cpu['sb3']:.3f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -165,8 +327,12 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("runs/sb3_cartpole"))
     parser.add_argument("--report-only", action="store_true", help="re-plot OUT/results.json")
+    parser.add_argument("--cleanrl", action="store_true", help="CleanRL's dqn.py loop instead")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.cleanrl:
+        run_cleanrl(args.seeds, args.steps, args.out)
+        return
     results = []
     if args.report_only:
         results = json.loads((args.out / "results.json").read_text())

@@ -318,7 +318,7 @@ def test_bad_arguments_raise_named_errors():
     buf = recollect.sb3.ReplayBuffer(*args)
     obs = np.zeros((1, 5, 4, 3), np.float32)
     with pytest.raises(InvalidArgumentError, match="n_envs=1 dicts"):
-        buf.add(obs, obs, np.zeros(1), np.zeros(1), np.zeros(1), [])
+        buf.add(obs, obs, np.zeros(1), np.zeros(1), np.zeros(1), [{}, {}])
     with pytest.raises(InvalidArgumentError, match=r"shape \(1, 5, 4, 3\)"):
         buf.add(obs[..., :2], obs, np.zeros(1), np.zeros(1), np.zeros(1), [{}])
     assert buf.size() == 0

@@ -176,8 +176,9 @@ def exact_matcher(flat: FlatSpec, leading: tuple[int, ...]) -> Callable[[Any], A
     when it needs no conversion, else None (then :func:`convert_step` decides and raises).
 
     The common case: ``data`` has the spec's nest structure (for a flat dict spec: a plain
-    dict with exactly its keys) and every leaf is a ``numpy.ndarray`` (no subclass) of exactly
-    ``leading + leaf shape`` and of the spec's dtype object (native byte order). Those leaves
+    dict with exactly its keys) and every leaf is a ``numpy.ndarray`` (no subclass; for a
+    0-d leaf also the numpy scalar type of its dtype) of exactly ``leading + leaf shape``
+    and of the spec's dtype object (native byte order). Those leaves
     are exactly what :func:`convert_step` returns for the same ``data`` (the same objects,
     nothing copied); anything else returns None, writes nothing and raises nothing.
 
@@ -198,8 +199,13 @@ def exact_matcher(flat: FlatSpec, leading: tuple[int, ...]) -> Callable[[Any], A
     names["flatten_up_to"] = flat.treedef.flatten_up_to
     checks = []
     for i, (shape, dtype) in enumerate(expected):
-        names[f"s{i}"], names[f"d{i}"] = shape, dtype
-        checks.append(f"type(v{i}) is ndarray and v{i}.shape == s{i} and v{i}.dtype is d{i}")
+        names[f"s{i}"], names[f"d{i}"], names[f"g{i}"] = shape, dtype, dtype.type
+        # a 0-d leaf may also be the numpy scalar of its dtype (what indexing or a
+        # reduction returns, e.g. ``np.float32(r)``): storage writes take it as is
+        check = f"type(v{i}) is ndarray and v{i}.shape == s{i} and v{i}.dtype is d{i}"
+        if shape == () and dtype.isnative:  # its scalar type implies dtype and shape ()
+            check = f"(type(v{i}) is g{i} or {check})"
+        checks.append(check)
     unpack = "".join(f"v{i}, " for i in range(n))
     if getter is not None:  # same key set as the spec: what flatten_up_to returns, sans optree
         flatten = (

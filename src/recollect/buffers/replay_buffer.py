@@ -34,6 +34,7 @@ from recollect.storage.factory import (
 )
 from recollect.storage.frame_store import FrameStack, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
+from recollect.storage.ring import RingStorage
 from recollect.table import Draw, Table, TableInfo
 from recollect.table.rate_limiters import RateLimiter, rate_limiter_from_config
 from recollect.table.table import RngLike, positive_int
@@ -244,6 +245,11 @@ class ReplayBuffer(TFAgentsReads):
         self._match_batch = exact_matcher(self._flat, (num_envs,))
         # no memmap bookkeeping and no rate limiter: writes to every row take the short path
         self._plain_writes = self._persist is None and self._table.rate_limiter is None
+        # ``add`` (num_envs == 1) writes unbatched leaves straight into a plain numpy ring
+        self._match_step = exact_matcher(self._flat, ())
+        self._ring_writes = (
+            self._plain_writes and type(self._storage) is RingStorage and num_envs == 1
+        )
         if self._persist is not None:
             try:
                 self._persist.attach(self._storage, self._table, self._table.lock, self)
@@ -362,13 +368,22 @@ class ReplayBuffer(TFAgentsReads):
             SpecError, ShapeError, DTypeError, CastError: the step does not
                 match the spec; nothing is written.
         """
-        if self._num_envs != 1:
+        if self._ring_writes:  # one env row in a plain numpy ring: the short path
+            leaves = self._match_step(step)  # exact dtypes and shapes: nothing to convert
+            if leaves is not None:
+                table = self._table
+                with table.lock:  # the ring's only row takes the unbatched leaves
+                    is_last = self._is_last
+                    is_last = None if is_last is None else np.reshape(leaves[is_last], 1)
+                    if table.write_unbatched(self._storage, leaves, is_last):
+                        return
+        elif self._num_envs != 1:
             raise InvalidArgumentError(
                 f"`add` takes one step and works only when num_envs == 1; this buffer has "
                 f"num_envs={self._num_envs}. Use add_batch with leaves of leading dim "
                 f"{self._num_envs}."
             )
-        leaves = convert_step(self._flat, step, (), "add")
+        leaves = convert_step(self._flat, step, (), "add")  # casts, or the error
         self.write_leaves([leaf[None] for leaf in leaves], timeout=timeout)
 
     def add_batch(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:

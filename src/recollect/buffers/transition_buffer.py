@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from recollect import ids as id_layout
+from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.nstep_transitions import n_step_fields
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.sample import nest_repr
@@ -41,6 +44,11 @@ class TransitionSample:
 
     ``terminated`` is a real termination (no bootstrapping); ``truncated`` a
     time limit or other cut (bootstrap from ``next_observation``).
+
+    It unpacks like the tuples of a ``deque``/``random.choices`` buffer:
+    ``obs, action, reward, next_obs, done = buf.sample(64)``, where ``done`` is
+    ``terminated`` (the flag to stop bootstrapping at). Attribute access is
+    unchanged.
     """
 
     observation: Any
@@ -58,64 +66,11 @@ class TransitionSample:
     def __repr__(self) -> str:
         return nest_repr(self)
 
-
-class _FinalObservations:
-    """Growable FIFO ring of observations that no following step holds.
-
-    Entry ``k`` (a logical, never reused index) lives at position ``k % size``
-    and belongs to the transition stored at step time ``times[k % size]``.
-    Entries die in time order, when their transition's slot is overwritten.
-    """
-
-    def __init__(self, obs_flat: FlatSpec, max_size: int) -> None:
-        self.obs_flat = obs_flat
-        self.max_size = max_size
-        self.size = 0
-        self.arrays = [
-            np.empty((0, *s), d) for s, d in zip(obs_flat.shapes, obs_flat.dtypes, strict=True)
-        ]
-        self.times = np.empty(0, np.int64)
-        self.start = 0
-        self.n = 0
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays) + self.times.nbytes
-
-    def clear(self) -> None:
-        self.start = self.n
-
-    def append(self, leaves: list[np.ndarray], time: int, lo: int) -> np.ndarray:
-        """Appends ``k`` observations of step ``time``; returns their logical indices."""
-        k = len(leaves[0])
-        if self.n - self.start + k > self.size:
-            live = np.arange(self.start, self.n)
-            self.start += int(np.searchsorted(self.times[live % self.size], lo)) if self.size else 0
-            if self.n - self.start + k > self.size:
-                self._grow(self.n - self.start + k)
-        ks = np.arange(self.n, self.n + k)
-        pos = ks % self.size
-        for array, leaf in zip(self.arrays, leaves, strict=True):
-            array[pos] = leaf
-        self.times[pos] = time
-        self.n += k
-        return ks
-
-    def _grow(self, needed: int) -> None:
-        new_size = min(max(needed, 2 * self.size, 64), self.max_size)
-        live = np.arange(self.start, self.n)
-        new_arrays = []
-        for array in self.arrays:
-            grown = np.empty((new_size, *array.shape[1:]), array.dtype)
-            grown[live % new_size] = array[live % self.size] if self.size else array[:0]
-            new_arrays.append(grown)
-        times = np.empty(new_size, np.int64)
-        times[live % new_size] = self.times[live % self.size] if self.size else 0
-        self.arrays, self.times, self.size = new_arrays, times, new_size
-
-    def gather(self, refs: np.ndarray) -> list[np.ndarray]:
-        pos = refs % self.size
-        return [array[pos] for array in self.arrays]
+    def __iter__(self) -> Iterator[Any]:
+        """Yields ``observation, action, reward, next_observation, terminated``."""
+        return iter(
+            (self.observation, self.action, self.reward, self.next_observation, self.terminated)
+        )
 
 
 class TransitionBuffer:
@@ -239,7 +194,7 @@ class TransitionBuffer:
         ]
         self._has_pending = np.zeros(self._num_envs, bool)
         self._final_ref = np.full((self._num_envs, buffer.max_length), -1, np.int64)
-        self._finals = _FinalObservations(self._obs_flat, self._capacity + self._num_envs)
+        self._finals = FinalObservations(self._obs_flat, self._capacity + self._num_envs)
         self._buffer = buffer
 
     @property
@@ -441,17 +396,60 @@ class TransitionBuffer:
             draw = buffer.table.draw(
                 batch_size, 1, within_episode=False, time_axis=False, **options
             )
-            if gamma is None:
-                leaves, next_obs = self._gather_transitions(draw.rows, draw.times)
-            else:
-                slots = draw.times % buffer.max_length
-                leaves = buffer.storage.gather(draw.rows, slots, times=draw.times)
-                fields = n_step_fields(self, draw.rows, draw.times, n, gamma)
-                next_obs = fields.pop("next_observation")
+            return self._sample_at(draw.rows, draw.times, n, gamma, draw)
+
+    def sample_at(
+        self,
+        rows: Any,
+        times: Any,
+        *,
+        n_step: int | None = None,
+        discount: float | None = None,
+        importance_sampling_exponent: float | None = None,
+    ) -> TransitionSample:
+        """The transitions stored at step ``times`` of env ``rows`` (int ``[B]`` each), as
+        :meth:`sample` returns them (``probabilities`` and ``weights`` of 1).
+
+        For callers that choose the transitions themselves (SB3's ``_get_samples``).
+        ``importance_sampling_exponent`` is accepted and ignored.
+
+        Raises:
+            InvalidArgumentError: rows or times of another shape, a row out of
+                range, a step that is not stored, or bad ``n_step``/``discount``.
+        """
+        del importance_sampling_exponent
+        n, gamma = _n_step_args(n_step, discount)
+        rows = np.asarray(rows, np.int64).reshape(-1)
+        times = np.asarray(times, np.int64).reshape(-1)
+        buffer = self.replay_buffer
+        with buffer.lock:
+            clock = self._clock()
+            lo = max(int(buffer.table.index.t_clear[0]), clock - buffer.max_length)
+            bad = (rows < 0) | (rows >= self._num_envs) | (times < lo) | (times >= clock)
+            if rows.shape != times.shape or bad.any():
+                raise InvalidArgumentError(
+                    f"sample_at needs stored steps: rows in [0, {self._num_envs}) and times in "
+                    f"[{lo}, {clock}), of one shape; got rows {rows.tolist()[:8]}, times "
+                    f"{times.tolist()[:8]}."
+                )
+            return self._sample_at(rows, times, n, gamma, None)
+
+    def _sample_at(
+        self, rows: np.ndarray, times: np.ndarray, n: int, gamma: float | None, draw: Any
+    ) -> TransitionSample:
+        """The sample at ``(rows, times)``; the caller holds the buffer lock."""
+        buffer = self.replay_buffer
+        if gamma is None:
+            leaves, next_obs = self._gather_transitions(rows, times)
+        else:
+            slots = times % buffer.max_length
+            leaves = buffer.storage.gather(rows, slots, times=times)
+            fields = n_step_fields(self, rows, times, n, gamma)
+            next_obs = fields.pop("next_observation")
         data = buffer.flat_spec.unflatten(leaves)
         if gamma is not None:
             data.update(fields)
-        ids = draw.ids
+        ones = np.ones(len(rows))
         return TransitionSample(
             observation=data["observation"],
             action=data["action"],
@@ -459,9 +457,9 @@ class TransitionBuffer:
             next_observation=self._obs_flat.unflatten(next_obs),
             terminated=data["terminated"],
             truncated=data["truncated"],
-            ids=ids,
-            probabilities=draw.probabilities,
-            weights=draw.weights,
+            ids=id_layout.encode(rows, times) if draw is None else draw.ids,
+            probabilities=ones if draw is None else draw.probabilities,
+            weights=None if draw is None else draw.weights,
             discount=data.get("discount"),
         )
 
@@ -504,6 +502,10 @@ class TransitionBuffer:
     def _clock(self) -> int:
         """The step time of the next add (every row shares one clock here)."""
         return int(self.replay_buffer.table.index.t[0])
+
+    def clock(self) -> int:
+        """Steps added per env so far: the step time of the next :meth:`add` (0 when empty)."""
+        return 0 if self._buffer is None else self._clock()
 
     def chain_breaks(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Bool, shape of ``rows``: whether the step at ``(rows, slots)`` keeps its own

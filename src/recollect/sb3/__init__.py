@@ -11,7 +11,10 @@ Example:
     >>> per = recollect.sb3.DQN("MlpPolicy", "CartPole-v1")  # prioritized replay  # doctest: +SKIP
 
 - :class:`ReplayBuffer`: SB3's ``ReplayBuffer`` contract (Box and Dict spaces),
-  observations stored once, ``frame_stack=`` for ``VecFrameStack``, ``n_step=``.
+  SB3's arrays as views of recollect's storage (or each observation stored
+  once with ``optimize_memory_usage``), ``frame_stack=`` for ``VecFrameStack``, ``n_step=``.
+- :class:`DictReplayBuffer`, :class:`NStepReplayBuffer`: SB3's variants under
+  their SB3 names (the same class, SB3's constructors).
 - :class:`PrioritizedReplayBuffer`: adds ``alpha``, ``beta`` (or a schedule),
   ``epsilon``; samples carry ``weights`` and ``ids``.
 - :class:`DQN` (and :class:`QRDQN` when sb3-contrib is installed): train with
@@ -31,10 +34,13 @@ from recollect.sb3.buffers import ReplayBuffer
 from recollect.sb3.dqn import DQN
 from recollect.sb3.prioritized import PrioritizedReplayBuffer
 from recollect.sb3.samples import PrioritizedReplayBufferSamples
+from recollect.sb3.variants import DictReplayBuffer, NStepReplayBuffer
 
 __all__ = [
     "DQN",
     "QRDQN",
+    "DictReplayBuffer",
+    "NStepReplayBuffer",
     "PrioritizedReplayBuffer",
     "PrioritizedReplayBufferSamples",
     "ReplayBuffer",

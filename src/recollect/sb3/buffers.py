@@ -5,11 +5,18 @@ device=, n_envs=, optimize_memory_usage=, **replay_buffer_kwargs)``, calls
 ``add(obs, next_obs, action, reward, done, infos)`` once per vector-env step
 and ``sample(batch_size, env)`` once per gradient step. These classes keep that
 contract (including ``pos``, ``full``, ``size()``, ``reset()`` and pickling by
-``save_replay_buffer``) and store the transitions in a
-:class:`recollect.TransitionBuffer`: each observation is stored once (SB3 keeps
-two copies, or one with ``optimize_memory_usage`` but then cannot handle
-timeouts), ``frame_stack=`` stores each Atari frame once, and sampling can be
-n-step and prioritized.
+``save_replay_buffer``) and SB3's public attributes. Two storage layouts:
+
+- SB3's (the default): SB3's arrays ``observations``, ``next_observations``,
+  ``actions``, ``rewards``, ``dones``, ``timeouts`` ``[buffer_size, n_envs, ...]``
+  are views of a recollect ``ReplayBuffer``'s storage
+  (:class:`~recollect.sb3.arrays.Sb3Arrays`); writes through them take effect.
+- one copy of each observation, with ``optimize_memory_usage=True`` (unlike
+  SB3, also with ``handle_timeout_termination``) or ``frame_stack=`` (each
+  Atari frame once): a :class:`recollect.TransitionBuffer`; SB3's arrays are
+  not available there.
+
+Sampling can be n-step and prioritized in both.
 """
 
 from __future__ import annotations
@@ -22,45 +29,36 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.buffers import ReplayBuffer as Sb3ReplayBuffer
+from stable_baselines3.common.preprocessing import get_obs_shape
 
+from recollect import ids as id_layout
 from recollect.buffers import TransitionBuffer
-from recollect.errors import CheckpointError, InvalidArgumentError
+from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
 from recollect.samplers import Prioritized
-from recollect.sb3 import persistence
-from recollect.sb3.samples import Draw, to_samples
-from recollect.sb3.spaces import as_actions, as_observations, first_env, resolve_frame_stack
+from recollect.sb3.arrays import Sb3Arrays
+from recollect.sb3.attributes import Sb3Attributes, TrajectoryCuts
+from recollect.sb3.samples import Draw, pack, to_samples
+from recollect.sb3.sampling import gather_fields
+from recollect.sb3.saving import Saving
+from recollect.sb3.spaces import (
+    FLOAT32,
+    AddConverter,
+    action_dtype,
+    first_env,
+    resolve_frame_stack,
+    timeouts_of,
+)
 from recollect.sb3.stack_starts import StackStarts
 from recollect.specs import ArraySpec
-from recollect.storage.codecs import json_compression
 from recollect.storage.frame_store import FrameStack
+from recollect.table.table import positive_int
 
 __all__ = ["ReplayBuffer"]
 
 
-class TrajectoryCuts:
-    """Stands in for SB3's ``dones`` array where SB3 writes to it from outside.
-
-    SB3's ``_setup_learn`` marks the newest transition done
-    (``replay_buffer.dones[pos] = True``) before a fresh ``learn()`` of a model
-    with ``optimize_memory_usage``, so that its single observation array does
-    not join the old trajectory to the new one. recollect needs no mark: the
-    observation after the env reset does not continue the stored
-    ``next_obs``, so the trajectory is cut there anyway. Writes are accepted
-    and change nothing; reads raise.
-    """
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        del key, value
-
-    def __getitem__(self, key: Any) -> Any:
-        raise InvalidArgumentError(
-            "recollect.sb3 buffers keep no `dones` array; sample() returns the dones."
-        )
-
-
-class ReplayBuffer(Sb3ReplayBuffer):
-    """SB3 ``ReplayBuffer`` storing transitions in a :class:`recollect.TransitionBuffer`.
+class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
+    """SB3's ``ReplayBuffer`` on recollect storage (SB3's arrays, or one copy per observation).
 
     Use it with any SB3 off-policy algorithm::
 
@@ -74,9 +72,9 @@ class ReplayBuffer(Sb3ReplayBuffer):
             the space's dtype, float64 as float32, as SB3 does).
         device: torch device of the sampled tensors.
         n_envs: parallel envs; every ``add`` argument has leading dim ``n_envs``.
-        optimize_memory_usage: accepted for SB3's constructor call; recollect
-            always stores each observation once, and, unlike SB3, also with
-            ``handle_timeout_termination``.
+        optimize_memory_usage: store each observation once (a
+            TransitionBuffer; unlike SB3, also with ``handle_timeout_termination``);
+            SB3's arrays are then not available.
         handle_timeout_termination: read ``infos[i]["TimeLimit.truncated"]``
             and bootstrap through timeouts (SB3's default).
         frame_stack: None, an int ``k`` for SB3's ``VecFrameStack(k)`` of
@@ -142,22 +140,51 @@ class ReplayBuffer(Sb3ReplayBuffer):
             self.stack_starts = StackStarts(self.frame_stack, shape, dtype, n_envs)
         if rng is None:  # SB3's set_random_seed seeds numpy's global RNG: follow it
             rng = int(np.random.randint(0, 2**63 - 1, dtype=np.int64))  # noqa: NPY002
+        self.convert = AddConverter(observation_space, action_space, n_envs)
+        #: SB3's layout (arrays ``[buffer_size, n_envs, ...]`` as views of recollect's
+        #: storage); False: one copy of each observation in a TransitionBuffer.
+        #: compressed observations have no array to view: they take the one-copy layout too
+        self.sb3_layout = (
+            self.frame_stack is None and not self.optimize_memory_usage and compression is None
+        )
         codecs = compression  # {path: codec}; one codec (name, object, config) is the observation's
         if compression is not None and not (
             isinstance(compression, dict) and "name" not in compression
         ):
             codecs = {"observation": compression}
-        self.transitions = TransitionBuffer(
-            self.buffer_size * n_envs,
-            n_envs,
-            rng,
-            prioritized=self.make_sampler(),
-            frame_stack=self.frame_stack,
-            compression=codecs,
-        )
         self.compression = compression
-        self.dones = TrajectoryCuts()
+        self.transitions: Sb3Arrays | TransitionBuffer
+        if self.sb3_layout:
+            self.transitions = Sb3Arrays(
+                self.buffer_size,
+                n_envs,
+                _obs_spec(observation_space),
+                ArraySpec((self.action_dim,), action_dtype(action_space)),
+                rng,
+                self.make_sampler(),
+                store_timeouts=self.handle_timeout_termination,
+            )
+        else:
+            self.transitions = TransitionBuffer(
+                self.buffer_size * n_envs,
+                n_envs,
+                rng,
+                prioritized=self.make_sampler(),
+                frame_stack=self.frame_stack,
+                compression=codecs,
+            )
+        self.attach(self.transitions)
+        self.cuts = TrajectoryCuts()
+        self.no_timeouts = np.zeros(n_envs, np.float32)
         self.num_added = 0
+
+    def attach(self, transitions: Sb3Arrays | TransitionBuffer) -> None:
+        """Makes ``transitions`` this buffer's storage (construction, loading)."""
+        self.transitions = transitions
+        lean = isinstance(transitions, Sb3Arrays) and not transitions.dict_obs
+        #: the short ``add`` path: SB3's layout, a Box space, no timeouts to read
+        self.lean_adds = lean and not self.handle_timeout_termination
+        self.write_leaves = transitions.replay_buffer.write_leaves if lean else None
 
     def make_sampler(self) -> Prioritized | None:
         """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
@@ -177,39 +204,70 @@ class ReplayBuffer(Sb3ReplayBuffer):
         action: np.ndarray,
         reward: np.ndarray,
         done: np.ndarray,
-        infos: list[dict[str, Any]],
+        infos: Any,
     ) -> None:
         """Stores one transition per env (SB3's ``add``).
 
         ``next_obs`` is what SB3's off-policy loop passes: the step's next
         observation, with ``infos[i]["terminal_observation"]`` already put in
-        for envs that autoreset. ``done`` and ``infos[i]["TimeLimit.truncated"]``
-        give the termination (``done`` and not a timeout) stored for sampling.
+        for envs that autoreset. With ``handle_timeout_termination`` (and only
+        then, as SB3) ``infos`` gives the timeouts: a list of ``n_envs`` dicts
+        with ``"TimeLimit.truncated"`` (SB3's VecEnv), a gymnasium 1.x vector
+        env's dict of arrays (``"TimeLimit.truncated"`` with its mask
+        ``"_TimeLimit.truncated"``), or ``{}``/``[]``. A sampled transition is
+        done when ``done`` and not a timeout.
 
         Raises:
-            InvalidArgumentError: shapes that do not fit ``[n_envs, ...]``, a
-                wrong number of infos, or (``frame_stack``) an episode start
-                that is not padded; recollect's ShapeError/DTypeError/CastError
-                for values that do not match the first add. Nothing is written.
+            InvalidArgumentError: shapes that do not fit ``[n_envs, ...]``,
+                ``infos`` of another length than ``n_envs`` (when read), or
+                (``frame_stack``) an episode start that is not padded;
+                recollect's ShapeError/DTypeError/CastError for values that do
+                not match the first add. Nothing is written.
         """
-        n, space = self.n_envs, self.observation_space
-        obs, next_obs = as_observations(obs, space, n), as_observations(next_obs, space, n)
-        action = as_actions(action, self.action_space, n)
-        reward = np.asarray(reward, np.float32).reshape(n)
-        done = np.asarray(done).reshape(n).astype(bool)
-        if len(infos) != n:
-            raise InvalidArgumentError(f"`infos` must hold n_envs={n} dicts; got {len(infos)}.")
-        timeout = np.zeros(n, bool)
+        n, convert = self.n_envs, self.convert
+        if self.lean_adds:  # SB3's layout, a Box space, no infos to read: CleanRL's case
+            self.write_leaves(  # the leaves in the storage's order (Sb3Arrays.write_step)
+                [
+                    convert.actions(action),
+                    convert.flags(done),
+                    convert.observations(next_obs),
+                    convert.observations(obs),
+                    convert.scalars(reward, FLOAT32),
+                ]
+            )
+            self.num_added += n
+            self.pos += 1
+            if self.pos == self.buffer_size:
+                self.full = True
+                self.pos = 0
+            return
+        obs, next_obs = convert.observations(obs), convert.observations(next_obs)
+        action = convert.actions(action)
+        reward = convert.scalars(reward, FLOAT32)
         if self.handle_timeout_termination:
-            timeout = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
-        if self.stack_starts is not None:
-            self.stack_starts.check(obs)
-        args = (obs, action, reward, next_obs)
-        if n == 1:  # TransitionBuffer takes unbatched values when num_envs == 1
-            args = tuple(first_env(a) for a in args)
-        self.transitions.add(*args[:3], args[3], done & ~timeout, timeout)
-        if self.stack_starts is not None:
-            self.stack_starts.commit(next_obs)
+            timeout = timeouts_of(infos, n)
+        else:
+            timeout = None  # as SB3: infos are not read
+        if self.sb3_layout:
+            self.transitions.write_step(  # type: ignore[union-attr]
+                obs,
+                next_obs,
+                action,
+                reward,
+                convert.flags(done),
+                self.no_timeouts if timeout is None else timeout.astype(np.float32),
+            )
+        else:
+            done = np.asarray(done).reshape(n).astype(bool)
+            timeout = np.zeros(n, bool) if timeout is None else timeout
+            if self.stack_starts is not None:
+                self.stack_starts.check(obs)
+            args = (obs, action, reward, next_obs)
+            if n == 1:  # TransitionBuffer takes unbatched values when num_envs == 1
+                args = tuple(first_env(a) for a in args)
+            self.transitions.add(*args[:3], args[3], done & ~timeout, timeout)
+            if self.stack_starts is not None:
+                self.stack_starts.commit(next_obs)
         self.num_added += n
         self.pos += 1
         if self.pos == self.buffer_size:
@@ -237,9 +295,46 @@ class ReplayBuffer(Sb3ReplayBuffer):
             NotEnoughDataError: the buffer is empty.
             InvalidArgumentError: ``batch_size`` < 1.
         """
-        s = self.transitions.sample(batch_size, **self.sample_options())
-        samples = to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
-        return Draw(samples, s.ids, s.probabilities, s.weights)
+        if not self.sb3_layout:
+            s = self.transitions.sample(batch_size, **self.sample_options())
+            samples = to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
+            return Draw(samples, s.ids, s.probabilities, s.weights)
+        arrays = self.transitions
+        assert isinstance(arrays, Sb3Arrays)
+        if self.prioritized:
+            options = self.sample_options()
+            options.pop("n_step", None), options.pop("discount", None)
+            d = arrays.replay_buffer.table.draw(
+                batch_size, 1, within_episode=False, time_axis=False, **options
+            )
+            rows, times, ids, probabilities, weights = (
+                d.rows,
+                d.times,
+                d.ids,
+                d.probabilities,
+                d.weights,
+            )
+            batch_inds = times % self.buffer_size
+        else:
+            batch_inds, rows = self.uniform_draw(batch_size)
+            clock = arrays.clock()
+            times = clock - 1 - (self.pos - 1 - batch_inds) % self.buffer_size
+            ids = id_layout.encode(rows, times)
+            upper = self.buffer_size if self.full else self.pos
+            probabilities = np.full(batch_size, 1.0 / (upper * self.n_envs))
+            weights = None
+        fields = gather_fields(arrays, batch_inds, rows, env, self.n_step, self.gamma, self.pos)
+        samples = pack(fields, self.device, weights, ids)
+        return Draw(samples, ids, probabilities, weights)
+
+    def uniform_draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """SB3's uniform draw: ``(batch_inds, env_indices)`` over the stored transitions."""
+        batch_size = positive_int("batch_size", batch_size)
+        upper = self.buffer_size if self.full else self.pos
+        if upper == 0:
+            raise NotEnoughDataError("the replay buffer is empty; add() transitions first.")
+        flat = self.transitions.replay_buffer.rng.integers(0, upper * self.n_envs, batch_size)
+        return np.divmod(flat, self.n_envs)
 
     def sample(self, batch_size: int, env: Any = None) -> Any:
         """``batch_size`` transitions drawn uniformly with replacement, as SB3's tuples.
@@ -247,9 +342,9 @@ class ReplayBuffer(Sb3ReplayBuffer):
         Args:
             batch_size: transitions to draw.
             env: SB3's ``VecNormalize`` (or None); observations and rewards are
-                normalised with it as SB3 does. With n-step sampling the
-                discounted sum is normalised (SB3 normalises each reward), which
-                differs only where ``clip_reward`` clips.
+                normalised with it as SB3 does (n-step: each reward, as SB3's
+                ``NStepReplayBuffer``; with ``frame_stack``/``optimize_memory_usage``
+                the discounted sum, which differs only where ``clip_reward`` clips).
 
         Returns:
             ``ReplayBufferSamples`` (``DictReplayBufferSamples`` for Dict
@@ -259,129 +354,76 @@ class ReplayBuffer(Sb3ReplayBuffer):
 
         Raises:
             NotEnoughDataError: the buffer is empty.
+            InvalidArgumentError: ``batch_size`` < 1.
         """
+        if self.sb3_layout and not self.prioritized:  # the common case, fewest steps
+            batch_inds, env_indices = self.uniform_draw(batch_size)
+            fields = gather_fields(
+                self.transitions,  # type: ignore[arg-type]
+                batch_inds,
+                env_indices,
+                env,
+                self.n_step,
+                self.gamma,
+                self.pos,
+            )
+            return pack(fields, self.device)
         return self.draw(batch_size, env).samples
+
+    def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
+        """SB3's ``_get_samples``: the transitions at ``batch_inds`` of random envs.
+
+        As SB3, the env of each sample is drawn with numpy's global RNG
+        (``np.random.randint``), so a seeded run picks the same envs as SB3's buffer.
+
+        Args:
+            batch_inds: int ``[B]`` positions in ``[0, buffer_size)`` of stored transitions.
+            env: SB3's ``VecNormalize`` or None.
+
+        Returns:
+            What :meth:`sample` returns (prioritized buffers: weights of 1, and ids).
+        """
+        batch_inds = np.asarray(batch_inds, np.int64).reshape(-1)
+        env_indices = np.random.randint(0, high=self.n_envs, size=(len(batch_inds),))  # noqa: NPY002
+        clock = self.clock()
+        times = clock - 1 - (self.pos - 1 - batch_inds) % self.buffer_size
+        ids = id_layout.encode(env_indices, times)
+        weights = np.ones(len(batch_inds)) if self.prioritized else None
+        if self.sb3_layout:
+            fields = gather_fields(
+                self.transitions,  # type: ignore[arg-type]
+                batch_inds,
+                env_indices,
+                env,
+                self.n_step,
+                self.gamma,
+                self.pos,
+            )
+            return pack(fields, self.device, weights, ids)
+        s = self.transitions.sample_at(env_indices, times, **self.sample_options())  # type: ignore[union-attr]
+        return to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
+
+    def clock(self) -> int:
+        """Steps added per env since construction (recollect's step time of the next add)."""
+        return self.transitions.clock()
 
     def locate(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """SB3 coordinates ``(batch_inds, env_indices)`` of sampled ``ids`` (int64 ``[B]`` each).
 
         Where SB3's own buffer, fed the same ``add`` calls, holds the same
-        transitions. Costs O(buffer size); meant for tests and debugging.
+        transitions.
 
         Raises:
             InvalidArgumentError: an id is no longer (or never was) stored.
         """
         ids = np.asarray(ids, np.int64).reshape(-1)
-        stored = self.transitions.replay_buffer.item_ids()  # [n_envs, size], oldest first
-        flat = stored.reshape(-1)
-        order = np.argsort(flat)
-        at = np.minimum(np.searchsorted(flat, ids, sorter=order), len(flat) - 1)
-        found = order[at]
-        if not np.array_equal(flat[found], ids):
+        _, rows, times = id_layout.decode(ids)
+        clock, stored = self.clock(), (self.buffer_size if self.full else self.pos)
+        if self.sb3_layout:
+            stored = min(stored, self.transitions.num_frames() // self.n_envs)
+        if ((times >= clock) | (times < clock - stored) | (rows >= self.n_envs)).any():
             raise InvalidArgumentError("some ids are not stored any more; sample again.")
-        env_indices, age = np.divmod(found, stored.shape[1])
-        batch_inds = (self.pos - stored.shape[1] + age) % self.buffer_size
-        return batch_inds, env_indices
-
-    # -- saving -----------------------------------------------------------
-    def config(self) -> dict[str, Any]:
-        """JSON-able constructor options and counters (the checkpoint's ``sb3.json``)."""
-        stack = self.frame_stack
-        return {
-            "class": type(self).__name__,
-            "buffer_size": self.buffer_size * self.n_envs,
-            "n_envs": self.n_envs,
-            "options": {
-                "optimize_memory_usage": self.optimize_memory_usage,
-                "handle_timeout_termination": self.handle_timeout_termination,
-                "frame_stack": None if stack is None else stack.config(),
-                **({"compression": json_compression(self.compression)} if self.compression else {}),
-                "n_step": self.n_step,
-                "gamma": self.gamma,
-            },
-            "pos": self.pos,
-            "full": self.full,
-            "num_added": self.num_added,
-        }
-
-    @classmethod
-    def options_from_config(cls, options: dict[str, Any]) -> dict[str, Any]:
-        """Constructor keyword arguments from the ``options`` of :meth:`config`."""
-        stack = options.get("frame_stack")
-        if stack is not None:
-            padding = stack["padding"]
-            padding = padding if isinstance(padding, str) else np.asarray(padding)
-            options["frame_stack"] = FrameStack(**{**stack, "padding": padding})
-        return options
-
-    def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Writes a pickle-free checkpoint directory (see :mod:`recollect.sb3.persistence`).
-
-        Raises:
-            CheckpointError: ``path`` is another, non-checkpoint directory.
-            InvalidArgumentError: an option cannot be written without pickle
-                (a custom ``beta`` callable).
-        """
-        arrays = {}
-        if self.stack_starts is not None:
-            arrays = {
-                "previous": self.stack_starts.previous,
-                "has_previous": self.stack_starts.has_previous,
-            }
-        persistence.write_checkpoint(path, self.transitions, self.config(), arrays)
-
-    @classmethod
-    def load_checkpoint(
-        cls,
-        path: str | os.PathLike,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        device: th.device | str = "auto",
-    ) -> ReplayBuffer:
-        """Restores a buffer written by :meth:`save_checkpoint` (data, counters, RNG, priorities).
-
-        The spaces are not stored (they are not JSON); pass the model's.
-
-        Raises:
-            CheckpointError: damaged files, another format or buffer class, or a
-                checkpoint whose geometry differs from what it restores.
-        """
-        config, transitions, arrays = persistence.read_checkpoint(path)
-        if config.get("class") != cls.__name__:
-            raise CheckpointError(
-                f"{path} holds a {config.get('class')} checkpoint; load it with that class, "
-                f"not {cls.__name__}."
-            )
-        try:
-            options = cls.options_from_config(dict(config["options"]))
-        except (KeyError, TypeError, ValueError) as err:
-            raise CheckpointError(f"{path}: invalid buffer options: {err}") from err
-        buf = cls(
-            config["buffer_size"],
-            observation_space,
-            action_space,
-            device=device,
-            n_envs=config["n_envs"],
-            **options,
-        )
-        if (transitions.capacity, transitions.num_envs) != (buf.transitions.capacity, buf.n_envs):
-            raise CheckpointError(f"{path}: transitions do not match buffer_size/n_envs.")
-        buf.transitions = transitions
-        buf.pos, buf.full, buf.num_added = config["pos"], config["full"], config["num_added"]
-        if buf.stack_starts is not None:
-            buf.stack_starts.previous[...] = arrays["previous"]
-            buf.stack_starts.has_previous[...] = arrays["has_previous"]
-        return buf
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["transitions"] = persistence.checkpoint_files(self.transitions)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        state = dict(state)
-        state["transitions"] = persistence.transitions_from_files(state["transitions"])
-        self.__dict__.update(state)
+        return times % self.buffer_size, rows
 
 
 def _n_step(n_step: Any, n_steps: Any) -> int:
@@ -394,6 +436,13 @@ def _n_step(n_step: Any, n_steps: Any) -> int:
     if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise InvalidArgumentError(f"`n_step` must be an int >= 1; got n_step={n!r}.")
     return int(n)
+
+
+def _obs_spec(space: spaces.Space) -> Any:
+    """One env's observation spec as SB3 stores it (shape ``get_obs_shape``, space dtype)."""
+    if isinstance(space, spaces.Dict):
+        return {key: _obs_spec(sub) for key, sub in space.spaces.items()}
+    return ArraySpec(get_obs_shape(space), np.dtype(space.dtype))
 
 
 def _check_storage(storage: str, directory: Any) -> None:

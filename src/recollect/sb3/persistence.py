@@ -21,6 +21,7 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "FORMAT_VERSION",
     "checkpoint_files",
     "read_checkpoint",
+    "read_config",
     "transitions_from_files",
     "write_checkpoint",
 ]
@@ -45,7 +47,7 @@ CONFIG = "sb3.json"
 TRANSITIONS = "transitions"
 
 
-def checkpoint_files(transitions: TransitionBuffer) -> dict[str, bytes]:
+def checkpoint_files(transitions: Any) -> dict[str, bytes]:
     """The files of ``transitions``' checkpoint, ``{relative path: bytes}``."""
     with tempfile.TemporaryDirectory(prefix="recollect-sb3-") as tmp:
         root = Path(tmp) / TRANSITIONS
@@ -55,8 +57,11 @@ def checkpoint_files(transitions: TransitionBuffer) -> dict[str, bytes]:
         }
 
 
-def transitions_from_files(files: dict[str, bytes]) -> TransitionBuffer:
-    """Restores a TransitionBuffer from :func:`checkpoint_files` output.
+def transitions_from_files(
+    files: dict[str, bytes], load: Callable[[Path], Any] = TransitionBuffer.load
+) -> Any:
+    """Restores the storage from :func:`checkpoint_files` output with ``load`` (a
+    ``TransitionBuffer.load`` or ``Sb3Arrays.load``).
 
     Raises:
         CheckpointError: the files do not form a valid checkpoint.
@@ -69,7 +74,7 @@ def transitions_from_files(files: dict[str, bytes]) -> TransitionBuffer:
                 raise CheckpointError(f"pickled replay buffer holds a bad file name {name!r}.")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        return TransitionBuffer.load(root)
+        return load(root)
 
 
 def _fsync_tree(root: Path) -> None:
@@ -83,7 +88,7 @@ def _fsync_tree(root: Path) -> None:
 
 def write_checkpoint(
     path: str | os.PathLike,
-    transitions: TransitionBuffer,
+    transitions: Any,
     config: dict[str, Any],
     arrays: dict[str, np.ndarray],
 ) -> None:
@@ -127,10 +132,8 @@ def write_checkpoint(
             shutil.rmtree(tmp)
 
 
-def read_checkpoint(
-    path: str | os.PathLike,
-) -> tuple[dict[str, Any], TransitionBuffer, dict[str, np.ndarray]]:
-    """Reads ``(config, transitions, arrays)`` of a checkpoint written by :func:`write_checkpoint`.
+def read_config(path: str | os.PathLike) -> dict[str, Any]:
+    """The ``sb3.json`` manifest of a checkpoint written by :func:`write_checkpoint`.
 
     Raises:
         CheckpointError: a missing or unreadable file, another format, or a
@@ -149,7 +152,22 @@ def read_checkpoint(
             f"{path} has format_version={version!r}; this recollect reads <= {FORMAT_VERSION}. "
             "Upgrade recollect."
         )
-    transitions = TransitionBuffer.load(path / TRANSITIONS)
+    return config
+
+
+def read_checkpoint(
+    path: str | os.PathLike, load: Callable[[Path], Any] = TransitionBuffer.load
+) -> tuple[dict[str, Any], Any, dict[str, np.ndarray]]:
+    """Reads ``(config, transitions, arrays)`` of a checkpoint written by :func:`write_checkpoint`,
+    the storage with ``load``.
+
+    Raises:
+        CheckpointError: a missing or unreadable file, another format, or a
+            newer format version.
+    """
+    path = Path(path)
+    config = read_config(path)
+    transitions = load(path / TRANSITIONS)
     arrays = {}
     for file in sorted(path.glob("sb3-*.npy")):
         name = file.name[len("sb3-") : -len(".npy")]

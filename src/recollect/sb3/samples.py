@@ -18,7 +18,13 @@ from stable_baselines3.common.type_aliases import DictReplayBufferSamples, Repla
 
 from recollect.buffers import TransitionSample
 
-__all__ = ["Draw", "PrioritizedReplayBufferSamples", "importance_weights", "to_samples"]
+__all__ = [
+    "Draw",
+    "PrioritizedReplayBufferSamples",
+    "importance_weights",
+    "pack",
+    "to_samples",
+]
 
 
 class PrioritizedReplayBufferSamples(NamedTuple):
@@ -98,6 +104,36 @@ def to_samples(
     if isinstance(obs, dict):
         return DictReplayBufferSamples(*fields)
     return ReplayBufferSamples(*fields)
+
+
+def pack(
+    fields: tuple[Any, ...],
+    device: th.device,
+    weights: np.ndarray | None = None,
+    ids: np.ndarray | None = None,
+) -> Any:
+    """SB3's sample tuple of numpy ``fields`` ``(obs, actions, next_obs, dones, rewards,
+    discounts)`` (see :func:`recollect.sb3.sampling.gather_fields`), as tensors on ``device``.
+
+    The fields are fresh arrays, so the tensors share their memory on the CPU
+    (SB3 copies once more). With ``weights`` (float ``[B]``): a
+    :class:`PrioritizedReplayBufferSamples` carrying them and ``ids``.
+    """
+    obs, actions, next_obs, dones, rewards, discounts = fields
+    tensors = (
+        _tensor(obs, device),
+        th.as_tensor(actions, device=device),
+        _tensor(next_obs, device),
+        th.as_tensor(dones, device=device),
+        th.as_tensor(rewards, device=device),
+        None if discounts is None else th.as_tensor(discounts, device=device),
+    )
+    if weights is not None:
+        w = th.as_tensor(np.asarray(weights, np.float32).reshape(-1, 1), device=device)
+        return PrioritizedReplayBufferSamples(*tensors, weights=w, ids=ids)
+    if isinstance(obs, dict):
+        return DictReplayBufferSamples(*tensors)
+    return ReplayBufferSamples(*tensors)
 
 
 def importance_weights(replay_data: Any) -> th.Tensor | None:

@@ -18,6 +18,8 @@ from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 from recollect.errors import InvalidArgumentError
 from recollect.storage.frame_store import FrameStack
 
+FLOAT32 = np.dtype(np.float32)
+
 __all__ = [
     "action_dtype",
     "as_actions",
@@ -115,3 +117,108 @@ def resolve_frame_stack(frame_stack: Any, space: spaces.Space) -> FrameStack | N
             "for multi-channel frames."
         )
     return FrameStack(stack_size=k, axis=0 if first else -1, padding="zero")
+
+
+class AddConverter:
+    """SB3's ``add`` arguments to arrays ``[n_envs, ...]`` of the stored dtypes.
+
+    What :func:`as_observations` and :func:`as_actions` do, with the shapes,
+    dtypes and error messages worked out once per buffer instead of per call.
+    """
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, n: int) -> None:
+        self.space, self.n = observation_space, n
+        self.dict_obs = isinstance(observation_space, spaces.Dict)
+        if not self.dict_obs:
+            self.obs_shape = (n, *get_obs_shape(observation_space))
+            self.obs_dtype = np.dtype(observation_space.dtype)
+            self.obs_size = math.prod(self.obs_shape)
+        self.action_space = action_space
+        self.action_shape = (n, get_action_dim(action_space))
+        self.action_dtype = action_dtype(action_space)
+        self.scalar_shape = (n,)
+
+    def observations(self, obs: Any) -> Any:
+        """As :func:`as_observations` (same errors)."""
+        if type(obs) is np.ndarray and obs.dtype is self.obs_dtype and obs.shape == self.obs_shape:
+            return obs  # the common case: nothing to convert
+        if self.dict_obs:
+            return as_observations(obs, self.space, self.n)
+        array = np.asarray(obs, dtype=self.obs_dtype)
+        if array.shape == self.obs_shape:
+            return array
+        if array.size != self.obs_size:
+            raise InvalidArgumentError(
+                f"observations must have shape {self.obs_shape} (n_envs, "
+                f"*observation_space.shape); got shape {array.shape}."
+            )
+        return array.reshape(self.obs_shape)
+
+    def actions(self, action: Any) -> np.ndarray:
+        """As :func:`as_actions` (same errors)."""
+        array = np.asarray(action)
+        if array.shape != self.action_shape:
+            if array.size != self.action_shape[0] * self.action_shape[1]:
+                raise InvalidArgumentError(
+                    f"actions must have shape {self.action_shape} (n_envs, action_dim); got "
+                    f"shape {array.shape}."
+                )
+            array = array.reshape(self.action_shape)
+        return array if array.dtype == self.action_dtype else array.astype(self.action_dtype)
+
+    def scalars(self, value: Any, dtype: np.dtype) -> np.ndarray:
+        """``value`` as ``[n_envs]`` of ``dtype`` (numpy's reshape error if the size differs)."""
+        if type(value) is np.ndarray and value.dtype is dtype and value.shape == self.scalar_shape:
+            return value  # the common case: nothing to convert
+        array = np.asarray(value, dtype)
+        return array if array.shape == self.scalar_shape else array.reshape(self.scalar_shape)
+
+    def flags(self, value: Any) -> np.ndarray:
+        """``value`` as ``[n_envs]`` of bool, ints or floats (what a float32 array takes
+        without error or loss of a 0/1 flag); anything else converted to float32."""
+        if (
+            type(value) is np.ndarray
+            and value.shape == self.scalar_shape
+            and value.dtype.kind in "biuf"
+        ):
+            return value  # the usual bool array of a vector env
+        return self.scalars(value, FLOAT32)
+
+
+def timeouts_of(infos: Any, n_envs: int) -> np.ndarray | None:
+    """bool ``[n_envs]`` ``TimeLimit.truncated`` of ``infos``, or None when no env timed out.
+
+    ``infos`` in any form SB3 or gymnasium produces: a list of ``n_envs`` dicts
+    (SB3's VecEnv), a gymnasium 1.x vector env's dict of arrays (a value array
+    ``"TimeLimit.truncated"`` and its mask ``"_TimeLimit.truncated"``), or an
+    empty ``{}`` / ``[]`` (no timeouts).
+
+    Raises:
+        InvalidArgumentError: a list of another length than ``n_envs``, or
+            something that is neither a list/tuple nor a dict.
+    """
+    if isinstance(infos, dict):
+        if "TimeLimit.truncated" not in infos:
+            return None
+        value = np.asarray(infos["TimeLimit.truncated"]).astype(bool).reshape(-1)
+        mask = np.asarray(infos.get("_TimeLimit.truncated", True)).astype(bool).reshape(-1)
+        if value.size not in (1, n_envs) or mask.size not in (1, n_envs):
+            raise InvalidArgumentError(
+                f"infos['TimeLimit.truncated'] must hold one value per env (n_envs={n_envs}); "
+                f"got shape {np.shape(infos['TimeLimit.truncated'])}."
+            )
+        return np.broadcast_to(value & mask, (n_envs,))
+    if isinstance(infos, list | tuple):
+        if not infos:
+            return None
+        if len(infos) != n_envs:
+            raise InvalidArgumentError(
+                f"`infos` must hold n_envs={n_envs} dicts (or be gymnasium's dict of arrays, "
+                f"or empty); got {len(infos)}."
+            )
+        out = [bool(info.get("TimeLimit.truncated", False)) for info in infos]
+        return np.array(out) if any(out) else None
+    raise InvalidArgumentError(
+        f"`infos` must be a list of n_envs={n_envs} dicts, a gymnasium vector env's dict of "
+        f"arrays, or empty; got {type(infos).__name__}."
+    )

@@ -64,6 +64,8 @@ class RingStorage:
         n = self.num_envs * self.max_length
         self.flat_views: list[np.ndarray] = [a.reshape((n, *a.shape[2:])) for a in self.arrays]
         self._columns = [a.swapaxes(0, 1) for a in self.arrays]
+        # one env row: its [max_length, *shape] views take unbatched leaves (write_unbatched)
+        self._single = [a[0] for a in self.arrays] if self.num_envs == 1 else None
 
     def _allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         del name
@@ -93,6 +95,12 @@ class RingStorage:
             rows = rows[:, None]
         for array, leaf in zip(self.arrays, leaves):  # noqa: B905 - checked by callers
             array[rows, slots] = leaf
+
+    def write_unbatched(self, slot: int, leaves: Sequence[Any]) -> None:
+        """Writes one step of the only env row (``num_envs == 1``): leaves without the env
+        dim (arrays of the leaf shape, or numpy scalars of 0-d leaves) at ``slot``."""
+        for array, leaf in zip(self._single, leaves):  # noqa: B905 - checked by callers
+            array[slot] = leaf  # int index of a contiguous [max_length, ...] view: cheapest
 
     def gather(
         self,

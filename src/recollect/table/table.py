@@ -256,6 +256,22 @@ class Table:
             self.insert_all(slot, is_last)
         return True
 
+    def write_unbatched(self, storage: Any, leaves: Any, is_last: np.ndarray | None) -> bool:
+        """:meth:`write_all` of a table with one env row, ``leaves`` without the env dim
+        (``RingStorage.write_unbatched``); the caller holds ``lock``."""
+        if not self._uniform:
+            return False
+        clock = self._clock
+        slot = clock % self.max_length
+        storage.write_unbatched(slot, leaves)
+        if self._lean_inserts and not self.waiters:
+            self._clock = clock + 1
+            self.inserts += 1
+            self.index.advance(None, is_last)
+        else:
+            self.insert_all(slot, is_last)
+        return True
+
     @property
     def block_writes(self) -> bool:
         """Whether :meth:`insert_block` applies: the sampler does not track single writes,

@@ -1,0 +1,210 @@
+"""SB3's replay arrays, held in a recollect :class:`~recollect.ReplayBuffer`.
+
+SB3's ``ReplayBuffer`` keeps ``observations``, ``next_observations``,
+``actions``, ``rewards``, ``dones`` and ``timeouts`` as arrays
+``[buffer_size, n_envs, ...]``. :class:`Sb3Arrays` stores the same fields, with
+SB3's dtypes, as the leaves of a recollect ``ReplayBuffer`` (ring storage
+``[n_envs, buffer_size, ...]`` per leaf, slot ``t % buffer_size`` = SB3's
+``pos``), so every SB3 array is a transposed view of recollect's storage (no
+copy; writes through it land in the buffer), while recollect provides item
+ids, prioritized sampling, checkpoints and pickling.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from recollect.buffers import ReplayBuffer as CoreReplayBuffer
+from recollect.errors import CheckpointError
+from recollect.samplers import Prioritized
+from recollect.specs import ArraySpec
+
+__all__ = ["FIELDS", "Sb3Arrays"]
+
+#: SB3's array names, in the order of its ``add`` writes.
+FIELDS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+
+
+class Sb3Arrays:
+    """SB3's replay arrays as leaves of a recollect ``ReplayBuffer``.
+
+    Args:
+        buffer_size: SB3's ``buffer_size`` (steps per env).
+        n_envs: env rows.
+        obs_spec: one env's observation spec (an ArraySpec, or a dict of them).
+        action_spec: ``ArraySpec((action_dim,), dtype)``.
+        rng: seed or Generator of the recollect table (prioritized draws).
+        sampler: None (uniform) or a :class:`~recollect.Prioritized`.
+        buffer: an existing core buffer to wrap (checkpoint loading); then the
+            other arguments but ``buffer_size``/``n_envs`` are ignored.
+        store_timeouts: whether ``timeouts`` is a leaf of the buffer. SB3 never
+            writes its ``timeouts`` without ``handle_timeout_termination``; then
+            it is a zero array beside the buffer (not checkpointed), and each
+            ``add`` writes one array less.
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        n_envs: int,
+        obs_spec: Any = None,
+        action_spec: ArraySpec | None = None,
+        rng: Any = None,
+        sampler: Prioritized | None = None,
+        buffer: CoreReplayBuffer | None = None,
+        store_timeouts: bool = True,
+    ) -> None:
+        if buffer is None:
+            scalar = ArraySpec((), np.float32)
+            spec = {
+                "observations": obs_spec,
+                "next_observations": obs_spec,
+                "actions": action_spec,
+                "rewards": scalar,
+                "dones": scalar,
+                "timeouts": scalar,
+            }
+            if not store_timeouts:
+                del spec["timeouts"]
+            buffer = CoreReplayBuffer(
+                spec,
+                buffer_size * n_envs,
+                n_envs,
+                rng=rng,
+                sampler=sampler,
+                sequence_length=None if sampler is None else 1,
+            )
+        self.replay_buffer = buffer
+        self.buffer_size, self.n_envs = buffer.max_length, buffer.num_envs
+        paths = buffer.flat_spec.paths
+        self.store_timeouts = "timeouts" in paths
+        self.side_timeouts = None
+        if not self.store_timeouts:
+            self.side_timeouts = np.zeros((self.n_envs, self.buffer_size), np.float32)
+        #: per field: its leaf index (an int), or ``{key: leaf index}`` for dict observations
+        self.leaf: dict[str, Any] = {}
+        for field in FIELDS:
+            if field == "timeouts" and not self.store_timeouts:
+                continue
+            if field in paths:
+                self.leaf[field] = paths.index(field)
+            else:
+                prefix = field + "/"
+                self.leaf[field] = {
+                    p[len(prefix) :]: i for i, p in enumerate(paths) if p.startswith(prefix)
+                }
+        self.dict_obs = isinstance(self.leaf["observations"], dict)
+        self.order = [field_of(self.leaf, i) for i in range(len(paths))]
+        if not self.dict_obs:  # write_step's order
+            fields = sorted(FIELDS if self.store_timeouts else set(FIELDS) - {"timeouts"})
+            assert [f for f, _ in self.order] == fields, self.order
+
+    # -- geometry ---------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self.replay_buffer.capacity
+
+    @property
+    def num_envs(self) -> int:
+        return self.n_envs
+
+    @property
+    def nbytes(self) -> int:
+        return self.replay_buffer.nbytes
+
+    def num_frames(self) -> int:
+        return self.replay_buffer.num_frames()
+
+    def clock(self) -> int:
+        """Steps written per env so far (the step time of the next write)."""
+        return int(self.replay_buffer.table.index.t[0])
+
+    # -- views --------------------------------------------------------------
+    def view(self, field: str) -> Any:
+        """SB3's array ``field`` ``[buffer_size, n_envs, ...]``: a view of the storage."""
+        if field == "timeouts" and self.side_timeouts is not None:
+            return self.side_timeouts.swapaxes(0, 1)
+        arrays = self.replay_buffer.storage.arrays
+        where = self.leaf[field]
+        if isinstance(where, dict):
+            return {key: arrays[i].swapaxes(0, 1) for key, i in where.items()}
+        return arrays[where].swapaxes(0, 1)
+
+    def flat(self, field: str) -> Any:
+        """The storage of ``field`` row-flattened, ``[n_envs * buffer_size, ...]`` (a view)."""
+        if field == "timeouts" and self.side_timeouts is not None:
+            return self.side_timeouts.reshape(-1)
+        views = self.replay_buffer.storage.flat_views
+        where = self.leaf[field]
+        if isinstance(where, dict):
+            return {key: views[i] for key, i in where.items()}
+        return views[where]
+
+    # -- writing ------------------------------------------------------------
+    def write(self, values: dict[str, Any]) -> None:
+        """Writes one step to every env: ``values[field]`` ``[n_envs, ...]``, already in the
+        fields' shapes and dtypes (the SB3 layer checked them)."""
+        leaves = [
+            values[field] if key is None else values[field][key] for field, key in self.order
+        ]  # without a timeouts leaf, values["timeouts"] is not read
+        self.replay_buffer.write_leaves(leaves)
+
+    def write_step(
+        self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any, timeout: Any
+    ) -> None:
+        """:meth:`write` with the fields as arguments (the per-step path of SB3's ``add``)."""
+        if self.dict_obs:
+            self.write(
+                {
+                    "observations": obs,
+                    "next_observations": next_obs,
+                    "actions": action,
+                    "rewards": reward,
+                    "dones": done,
+                    "timeouts": timeout,
+                }
+            )
+        elif self.store_timeouts:  # leaves in flat (sorted field) order, see __init__
+            self.replay_buffer.write_leaves([action, done, next_obs, obs, reward, timeout])
+        else:
+            self.replay_buffer.write_leaves([action, done, next_obs, obs, reward])
+
+    def clear(self) -> None:
+        self.replay_buffer.clear()
+
+    # -- sampling (TransitionBuffer's spelling, for code that uses both) -------
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        return self.replay_buffer.update_priorities(ids, priorities)
+
+    # -- state --------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Any:
+        """Writes the core buffer's checkpoint directory (see ``ReplayBuffer.save``)."""
+        return self.replay_buffer.save(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Sb3Arrays:
+        """Restores what :meth:`save` wrote.
+
+        Raises:
+            CheckpointError: damaged files, or a buffer without SB3's fields.
+        """
+        buffer = CoreReplayBuffer.load(path)
+        spec = buffer.data_spec
+        if not isinstance(spec, dict) or set(spec) | {"timeouts"} != set(FIELDS):
+            raise CheckpointError(f"{path}: not the SB3 arrays of a recollect.sb3 buffer.")
+        return cls(buffer.max_length, buffer.num_envs, buffer=buffer)
+
+
+def field_of(leaf: dict[str, Any], index: int) -> tuple[str, str | None]:
+    """``(field, key)`` of leaf ``index`` in :attr:`Sb3Arrays.leaf` (key None but for dicts)."""
+    for field, where in leaf.items():
+        if where == index:
+            return field, None
+        if isinstance(where, dict):
+            for key, i in where.items():
+                if i == index:
+                    return field, key
+    raise AssertionError(index)  # pragma: no cover - every leaf belongs to a field
