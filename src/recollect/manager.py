@@ -237,7 +237,9 @@ class ReplayBufferManager:
         root = find_checkpoint(self._checkpoint_dir)
         return root is not None and (root / MANIFEST).is_file()
 
-    def create_replay_buffer(self, *, overwrite: bool = False) -> tuple[ReplayBuffer, Observer]:
+    def create_replay_buffer(
+        self, *, overwrite: bool = False
+    ) -> tuple[ReplayBuffer | TableHandle, Observer]:
         """Creates a new, empty buffer (replacing the current one) and its observer.
 
         Args:
@@ -285,7 +287,9 @@ class ReplayBufferManager:
         )
         return self._adopt(buffer)
 
-    def load_replay_buffer(self, *, mmap: bool = False) -> tuple[ReplayBuffer, Observer]:
+    def load_replay_buffer(
+        self, *, mmap: bool = False
+    ) -> tuple[ReplayBuffer | TableHandle, Observer]:
         """Restores the buffer from ``checkpoint_dir`` (data, counters, sampler and RNG state).
 
         Every argument given to the manager (``data_spec``, ``capacity``,
@@ -315,7 +319,9 @@ class ReplayBufferManager:
         self._check_matches(buffer)
         return self._adopt(buffer)
 
-    def create_or_load_replay_buffer(self, *, mmap: bool = False) -> tuple[ReplayBuffer, Observer]:
+    def create_or_load_replay_buffer(
+        self, *, mmap: bool = False
+    ) -> tuple[ReplayBuffer | TableHandle, Observer]:
         """Loads the checkpoint in ``checkpoint_dir`` when there is one, else creates a buffer.
 
         The resume pattern of training scripts: run it again after a restart
@@ -360,11 +366,11 @@ class ReplayBufferManager:
             "num_envs": (self._num_envs, buffer.num_envs),
             "sequence_length": (self._sequence_length, buffer.sequence_length),
         }
-        for name, (want, got) in given.items():
-            if want is not None and want != got:
+        for name, (wanted, stored) in given.items():
+            if wanted is not None and wanted != stored:
                 raise InvalidArgumentError(
-                    f"the checkpoint in {self._checkpoint_dir} has {name}={got}; the manager "
-                    f"was given {name}={want}. Drop the argument (or pass {name}={got}) to "
+                    f"the checkpoint in {self._checkpoint_dir} has {name}={stored}; the manager "
+                    f"was given {name}={wanted}. Drop the argument (or pass {name}={stored}) to "
                     "continue the checkpoint, or create a new buffer elsewhere."
                 )
         sampler = self._new_sampler()
@@ -423,7 +429,7 @@ class ReplayBufferManager:
             self._observer.close()
         if self._writer is not None:
             self._writer.close()  # flushes and releases the rows; the service runs on
-        elif self._buffer is not None:
+        elif isinstance(self._buffer, ReplayBuffer):  # a served table has a writer
             self._buffer.close()  # stops datasets/iterators reading from it
         self._buffer = self._observer = self._writer = None
 
