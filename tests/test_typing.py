@@ -6,6 +6,7 @@ mypy runs with the ``[tool.mypy]`` configuration of pyproject.toml. Every
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -97,3 +98,31 @@ def test_error_parser_reads_mypy_lines():
         "Found 2 errors in 2 files (checked 2 source files)\n"
     )
     assert sorted(files_with_errors(output)) == ["a.py", "b/c.py"]
+
+
+def test_user_code_with_numpy_dtypes_type_checks(tmp_path):
+    """``ArraySpec`` takes any dtype-like (``np.float32``, ``"uint8"``) and any shape sequence."""
+    user = tmp_path / "user_code.py"
+    user.write_text(
+        "import numpy as np\n"
+        "import recollect as rc\n"
+        "spec = {'obs': rc.ArraySpec([84, 84], np.uint8), 'r': rc.ArraySpec((), 'float32')}\n"
+        "buf = rc.ReplayBuffer(spec, 100, 2)\n"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--follow-imports=silent",
+            str(user),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "MYPYPATH": str(ROOT / "src")},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
