@@ -17,6 +17,14 @@ class InvalidArgumentError(RecollectError, ValueError):
     """An argument or a combination of arguments is invalid."""
 
 
+class NoFreeRowsError(InvalidArgumentError):
+    """A replay-service shard has fewer free rows than a new writer asked for.
+
+    Raised by ``Client.writer`` when no shard of the table can lease ``num_envs``
+    rows; close unused writers, ask for fewer rows or serve more rows.
+    """
+
+
 class SpecError(RecollectError, ValueError):
     """A spec is malformed, or data does not have the spec's structure."""
 

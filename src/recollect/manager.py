@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.sample import Sample
@@ -20,13 +21,21 @@ from recollect.checkpoint import load_buffer, save_buffer
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
 from recollect.observers import Observer
 from recollect.samplers.base import Sampler
-from recollect.service import Client, TableHandle, Writer
-from recollect.service.client import MANIFEST as SERVICE_MANIFEST
 from recollect.specs import FlatSpec
 from recollect.state.atomic import find_checkpoint
 from recollect.state.manifest import MANIFEST
 
+if TYPE_CHECKING:  # the service loads only when a manager is given one
+    from recollect.service import Client, TableHandle, Writer
+
 __all__ = ["ReplayBufferManager", "SampleIterator"]
+
+
+def _is_client(service: object) -> bool:
+    """Whether ``service`` is a :class:`~recollect.service.Client` (without importing the
+    service when it is not loaded yet: then nothing can be a Client)."""
+    client = sys.modules.get("recollect.service.client")
+    return client is not None and isinstance(service, client.Client)
 
 
 class SampleIterator(Iterator[Sample]):
@@ -125,7 +134,7 @@ class ReplayBufferManager:
         service: Client | None = None,
         table: str = "replay",
     ) -> None:
-        if service is not None and not isinstance(service, Client):
+        if service is not None and not _is_client(service):
             raise InvalidArgumentError(
                 f"`service` must be a recollect.service.Client (server.client(), "
                 f"recollect.ray.connect(name)); got {type(service).__name__}."
@@ -222,11 +231,15 @@ class ReplayBufferManager:
         if self._checkpoint_dir is None:
             return False
         if self._service is not None:
+            from recollect.service.client import MANIFEST as SERVICE_MANIFEST
+
             return (self._checkpoint_dir / SERVICE_MANIFEST).is_file()
         root = find_checkpoint(self._checkpoint_dir)
         return root is not None and (root / MANIFEST).is_file()
 
-    def create_replay_buffer(self, *, overwrite: bool = False) -> tuple[ReplayBuffer, Observer]:
+    def create_replay_buffer(
+        self, *, overwrite: bool = False
+    ) -> tuple[ReplayBuffer | TableHandle, Observer]:
         """Creates a new, empty buffer (replacing the current one) and its observer.
 
         Args:
@@ -274,7 +287,9 @@ class ReplayBufferManager:
         )
         return self._adopt(buffer)
 
-    def load_replay_buffer(self, *, mmap: bool = False) -> tuple[ReplayBuffer, Observer]:
+    def load_replay_buffer(
+        self, *, mmap: bool = False
+    ) -> tuple[ReplayBuffer | TableHandle, Observer]:
         """Restores the buffer from ``checkpoint_dir`` (data, counters, sampler and RNG state).
 
         Every argument given to the manager (``data_spec``, ``capacity``,
@@ -304,7 +319,9 @@ class ReplayBufferManager:
         self._check_matches(buffer)
         return self._adopt(buffer)
 
-    def create_or_load_replay_buffer(self, *, mmap: bool = False) -> tuple[ReplayBuffer, Observer]:
+    def create_or_load_replay_buffer(
+        self, *, mmap: bool = False
+    ) -> tuple[ReplayBuffer | TableHandle, Observer]:
         """Loads the checkpoint in ``checkpoint_dir`` when there is one, else creates a buffer.
 
         The resume pattern of training scripts: run it again after a restart
@@ -349,11 +366,11 @@ class ReplayBufferManager:
             "num_envs": (self._num_envs, buffer.num_envs),
             "sequence_length": (self._sequence_length, buffer.sequence_length),
         }
-        for name, (want, got) in given.items():
-            if want is not None and want != got:
+        for name, (wanted, stored) in given.items():
+            if wanted is not None and wanted != stored:
                 raise InvalidArgumentError(
-                    f"the checkpoint in {self._checkpoint_dir} has {name}={got}; the manager "
-                    f"was given {name}={want}. Drop the argument (or pass {name}={got}) to "
+                    f"the checkpoint in {self._checkpoint_dir} has {name}={stored}; the manager "
+                    f"was given {name}={wanted}. Drop the argument (or pass {name}={stored}) to "
                     "continue the checkpoint, or create a new buffer elsewhere."
                 )
         sampler = self._new_sampler()
@@ -381,27 +398,27 @@ class ReplayBufferManager:
     def num_frames(self) -> int:
         """Steps currently stored."""
         buffer = self.replay_buffer
-        if isinstance(buffer, TableHandle):
-            return buffer.info().num_stored
-        return buffer.num_frames()
+        if isinstance(buffer, ReplayBuffer):
+            return buffer.num_frames()
+        return buffer.info().num_stored
 
     def checkpoint(self) -> Path:
         """Atomically writes the buffer (the whole service, when backed by one) to
         ``checkpoint_dir``; returns the path."""
         buffer = self.replay_buffer
-        if isinstance(buffer, TableHandle):
-            assert self._writer is not None and self._service is not None
-            self._writer.flush()
-            return self._service.checkpoint(self._require_dir("checkpoint"))
-        return save_buffer(buffer, self._require_dir("checkpoint"))
+        if isinstance(buffer, ReplayBuffer):
+            return save_buffer(buffer, self._require_dir("checkpoint"))
+        assert self._writer is not None and self._service is not None
+        self._writer.flush()
+        return self._service.checkpoint(self._require_dir("checkpoint"))
 
     def clear(self) -> None:
         """Forgets every stored step (ids keep increasing); resets a served table."""
         buffer = self.replay_buffer
-        if isinstance(buffer, TableHandle):
-            buffer.client.reset(buffer.name)
+        if isinstance(buffer, ReplayBuffer):
+            buffer.clear()
             return
-        buffer.clear()
+        buffer.client.reset(buffer.name)
 
     def close(self) -> None:
         """Releases the buffer; idempotent. Does not checkpoint (call :meth:`checkpoint`)."""
@@ -412,7 +429,7 @@ class ReplayBufferManager:
             self._observer.close()
         if self._writer is not None:
             self._writer.close()  # flushes and releases the rows; the service runs on
-        elif self._buffer is not None:
+        elif isinstance(self._buffer, ReplayBuffer):  # a served table has a writer
             self._buffer.close()  # stops datasets/iterators reading from it
         self._buffer = self._observer = self._writer = None
 

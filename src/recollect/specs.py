@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import optree
 
 from recollect.errors import SpecError
@@ -51,6 +52,12 @@ class ArraySpec:
     shape: tuple[int, ...]
     dtype: np.dtype
     name: str | None = None
+
+    if TYPE_CHECKING:  # the generated __init__ takes any sequence and any dtype-like
+
+        def __init__(
+            self, shape: Sequence[int], dtype: npt.DTypeLike, name: str | None = None
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         try:
@@ -212,6 +219,14 @@ class FlatSpec:
     def has_top_level(self, key: str) -> bool:
         """Whether the spec is a mapping/namedtuple with a top-level leaf ``key``."""
         return key in self.paths
+
+    def flatten(self, tree: Any) -> list[Any]:
+        """The leaves of ``tree`` (a nest with the spec's structure) in flatten order.
+
+        Raises:
+            ValueError: ``tree`` does not have the spec's structure (optree's message).
+        """
+        return self.treedef.flatten_up_to(tree)
 
     def unflatten(self, leaves: Sequence[Any]) -> Any:
         """Builds a nest like the spec from leaves in flatten order."""

@@ -168,7 +168,9 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         if not isinstance(s, Sample):  # e.g. a TransitionSample: every array field converted
             return as_tensors(s, self.device, self.pin_memory)
         data = as_tensors(s.data, self.device, self.pin_memory)
-        return data, BufferInfo(torch.from_numpy(s.ids), torch.from_numpy(s.probabilities))
+        ids, probabilities = torch.from_numpy(s.ids), torch.from_numpy(s.probabilities)
+        # BufferInfo's fields are annotated as numpy arrays; here they hold tensors (documented)
+        return data, BufferInfo(ids, probabilities)  # type: ignore[arg-type]
 
     def _should_stop(self, source: SampleSource) -> bool:
         return self._closed.is_set() or source.closed()

@@ -42,7 +42,7 @@ def save_buffer(buffer: Any, path: str | os.PathLike) -> Path:
         >>> save_buffer(buf, "ckpt/replay")
         >>> restored = load_buffer("ckpt/replay")
     """
-    if not isinstance(buffer, tuple(KINDS.values())):
+    if not isinstance(buffer, ReplayBuffer | TransitionBuffer):
         raise CheckpointError(
             f"save_buffer takes a ReplayBuffer or TransitionBuffer; got {type(buffer).__name__}."
         )

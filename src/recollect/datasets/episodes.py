@@ -218,7 +218,7 @@ def split_rows(flat: FlatSpec, data: Any) -> Iterator[tuple[list[Any], int]]:
         ``(episodes, skipped)`` per row: episode nests (leaves ``[len, ...]``,
         views of ``data``) and the row's count of incomplete episode parts.
     """
-    leaves = flat.treedef.flatten_up_to(data)
+    leaves = flat.flatten(data)
     is_last = leaves[flat.index("is_last")]
     is_first = leaves[flat.index("is_first")] if flat.has_top_level("is_first") else None
     for row in range(is_last.shape[0]):

@@ -47,7 +47,9 @@ def row_length(capacity: int | None, num_envs: int) -> int | None:
     return capacity // num_envs
 
 
-def plan_rows(lengths: Sequence[int], num_envs: int, max_length: int | None) -> list[list[int]]:
+def plan_rows(
+    lengths: Sequence[int] | np.ndarray, num_envs: int, max_length: int | None
+) -> list[list[int]]:
     """Assigns episodes to rows, newest first, balancing the rows' step counts.
 
     Args:
@@ -126,7 +128,11 @@ def write_rows(
         return buf
     leaves = []
     for i in range(len(flat.paths)):
-        newest = [row[i][len(row[i]) - steps :] for row in per_row]
+        newest = []
+        for row in per_row:  # one iteration per row and leaf, not per step
+            column = row[i]
+            assert column is not None  # steps > 0: every row has episodes
+            newest.append(column[len(column) - steps :])
         leaves.append(np.stack(newest, axis=1))  # [T, num_envs, ...]
     _append(buf, flat, leaves)
     return buf

@@ -197,14 +197,14 @@ def _user_spec(data_spec: Any) -> FlatSpec:
 
 def _read(dataset: Any, indices: np.ndarray, flat: FlatSpec | None) -> tuple[FlatSpec, list]:
     """Reads episodes ``indices`` as RLDS steps; returns the spec and each episode's leaves."""
-    loaded = []
+    loaded: list[list[Any]] = []
     for ep in dataset.iterate_episodes(indices):
         if flat is None:
             flat = FlatSpec(_rlds_spec(dataset, np.asarray(ep.rewards).dtype))
         tr = Transitions(ep.observations, ep.actions, ep.rewards, ep.terminations, ep.truncations)
         discount = flat.spec["discount"].dtype if "discount" in flat.spec else np.float32
         steps = rlds_from_transitions(tr, discount)
-        loaded.append(flat.treedef.flatten_up_to({key: steps[key] for key in flat.spec}))
+        loaded.append(flat.flatten({key: steps[key] for key in flat.spec}))
     return flat or FlatSpec(_rlds_spec(dataset, np.float32)), loaded
 
 
@@ -262,12 +262,13 @@ def from_minari(
     if max_length is None:  # everything fits: read once, lengths from the data
         flat, loaded = _read(dataset, indices, flat)
         plan = plan_rows([len(leaves[0]) for leaves in loaded], num_envs, None)
+        rows = [[loaded[i] for i in row] for row in plan]
     else:  # lengths from Minari's episode metadata; read only the episodes that fit
         metas = dataset.storage.get_episode_metadata(indices.tolist())
         lengths = np.fromiter((m["total_steps"] + 1 for m in metas), np.int64, len(indices))
         plan = plan_rows(lengths, num_envs, max_length)
         needed = sorted(i for row in plan for i in row)
         flat, read = _read(dataset, indices[needed], flat)
-        loaded = dict(zip(needed, read, strict=True))
-    rows = [[loaded[i] for i in row] for row in plan]
+        by_index = dict(zip(needed, read, strict=True))
+        rows = [[by_index[i] for i in row] for row in plan]
     return write_rows(flat, rows, capacity, **buffer_kwargs)

@@ -208,10 +208,7 @@ def from_rlds(
     else:
         episodes = episodes.map(lambda e: e["steps"])
     keys = list(flat.spec)
-    loaded = [
-        flat.treedef.flatten_up_to({key: ep[key] for key in keys})
-        for ep in episodes.as_numpy_iterator()
-    ]
+    loaded = [flat.flatten({key: ep[key] for key in keys}) for ep in episodes.as_numpy_iterator()]
     lengths = np.fromiter((len(leaves[0]) for leaves in loaded), np.int64, len(loaded))
     plan = plan_rows(lengths, num_envs, max_length)
     rows = [[loaded[i] for i in row] for row in plan]

@@ -114,8 +114,8 @@ class Actor:
         torch.set_num_threads(1)
         self.cfg, self.epsilon, self.seed = cfg, float(epsilon), seed
         self.env = dqn.make_env(cfg.env_id, cfg.envs_per_actor, seed)
-        obs_dim = int(np.prod(self.env.single_observation_space.shape))
-        self.q = dqn.q_network(obs_dim, int(self.env.single_action_space.n), cfg.hidden_size)
+        obs_shape, num_actions = dqn.space_sizes(self.env)
+        self.q = dqn.q_network(int(np.prod(obs_shape)), num_actions, cfg.hidden_size)
         self.client = recollect.ray.connect(service)
         self.stats = dqn.EpisodeStats(cfg.envs_per_actor)
         self._weights: Any = None
@@ -196,7 +196,9 @@ class SamplePrefetcher:
         return self
 
     def __next__(self) -> recollect.Sample:
-        return self.get()
+        sample = self.get()
+        assert sample is not None  # without a timeout, get() waits for a sample
+        return sample
 
     def get(self, timeout_s: float | None = None) -> recollect.Sample | None:
         """The next sample, or None when none came within ``timeout_s`` (None: wait)."""
@@ -222,7 +224,7 @@ def make_table(cfg: ApexConfig, env: Any) -> recollect.ReplayBuffer:
         cfg.samples_per_insert * cfg.num_actors * cfg.envs_per_actor * cfg.chunk_length * 8
         + cfg.batch_size * 8,
     )
-    sampler = recollect.Uniform()
+    sampler: recollect.Sampler = recollect.Uniform()
     if cfg.prioritized:
         sampler = recollect.Prioritized(
             cfg.priority_exponent, importance_sampling_exponent=cfg.importance_sampling_exponent
@@ -254,7 +256,8 @@ class _Run:
         self.episodes: list[tuple[int, float, int]] = []
         self.evaluations: list[tuple[int, float]] = []
         self.rates: list[tuple[float, int, int]] = []
-        self.best, self.best_state, self.solved = -np.inf, None, False
+        self.best, self.solved = -np.inf, False
+        self.best_state: dict[str, Any] | None = None
 
     def poll(self) -> TableInfo:
         """Reads the table's counters and the actors' finished episodes."""
@@ -307,13 +310,13 @@ def train(cfg: ApexConfig, progress: Callable[[dict[str, Any]], None] | None = N
         stop_return = env.spec.reward_threshold
     learner, table = dqn.Learner(env, cfg), make_table(cfg, env)
     env.close()
-    client = recollect.ray.serve({TABLE: table}, name=f"apex-{uuid.uuid4().hex[:8]}",
-                                 rng=cfg.seed)  # fmt: skip
+    name = f"apex-{uuid.uuid4().hex[:8]}"
+    client = recollect.ray.serve({TABLE: table}, name=name, rng=cfg.seed)
     # the sampling thread gets a Client of its own: a Client is not thread-safe (its queue
     # of pending priority updates is shared by sample and update_priorities)
-    actors, prefetch, sampler_client = [], None, recollect.ray.connect(client.name)
+    actors, prefetch, sampler_client = [], None, recollect.ray.connect(name)
     try:
-        actors = _start_actors(cfg, client.name)
+        actors = _start_actors(cfg, name)
         ray.get([a.set_weights.remote(_state_arrays(learner.q)) for a in actors])
         run = _Run(cfg, client, actors, [a.run.remote() for a in actors])
         prefetch = SamplePrefetcher(sampler_client, TABLE, cfg.batch_size, 2)

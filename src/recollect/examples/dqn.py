@@ -66,6 +66,7 @@ __all__ = [
     "make_env",
     "q_network",
     "rlds_spec",
+    "space_sizes",
     "train",
 ]
 
@@ -148,12 +149,28 @@ def make_env(env_id: str, num_envs: int, seed: int | None = None) -> gym.vector.
     return env
 
 
+def space_sizes(env: gym.vector.VectorEnv) -> tuple[tuple[int, ...], int]:
+    """``(observation shape, number of actions)`` of an env :func:`make_env` accepts.
+
+    Raises:
+        InvalidArgumentError: the action space is not Discrete or the observation
+            space has no shape.
+    """
+    act, obs = env.single_action_space, env.single_observation_space
+    if not isinstance(act, gym.spaces.Discrete) or obs.shape is None:
+        raise InvalidArgumentError(
+            f"DQN needs a Discrete action space and a Box observation space; got "
+            f"{type(act).__name__} and {type(obs).__name__} (use make_env)."
+        )
+    return obs.shape, int(act.n)
+
+
 def rlds_spec(env: gym.vector.VectorEnv) -> dict[str, recollect.ArraySpec]:
     """The RLDS step spec for ``env``'s single observation space and a discrete action."""
     scalar = recollect.ArraySpec((), np.float32)
     flag = recollect.ArraySpec((), np.bool_)
     return {
-        "observation": recollect.ArraySpec(env.single_observation_space.shape, np.float32),
+        "observation": recollect.ArraySpec(space_sizes(env)[0], np.float32),
         "action": recollect.ArraySpec((), np.int64),
         "reward": scalar,
         "discount": scalar,
@@ -187,7 +204,7 @@ class EpisodeStats:
         return float(np.mean(recent)) if recent else float("nan")
 
 
-def q_network(obs_dim: int, num_actions: int, hidden: int) -> nn.Module:
+def q_network(obs_dim: int, num_actions: int, hidden: int) -> nn.Sequential:
     """A two-hidden-layer MLP ``[batch, obs_dim] -> [batch, num_actions]``."""
     return nn.Sequential(
         nn.Linear(obs_dim, hidden), nn.ReLU(),
@@ -220,8 +237,9 @@ def epsilon_greedy(
 ) -> np.ndarray:
     """Epsilon-greedy actions int64 [num_envs] of ``q`` for observations [num_envs, *obs_shape]."""
     x = torch.as_tensor(np.asarray(obs, np.float32), device=device)
-    greedy = q(x).argmax(dim=1).cpu().numpy()
-    random = rng.integers(0, q[-1].out_features, size=greedy.shape)
+    values = q(x)  # [num_envs, num_actions]
+    greedy = values.argmax(dim=1).cpu().numpy()
+    random = rng.integers(0, values.shape[1], size=greedy.shape)
     return np.where(rng.random(greedy.shape) < epsilon, random, greedy)
 
 
@@ -246,12 +264,13 @@ class Learner:
     """The Q-network, its target copy and Adam; ``update`` does one Double DQN step."""
 
     def __init__(self, env: gym.vector.VectorEnv, cfg: Config):
-        obs_dim = int(np.prod(env.single_observation_space.shape))
-        num_actions = int(env.single_action_space.n)
+        obs_shape, num_actions = space_sizes(env)
+        obs_dim = int(np.prod(obs_shape))
         self.q = q_network(obs_dim, num_actions, cfg.hidden_size).to(cfg.device)
         self.target = copy.deepcopy(self.q)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=cfg.learning_rate)
-        self.cfg, self.updates, self._loss = cfg, 0, None
+        self.cfg, self.updates = cfg, 0
+        self._loss: torch.Tensor | None = None
 
     @property
     def loss(self) -> float:

@@ -28,7 +28,7 @@ import optree
 
 from recollect import ids as id_layout
 from recollect.buffers import Sample
-from recollect.errors import InvalidArgumentError, StateError
+from recollect.errors import InvalidArgumentError, NoFreeRowsError, StateError
 from recollect.samplers import importance_weights
 from recollect.samplers.prioritized import check_update
 from recollect.service.endpoint import Endpoint
@@ -173,7 +173,8 @@ class Client:
             timeout: rate-limiter wait of each chunk on the shard (None: forever).
 
         Raises:
-            InvalidArgumentError: unknown table, or no shard has ``num_envs`` free rows.
+            InvalidArgumentError: unknown table.
+            NoFreeRowsError: no shard has ``num_envs`` free rows (an InvalidArgumentError).
             ShardUnavailableError: the chosen shard is unreachable.
         """
         endpoints = self._endpoints(table)
@@ -193,13 +194,11 @@ class Client:
                     max_in_flight=max_in_flight,
                     timeout=timeout,
                 )
-            except InvalidArgumentError as err:
-                if "free row" not in str(err):
-                    raise
+            except NoFreeRowsError as err:
                 error = err
         assert error is not None
         if len(endpoints) > 1:
-            raise InvalidArgumentError(
+            raise NoFreeRowsError(
                 f"no shard of table {table!r} has {num_envs} free rows ({error})"
             ) from error
         raise error

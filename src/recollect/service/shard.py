@@ -30,7 +30,13 @@ from typing import Any
 import numpy as np
 
 from recollect.buffers import ReplayBuffer, Sample
-from recollect.errors import CheckpointError, InvalidArgumentError, RateLimiterTimeout, StateError
+from recollect.errors import (
+    CheckpointError,
+    InvalidArgumentError,
+    NoFreeRowsError,
+    RateLimiterTimeout,
+    StateError,
+)
 from recollect.service.counters import InsertCounters, open_counters
 from recollect.service.lease import Lease
 from recollect.service.replies import (
@@ -118,8 +124,9 @@ class Shard:
             ``(lease_id, rows)`` with rows int64 ``[num_envs]``, ascending.
 
         Raises:
-            InvalidArgumentError: ``num_envs`` < 1 or more than free rows (after
-                reclaiming the leases of dead writers).
+            InvalidArgumentError: ``num_envs`` < 1.
+            NoFreeRowsError: more than free rows (after reclaiming the leases of
+                dead writers).
         """
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise InvalidArgumentError(f"`num_envs` must be an int >= 1; got {num_envs!r}.")
@@ -129,7 +136,7 @@ class Shard:
                 self._reclaim()
                 free = np.flatnonzero(self._owner == 0)
             if len(free) < num_envs:
-                raise InvalidArgumentError(
+                raise NoFreeRowsError(
                     f"table {self.table!r} shard {self.index} has {len(free)} free row(s) of "
                     f"{len(self._owner)}; a writer asked for num_envs={num_envs}. Close unused "
                     "writers, ask for fewer rows, or serve the table with more num_envs."

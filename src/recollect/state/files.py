@@ -85,7 +85,7 @@ class _Writer:
         return name
 
     def encode(self, value: Any, prefix: str, columns: bool = False) -> Any:
-        if isinstance(value, np.memmap) and self.live:
+        if isinstance(value, np.memmap) and self.live and value.filename is not None:
             return {_MEMMAP: os.path.relpath(value.filename, self.root)}
         if isinstance(value, np.ndarray) and value.ndim > 0:
             name = self._name(prefix)
@@ -276,8 +276,7 @@ def read_state(path: str | os.PathLike, *, resolve: bool = True) -> Saved:
     if manifest["format_version"] == 1:
         from recollect.state.v1 import upgrade
 
-        kind, config, state = upgrade(manifest, reader)
-        return Saved(kind, config, state, manifest, where)
+        return Saved(*upgrade(manifest, reader), manifest, where)
     config, state = manifest.get("config"), manifest.get("state")
     if not isinstance(config, dict) or not isinstance(state, dict):
         raise CheckpointError(f"{where}: fields config and state must be objects.")

@@ -121,7 +121,7 @@ def _header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
 def _chunks(pieces: list[np.ndarray]) -> Iterator[memoryview]:
     """Byte views of C-contiguous ``pieces``, split into chunks of at most ``_CHUNK_BYTES``."""
     for piece in pieces:
-        view = memoryview(np.ascontiguousarray(piece).reshape(-1).view(np.uint8))
+        view = np.ascontiguousarray(piece).reshape(-1).view(np.uint8).data
         for start in range(0, len(view), _CHUNK_BYTES):
             yield view[start : start + _CHUNK_BYTES]
 
@@ -259,8 +259,9 @@ def _verify_open(f: Any, path: Path, checksum: str, size: int) -> None:
     k = 0
     while True:
         b = k % 2
-        if pending[b] is not None:
-            pending[b].result()  # this buffer's previous chunk is checksummed
+        previous = pending[b]
+        if previous is not None:
+            previous.result()  # this buffer's previous chunk is checksummed
         view = memoryview(buffers[b])
         n = f.readinto(view)
         if not n:

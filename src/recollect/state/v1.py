@@ -86,8 +86,7 @@ def upgrade(manifest: dict[str, Any], reader: Any) -> tuple[str, dict[str, Any],
     """
     kind, where = manifest["kind"], reader.where
     if kind == "ReplayBuffer":
-        config, state = _replay(manifest, reader)
-        return kind, config, state
+        return (kind, *_replay(manifest, reader))
     if kind != "TransitionBuffer":
         raise CheckpointError(f"{where}: unknown checkpoint kind {kind!r}.")
     extras = manifest.get("transition")
