@@ -40,7 +40,9 @@ class _Heap(Prioritized):
                 f"`initial_priority` must be a finite float >= 0; got {initial_priority!r}."
             )
         # alpha = 0: the sum tree holds ones for valid windows and raw priorities are kept
-        super().__init__(0.0, 0.0, initial_max_priority=max(initial, 1e-300))
+        super().__init__(
+            0.0, 0.0, initial_max_priority=max(initial, 1e-300), weight_normalization="batch"
+        )
         self.initial_priority = initial
 
     def get_config(self) -> dict[str, float]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SumTree"]
+__all__ = ["MinTree", "SumTree"]
 
 
 class SumTree:
@@ -192,3 +192,85 @@ def _level_sizes(capacity: int, b: int) -> list[int]:
     while top > b * b:  # too big to be the top: add a level of block sums
         top, depth = -(-top // b), depth + 1
     return [top * b ** (depth - i) for i in range(depth + 1)]
+
+
+class MinTree:
+    """The minimum of positive float64 leaves, kept beside a :class:`SumTree`.
+
+    Same ``B``-ary layout as :class:`SumTree` (parents are recomputed as the
+    minimum of their ``B`` children after each batch :meth:`set`), so a batch
+    update costs a handful of numpy calls per level. A leaf of value 0 (an
+    empty or invalid slot) counts as ``+inf``: :attr:`min` is the smallest
+    *positive* leaf, the ``P_min`` numerator of buffer-wide importance weights
+    (cpprb's and OpenAI baselines' min segment tree).
+
+    Args:
+        capacity: number of leaves (>= 1).
+        branching: children per node (>= 2).
+    """
+
+    def __init__(self, capacity: int, branching: int = 16) -> None:
+        if capacity < 1 or branching < 2:
+            raise ValueError(
+                f"MinTree needs capacity >= 1 and branching >= 2; got capacity={capacity}, "
+                f"branching={branching}."
+            )
+        self.capacity = int(capacity)
+        self.branching = b = int(branching)
+        self._levels = [np.full(size, np.inf) for size in _level_sizes(self.capacity, b)]
+        self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
+
+    @staticmethod
+    def estimate_nbytes(capacity: int, branching: int = 16) -> int:
+        """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`)."""
+        return 8 * sum(_level_sizes(int(capacity), int(branching)))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tree's levels."""
+        return sum(level.nbytes for level in self._levels)
+
+    @property
+    def min(self) -> float:
+        """The smallest positive leaf (``inf`` when every leaf is 0)."""
+        return float(self._levels[-1].min())
+
+    def set(self, indices: np.ndarray, values: np.ndarray) -> None:
+        """Sets leaves ``indices`` to ``values`` (0 means "no value"); the last write of a
+        repeated index wins.
+
+        Args:
+            indices: int ``[K]`` leaf indices in ``[0, capacity)``.
+            values: float64 ``[K]`` non-negative values.
+        """
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        values = np.where(values > 0, values, np.inf)
+        leaves = self._levels[0]
+        leaves[indices] = values
+        if not (leaves[indices] == values).all():  # repeated indices with different values
+            order = np.argsort(indices, kind="stable")
+            ordered = indices[order]
+            last = np.empty(len(ordered), bool)
+            np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
+            last[-1] = True
+            leaves[ordered[last]] = values[order[last]]
+        node = indices
+        for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
+            node = node // self.branching
+            level[node] = blocks.take(node, axis=0).min(axis=1)
+
+    def fill(self, values: np.ndarray) -> None:
+        """Replaces all leaves with ``values`` float64 ``[capacity]`` and rebuilds every level."""
+        leaves = self._levels[0]
+        leaves[: self.capacity] = np.where(values > 0, values, np.inf)
+        leaves[self.capacity :] = np.inf
+        for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
+            mins = blocks.min(axis=1)
+            level[: len(mins)] = mins
+            level[len(mins) :] = np.inf
+
+    def clear(self) -> None:
+        """Sets every leaf to "no value"."""
+        for level in self._levels:
+            level[:] = np.inf

@@ -29,6 +29,7 @@ from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.samplers import importance_weights
 from recollect.service.endpoint import Endpoint
+from recollect.service.weighting import global_min_probability
 from recollect.service.shard import (
     SampledBatches,
     ShardDescription,
@@ -89,6 +90,7 @@ class Client:
         self._closed = False
         self._on_close = on_close
         self._describe: dict[str, ShardDescription] = {}
+        self._normalization: dict[str, bool] = {}
 
     @property
     def closed(self) -> bool:
@@ -263,11 +265,13 @@ class Client:
             )
             counts = np.full((k, 1), batch_size, np.int64)
             return self._assemble(table, counts, np.zeros(1, np.int64), [drawn], None, options)
+        # buffer-wide importance weights also need each shard's smallest sampling value
+        query = "sampling_bounds" if self._buffer_normalized(table) else "sampling_weight"
         handles = [
-            e.submit("sampling_weight", num_steps, self._take_unsent(table, s))
-            for s, e in enumerate(endpoints)
+            e.submit(query, num_steps, self._take_unsent(table, s)) for s, e in enumerate(endpoints)
         ]
-        queried = np.array([_gather(endpoints, handles, wait)], np.float64).reshape(-1, 2)
+        queried = np.array([_gather(endpoints, handles, wait)], np.float64)
+        queried = queried.reshape(len(endpoints), -1)
         weight = queried[:, 0]
         total = float(weight.sum())
         with self._rng_lock:
@@ -316,6 +320,7 @@ class Client:
         n = min(len(r.weights) for r in results)  # batches every shard drew
         counts = counts[:n]
         num_shards = counts.shape[1]
+        bounds = queried
         if queried is None:
             queried = np.ones((num_shards, 2))
         weight = np.broadcast_to(queried[:, 0], (n, num_shards)).copy()
@@ -354,23 +359,49 @@ class Client:
         beta = self.describe(table).importance_sampling_exponent  # None: no priorities
         if beta is not None and options.get("importance_sampling_exponent") is not None:
             beta = options["importance_sampling_exponent"]
+        local_weights, min_probability = None, None
+        if beta is not None and self._buffer_normalized(table):
+            if bounds is None and rows.weights is not None:  # one shard: its weights are global
+                local_weights = take(rows.weights)
+            else:
+                if bounds is None:  # one shard, several draws: ask for its P_min numerator
+                    endpoint = self._endpoints(table)[int(parts[0])]
+                    bounds = np.array([endpoint.result(endpoint.submit("sampling_bounds"))])
+                min_probability = global_min_probability(bounds, weight, parts)
         out = []
         b = int(counts[0].sum())
         for i in range(n):
             part = slice(i * b, (i + 1) * b)
             p = probabilities[part]
+            if local_weights is not None:
+                weights = local_weights[part]
+            elif beta is not None:
+                p_min = None if min_probability is None else min_probability[i]
+                weights = importance_weights(p, table_sizes[i], beta, p_min)
+            else:
+                weights = None
             out.append(
                 Sample(
                     optree.tree_map(lambda leaf, part=part: leaf[part], data),
                     ids[part],
                     p,
-                    None if beta is None else importance_weights(p, table_sizes[i], beta),
+                    weights,
                     None if priorities is None else priorities[part],
                     None if times_sampled is None else times_sampled[part],
                     int(table_sizes[i]),
                 )
             )
         return out
+
+    def _buffer_normalized(self, table: str) -> bool:
+        """Whether ``table``'s importance weights are normalised buffer-wide (``(N P_min)^-beta``,
+        ``Prioritized(weight_normalization="buffer")``); asked of shard 0 once."""
+        found = self._normalization.get(table)
+        if found is None:
+            endpoint = self._endpoints(table)[0]
+            mode = endpoint.result(endpoint.submit("weight_normalization"))
+            found = self._normalization[table] = mode == "buffer"
+        return found
 
     # -- priorities ----------------------------------------------------------------
     #: ids per shard a client holds back before it sends them on their own

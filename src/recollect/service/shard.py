@@ -408,6 +408,27 @@ class Shard:
         """``ReplayBuffer.update_priorities``; returns the ids skipped."""
         return self.buffer.update_priorities(ids, priorities)
 
+    def sampling_bounds(
+        self, num_steps: int | None = None, updates: PriorityUpdates | None = None
+    ) -> tuple[float, int, float]:
+        """``(weight, table_size, smallest sampling value)`` of this shard, after applying
+        ``updates``: :meth:`sampling_weight` and the smallest positive ``(p + epsilon)^alpha``
+        (``Prioritized.min_sampling_value``; ``inf`` when no window is sampleable), from
+        which a client normalises importance weights buffer-wide."""
+        self._apply(updates)
+        table = self.buffer.table
+        with table.lock:
+            weight, size = table.sampling_weight(num_steps)
+            return weight, size, table.min_sampling_value()
+
+    def weight_normalization(self) -> str | None:
+        """The sampler's ``weight_normalization`` (``"buffer"`` or ``"batch"``), or None."""
+        return getattr(self.buffer.sampler, "weight_normalization", None)
+
+    def delete(self, ids: Any) -> int:
+        """``ReplayBuffer.delete``; returns the ids skipped."""
+        return self.buffer.delete(ids)
+
     # -- management -----------------------------------------------------------
     def info(self) -> TableInfo:
         """The buffer's :class:`TableInfo` with ``lost_steps`` and ``leased_rows`` set."""

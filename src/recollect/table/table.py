@@ -322,6 +322,13 @@ class Table:
         with self.lock:
             return self.sampler.sampling_weight(n, within)
 
+    def min_sampling_value(self) -> float:
+        """The sampler's smallest positive sampling value (``Prioritized.min_sampling_value``;
+        NaN for samplers without one)."""
+        smallest = getattr(self.sampler, "min_sampling_value", None)
+        with self.lock:
+            return float("nan") if smallest is None else smallest()
+
     def close(self) -> None:
         """Wakes every insert and draw waiting on the rate limiter with StateError; later
         calls that would wait raise it at once. Calls the limiter allows still run."""
