@@ -29,13 +29,13 @@ from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.samplers import importance_weights
 from recollect.service.endpoint import Endpoint
-from recollect.service.weighting import global_min_probability
 from recollect.service.shard import (
     SampledBatches,
     ShardDescription,
     concatenate_samples,
     shard_path,
 )
+from recollect.service.weighting import global_min_probability
 from recollect.service.writer import Writer
 from recollect.table import TableInfo
 from recollect.table.table import positive_int
