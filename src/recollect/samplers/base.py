@@ -102,6 +102,11 @@ class Sampler:
     sequence_length: int | None = None
     #: Name under which the class is registered (default: the class name).
     name: ClassVar[str] = "Sampler"
+    #: Whether :meth:`sample` is a deterministic order (Fifo, Lifo, heaps): ``sample(k)``
+    #: returns the first ``k`` windows of that order, and a table fills a batch as Reverb
+    #: does, one selection per item (the first window ``b`` times unless
+    #: ``max_times_sampled`` removes it; see :mod:`recollect.table.selection`).
+    deterministic: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -380,9 +380,9 @@ class Prioritized(Sampler):
         if len(keys):
             self._check_finite(largest, priorities, keys)
             values = self._value(priorities)
-            self._set(keys, values)
-            if len(self._priority):
+            if len(self._priority):  # before _set: a heap reads the raw priorities there
                 self._priority[keys] = priorities
+            self._set(keys, values)
             self.max_priority = max(self.max_priority, largest)
         return skipped
 
