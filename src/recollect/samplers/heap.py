@@ -69,9 +69,8 @@ class _Heap(Prioritized):
         self._top = TopTree(index.num_envs * index.max_length)
         self._updates = 0  # the update counter: ties go in update order
 
-    def _set(self, keys: np.ndarray, values: np.ndarray) -> None:
+    def _values_set(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Keeps the heap keys of ``keys`` (valid windows: value 1) beside the validity tree."""
-        super()._set(keys, values)
         keys = np.asarray(keys, np.int64)
         if len(np.unique(keys)) != len(keys):  # the last write of a key wins
             last = len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from recollect.samplers.sum_tree import _level_sizes
+from recollect.samplers.sum_tree import level_sizes
 
 __all__ = ["TopTree"]
 
@@ -36,7 +36,7 @@ class TopTree:
     def __init__(self, capacity: int, branching: int = 16) -> None:
         self.capacity = int(capacity)
         self.branching = b = int(branching)
-        sizes = _level_sizes(self.capacity, b)
+        sizes = level_sizes(self.capacity, b)
         self.primary = np.full(sizes[0], np.inf)
         self.stamp = np.full(sizes[0], _EMPTY_STAMP, np.int64)
         # best[i]: best leaf of each node of level i + 1 (level 0 is the leaves)
@@ -47,7 +47,7 @@ class TopTree:
     @staticmethod
     def estimate_nbytes(capacity: int, branching: int = 16) -> int:
         """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`)."""
-        sizes = _level_sizes(int(capacity), int(branching))
+        sizes = level_sizes(int(capacity), int(branching))
         return 16 * sizes[0] + 8 * sum(sizes[1:])
 
     @property

@@ -159,6 +159,10 @@ class Prioritized(Sampler):
         self._tree.set(keys, values)
         if self._min_tree is not None:
             self._min_tree.set(keys, values)
+        self._values_set(keys, values)
+
+    def _values_set(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Called after :meth:`_set` (raw priorities already stored); heaps keep their keys."""
 
     def min_sampling_value(self) -> float:
         """The smallest positive ``(p_i + epsilon)^alpha`` of a valid window (``inf`` when

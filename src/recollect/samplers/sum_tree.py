@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MinTree", "SumTree"]
+__all__ = ["MinTree", "SumTree", "level_sizes"]
 
 
 class SumTree:
@@ -60,7 +60,7 @@ class SumTree:
             )
         self.capacity = int(capacity)
         self.branching = b = int(branching)
-        sizes = _level_sizes(self.capacity, b)
+        sizes = level_sizes(self.capacity, b)
         self._levels = [np.zeros(size, np.float64) for size in sizes]
         self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
         self._exclusive = np.triu(np.ones((b, b)), 1)  # block @ this = exclusive prefix sums
@@ -71,7 +71,7 @@ class SumTree:
     def estimate_nbytes(capacity: int, branching: int = 16) -> int:
         """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`), before building it."""
         b = int(branching)
-        return 8 * (sum(_level_sizes(int(capacity), b)) + b * b + 2 * b)
+        return 8 * (sum(level_sizes(int(capacity), b)) + b * b + 2 * b)
 
     @property
     def nbytes(self) -> int:
@@ -186,7 +186,7 @@ class SumTree:
             level[:] = 0.0
 
 
-def _level_sizes(capacity: int, b: int) -> list[int]:
+def level_sizes(capacity: int, b: int) -> list[int]:
     """Entries of each level, leaves first: level i holds top * b^(depth - i) entries."""
     top, depth = capacity, 0
     while top > b * b:  # too big to be the top: add a level of block sums
@@ -217,13 +217,13 @@ class MinTree:
             )
         self.capacity = int(capacity)
         self.branching = b = int(branching)
-        self._levels = [np.full(size, np.inf) for size in _level_sizes(self.capacity, b)]
+        self._levels = [np.full(size, np.inf) for size in level_sizes(self.capacity, b)]
         self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
 
     @staticmethod
     def estimate_nbytes(capacity: int, branching: int = 16) -> int:
         """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`)."""
-        return 8 * sum(_level_sizes(int(capacity), int(branching)))
+        return 8 * sum(level_sizes(int(capacity), int(branching)))
 
     @property
     def nbytes(self) -> int:

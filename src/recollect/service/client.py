@@ -542,6 +542,37 @@ class Client:
             for e, h in handles:
                 e.result(h)
 
+    def delete(self, table: str, ids: Any) -> int:
+        """Deletes ``table``'s windows starting at ``ids`` (``ReplayBuffer.delete``; Reverb:
+        ``mutate_priorities`` deletes); each id goes to the shard encoded in it. Priority
+        updates held back for the table are sent first (applied before the deletes).
+
+        Args:
+            table: the table's name.
+            ids: int64 ``[K]`` sample ids.
+
+        Returns:
+            The number of ids skipped: overwritten, unknown, of no shard of this
+            table, or deleted already (as :meth:`update_priorities` counts them).
+
+        Raises:
+            InvalidArgumentError: ``ids`` is not 1-D integers; nothing is deleted.
+        """
+        endpoints = self._endpoints(table)
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise InvalidArgumentError(
+                f"delete needs 1-D integer ids (Sample.ids); got shape {ids.shape}, dtype "
+                f"{ids.dtype}."
+            )
+        self.flush(table)
+        ids = ids.astype(np.int64, copy=False)
+        shard = id_layout.decode(ids)[0] if len(endpoints) > 1 else np.zeros(len(ids), np.int64)
+        routed = [(int(s), ids[shard == s]) for s in np.unique(shard) if 0 <= s < len(endpoints)]
+        handles = [(endpoints[s], endpoints[s].submit("delete", i)) for s, i in routed]
+        skipped = sum(int(e.result(h)) for e, h in handles)
+        return skipped + int(len(ids) - sum(len(i) for _, i in routed))
+
     # -- management ----------------------------------------------------------------
     def info(self, table: str) -> TableInfo:
         """``table``'s :class:`~recollect.TableInfo`, summed over shards, with one entry per
@@ -668,6 +699,10 @@ class TableHandle:
     def update_priorities(self, ids: Any, priorities: Any, *, wait: bool = False) -> int | None:
         """:meth:`Client.update_priorities` of this table."""
         return self.client.update_priorities(self.name, ids, priorities, wait=wait)
+
+    def delete(self, ids: Any) -> int:
+        """:meth:`Client.delete` of this table."""
+        return self.client.delete(self.name, ids)
 
     def writer(self, num_envs: int, **kwargs: Any) -> Writer:
         """:meth:`Client.writer` of this table."""

@@ -327,7 +327,7 @@ class Shard:
         buf = self.buffer
         with buf.lock:
             draw = buf.table.draw(batch_size, num_steps, timeout=timeout, **(options or {}))
-            weight, _ = buf.table.sampling_weight(draw.num_steps)
+            weight = buf.table.draw_weight(draw)  # before max_times_sampled's removals
             return buf.gather(draw), weight
 
     def sample_batches(

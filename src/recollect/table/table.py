@@ -132,6 +132,7 @@ class Table:
         self._sampler_tracks_writes = type(self.sampler).on_add is not Sampler.on_add
         self._sampler_blocks = type(self.sampler).on_add_block is not Sampler.on_add_block
         self._per_item = self.max_times_sampled > 0 or self.sampler.deterministic
+        self._draw_weight = 0.0
         # times each window (keyed by its first step) was drawn, time-major: a write to every
         # row clears one contiguous line, a draw reads the counts of slot * num_envs + row
         self.track_times_sampled = bool(track_times_sampled)
@@ -445,6 +446,8 @@ class Table:
         self, batch_size: int, n: int, within: bool, time_axis: bool, options: dict[str, Any]
     ) -> Draw:
         """:meth:`draw` for deterministic samplers and ``max_times_sampled`` (the lock held)."""
+        # the weight the batch was drawn with, before its removals (see draw_weight)
+        self._draw_weight = self.sampler.sampling_weight(n, within)[0]
         w, times_sampled = select_items(self, batch_size, n, within, options)
         self.samples += batch_size
         if self.waiters:
@@ -463,6 +466,15 @@ class Table:
             time_axis=time_axis,
             generation=self.index.generation,
         )
+
+    def draw_weight(self, draw: Draw) -> float:
+        """The table's sampling weight (:meth:`sampling_weight`) at ``draw``, the last draw:
+        before the removals of ``max_times_sampled``, which a shard's weight after the draw
+        would miss (the client turns local probabilities into global ones with it)."""
+        with self.lock:
+            if self._per_item:
+                return self._draw_weight
+            return self.sampler.sampling_weight(draw.num_steps, self.episode_aware)[0]
 
     def delete(self, ids: Any) -> int:
         """Removes the windows starting at ``ids`` (Reverb: ``mutate_priorities`` deletes).
