@@ -12,7 +12,7 @@ window can get, ``(N * P_min)^-beta`` (``weight_normalization="buffer"``: cpprb,
 OpenAI baselines, TorchRL, Tianshou), or by their max over the batch
 (``"batch"``: Dopamine, Reverb-based Acme agents): ``beta = 0`` gives weights
 1 (no correction), ``beta = 1`` fully corrects the bias. ``P_min`` comes from
-a :class:`MinTree` of the values beside the sum tree.
+the min tree the :class:`SumTree` keeps beside its sums.
 
 Windows are keyed by the storage slot of their first step,
 ``row * max_length + time % max_length``, in a :class:`SumTree` holding
@@ -36,7 +36,7 @@ import numpy as np
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.ids import MAX_TIME, ROW_BITS, ROW_SHIFT
 from recollect.samplers.base import Sampler, WindowDraw, importance_weights
-from recollect.samplers.sum_tree import MinTree, SumTree
+from recollect.samplers.sum_tree import SumTree
 from recollect.windows import WindowIndex
 
 __all__ = ["Prioritized"]
@@ -92,7 +92,6 @@ class Prioritized(Sampler):
                 f"{weight_normalization!r}."
             )
         self.weight_normalization = weight_normalization
-        self._min_tree: MinTree | None = None
         self.priority_exponent = _check_exponent("priority_exponent", priority_exponent)
         self.epsilon = _check_exponent("epsilon", epsilon)
         self.importance_sampling_exponent = _check_exponent(
@@ -121,16 +120,15 @@ class Prioritized(Sampler):
     def estimate_nbytes(self, num_envs: int, max_length: int) -> int:
         size = num_envs * max_length
         raw = size if self.priority_exponent == 0 else 0
-        tracked = MinTree.estimate_nbytes(size) if self.weight_normalization == "buffer" else 0
-        return SumTree.estimate_nbytes(size) + tracked + size + 8 * (raw + 3 * num_envs)
+        tree = SumTree.estimate_nbytes(size, track_min=self.weight_normalization == "buffer")
+        return tree + size + 8 * (raw + 3 * num_envs)
 
     @property
     def nbytes(self) -> int:
         if getattr(self, "index", None) is None:
             return 0
         arrays = (self._valid, self._priority, self._all_rows, self._row_base, self._last_end)
-        tracked = 0 if self._min_tree is None else self._min_tree.nbytes
-        return self._tree.nbytes + tracked + sum(a.nbytes for a in arrays)
+        return self._tree.nbytes + sum(a.nbytes for a in arrays)
 
     # -- table hooks ------------------------------------------------------
     def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
@@ -143,9 +141,8 @@ class Prioritized(Sampler):
         super().bind(index, sequence_length)
         self._length = index.max_length
         size = index.num_envs * index.max_length
-        self._tree = SumTree(size)
-        if self.weight_normalization == "buffer":
-            self._min_tree = MinTree(size)
+        # buffer-wide weights need P_min: a min tree beside the sums
+        self._tree = SumTree(size, track_min=self.weight_normalization == "buffer")
         # whether the window keyed by each slot is valid (its start: see _start_times)
         self._valid = np.zeros(size, bool)
         # raw priorities are kept only when alpha == 0 (else recovered from the tree values)
@@ -155,10 +152,8 @@ class Prioritized(Sampler):
         self._last_end = index.last_end.copy()
 
     def _set(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Sets the sampling values of ``keys`` in the sum tree (and the min tree)."""
+        """Sets the sampling values of ``keys`` in the sum tree (and its min tree)."""
         self._tree.set(keys, values)
-        if self._min_tree is not None:
-            self._min_tree.set(keys, values)
         self._values_set(keys, values)
 
     def _values_set(self, keys: np.ndarray, values: np.ndarray) -> None:
@@ -168,7 +163,7 @@ class Prioritized(Sampler):
         """The smallest positive ``(p_i + epsilon)^alpha`` of a valid window (``inf`` when
         none; NaN with ``weight_normalization="batch"``, which keeps no min tree).
         ``P_min = min_sampling_value() / sampling_weight()[0]``."""
-        return math.nan if self._min_tree is None else self._min_tree.min
+        return self._tree.min if self._tree.track_min else math.nan
 
     def _value(self, priorities: np.ndarray) -> np.ndarray:
         """``(p + epsilon) ** alpha`` of priorities whose largest passed :meth:`_check_finite`."""
@@ -267,8 +262,6 @@ class Prioritized(Sampler):
 
     def on_clear(self) -> None:
         self._tree.clear()
-        if self._min_tree is not None:
-            self._min_tree.clear()
         self._valid[:] = False
         self.num_valid = 0
         self._last_end = self.index.last_end.copy()
@@ -305,10 +298,10 @@ class Prioritized(Sampler):
         values = self._tree[keys]
         probabilities = values / total
         rows, times = self._start_times(keys)
-        if self._min_tree is None:
+        if not self._tree.track_min:
             weights = importance_weights(probabilities, self.num_valid, beta)
         else:  # (N P_i)^-beta / (N P_min)^-beta = (v_i / v_min)^-beta
-            weights = np.power(values / self._min_tree.min, -beta)
+            weights = np.power(values / self._tree.min, -beta)
         priorities = self._priorities(keys, values)
         return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities)
 
@@ -478,8 +471,6 @@ class Prioritized(Sampler):
             )
         _check_state_values(state, values)
         self._tree.fill(values)
-        if self._min_tree is not None:
-            self._min_tree.fill(values)
         self._valid[:] = np.asarray(state["start"], dtype=np.int64) >= 0
         if len(self._priority):  # alpha == 0: raw priorities are state of their own
             raw = state.get("priority")

@@ -35,15 +35,20 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MinTree", "SumTree", "level_sizes"]
+__all__ = ["SumTree", "level_sizes"]
 
 
 class SumTree:
-    """Sums of non-negative float64 leaves with prefix-sum search.
+    """Sums of non-negative float64 leaves with prefix-sum search (and, on request, their
+    smallest positive leaf).
 
     Args:
         capacity: number of leaves (>= 1).
         branching: children per node (>= 2); 16 is fastest for ~1M leaves here.
+        track_min: also keep a min tree beside the sums: levels of the smallest
+            positive leaf below each node (:attr:`min`; cpprb's and OpenAI
+            baselines' min segment tree, for buffer-wide importance weights). It
+            reuses the leaf gather of each :meth:`set` (no second leaf array).
 
     Example:
         >>> tree = SumTree(4)
@@ -52,7 +57,7 @@ class SumTree:
         (4.0, [0, 2])
     """
 
-    def __init__(self, capacity: int, branching: int = 16) -> None:
+    def __init__(self, capacity: int, branching: int = 16, *, track_min: bool = False) -> None:
         if capacity < 1 or branching < 2:
             raise ValueError(
                 f"SumTree needs capacity >= 1 and branching >= 2; got capacity={capacity}, "
@@ -66,22 +71,39 @@ class SumTree:
         self._exclusive = np.triu(np.ones((b, b)), 1)  # block @ this = exclusive prefix sums
         self._ones = np.ones(b)
         self._previous = (np.arange(b, dtype=np.int64) - 1) % b  # child - 1 modulo b
+        # min levels (levels[1:] shapes): smallest positive leaf below each node, inf if none
+        self._mins = [np.full(size, np.inf) for size in sizes[1:]] if track_min else None
+        self._min_blocks = [m.reshape(-1, b) for m in self._mins[:-1]] if self._mins else []
+        self.track_min = bool(track_min)
 
     @staticmethod
-    def estimate_nbytes(capacity: int, branching: int = 16) -> int:
+    def estimate_nbytes(capacity: int, branching: int = 16, *, track_min: bool = False) -> int:
         """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`), before building it."""
         b = int(branching)
-        return 8 * (sum(level_sizes(int(capacity), b)) + b * b + 2 * b)
+        sizes = level_sizes(int(capacity), b)
+        mins = sum(sizes[1:]) if track_min else 0
+        return 8 * (sum(sizes) + mins + b * b + 2 * b)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the tree's arrays (levels and the small search arrays)."""
+        """Bytes of the tree's arrays (levels, min levels and the small search arrays)."""
         return (
             sum(level.nbytes for level in self._levels)
+            + sum(m.nbytes for m in self._mins or ())
             + self._exclusive.nbytes
             + self._ones.nbytes
             + self._previous.nbytes
         )
+
+    @property
+    def min(self) -> float:
+        """The smallest positive leaf (``inf`` when none); needs ``track_min=True``."""
+        if self._mins is None:
+            raise ValueError("this SumTree keeps no minimum; construct it with track_min=True.")
+        if not self._mins:  # one level: the leaves are the top
+            leaves = self._levels[0]
+            return float(leaves[leaves > 0].min(initial=np.inf))
+        return float(self._mins[-1].min())
 
     # -- reading ----------------------------------------------------------
     @property
@@ -167,9 +189,33 @@ class SumTree:
 
     def _refresh(self, indices: np.ndarray) -> None:
         node = indices
+        leaf_blocks = None
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
             node = node // self.branching
-            level[node] = blocks.take(node, axis=0) @ self._ones
+            children = blocks.take(node, axis=0)
+            level[node] = children @ self._ones
+            if leaf_blocks is None:
+                leaf_blocks, parents = children, node
+        if self._mins and leaf_blocks is not None:
+            self._refresh_min(parents, leaf_blocks)
+
+    def _refresh_min(self, node: np.ndarray, leaf_blocks: np.ndarray) -> None:
+        """Min levels above the leaves of the ``[K, B]`` blocks ``leaf_blocks`` (of parents
+        ``node``), reusing the sums' leaf gather; goes up only from nodes whose min changed."""
+        # min over the B children as a [B, K] copy reduced over its rows (~3x faster than
+        # .min(axis=1) of the [K, B] gather); leaves of value 0 count as inf
+        below = leaf_blocks.T.copy()
+        below[below <= 0] = np.inf
+        for i, mins in enumerate(self._mins):
+            if i:
+                node = node // self.branching
+                below = self._min_blocks[i - 1].take(node, axis=0).T.copy()
+            new = below.min(axis=0)
+            changed = new != mins[node]
+            mins[node] = new
+            node = node[changed]
+            if not len(node):
+                return
 
     def fill(self, values: np.ndarray) -> None:
         """Replaces all leaves with ``values`` float64 ``[capacity]`` and rebuilds every level."""
@@ -179,11 +225,18 @@ class SumTree:
             sums = blocks @ self._ones
             level[: len(sums)] = sums
             level[len(sums) :] = 0.0
+        if self._mins is not None:
+            below = np.where(self._levels[0] > 0, self._levels[0], np.inf)
+            for mins in self._mins:
+                mins[:] = below.reshape(-1, self.branching).min(axis=1)
+                below = mins
 
     def clear(self) -> None:
         """Sets every leaf to zero."""
         for level in self._levels:
             level[:] = 0.0
+        for mins in self._mins or ():
+            mins[:] = np.inf
 
 
 def level_sizes(capacity: int, b: int) -> list[int]:
@@ -192,85 +245,3 @@ def level_sizes(capacity: int, b: int) -> list[int]:
     while top > b * b:  # too big to be the top: add a level of block sums
         top, depth = -(-top // b), depth + 1
     return [top * b ** (depth - i) for i in range(depth + 1)]
-
-
-class MinTree:
-    """The minimum of positive float64 leaves, kept beside a :class:`SumTree`.
-
-    Same ``B``-ary layout as :class:`SumTree` (parents are recomputed as the
-    minimum of their ``B`` children after each batch :meth:`set`), so a batch
-    update costs a handful of numpy calls per level. A leaf of value 0 (an
-    empty or invalid slot) counts as ``+inf``: :attr:`min` is the smallest
-    *positive* leaf, the ``P_min`` numerator of buffer-wide importance weights
-    (cpprb's and OpenAI baselines' min segment tree).
-
-    Args:
-        capacity: number of leaves (>= 1).
-        branching: children per node (>= 2).
-    """
-
-    def __init__(self, capacity: int, branching: int = 16) -> None:
-        if capacity < 1 or branching < 2:
-            raise ValueError(
-                f"MinTree needs capacity >= 1 and branching >= 2; got capacity={capacity}, "
-                f"branching={branching}."
-            )
-        self.capacity = int(capacity)
-        self.branching = b = int(branching)
-        self._levels = [np.full(size, np.inf) for size in level_sizes(self.capacity, b)]
-        self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
-
-    @staticmethod
-    def estimate_nbytes(capacity: int, branching: int = 16) -> int:
-        """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`)."""
-        return 8 * sum(level_sizes(int(capacity), int(branching)))
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the tree's levels."""
-        return sum(level.nbytes for level in self._levels)
-
-    @property
-    def min(self) -> float:
-        """The smallest positive leaf (``inf`` when every leaf is 0)."""
-        return float(self._levels[-1].min())
-
-    def set(self, indices: np.ndarray, values: np.ndarray) -> None:
-        """Sets leaves ``indices`` to ``values`` (0 means "no value"); the last write of a
-        repeated index wins.
-
-        Args:
-            indices: int ``[K]`` leaf indices in ``[0, capacity)``.
-            values: float64 ``[K]`` non-negative values.
-        """
-        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-        values = np.asarray(values, dtype=np.float64).reshape(-1)
-        values = np.where(values > 0, values, np.inf)
-        leaves = self._levels[0]
-        leaves[indices] = values
-        if not (leaves[indices] == values).all():  # repeated indices with different values
-            order = np.argsort(indices, kind="stable")
-            ordered = indices[order]
-            last = np.empty(len(ordered), bool)
-            np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
-            last[-1] = True
-            leaves[ordered[last]] = values[order[last]]
-        node = indices
-        for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
-            node = node // self.branching
-            level[node] = blocks.take(node, axis=0).min(axis=1)
-
-    def fill(self, values: np.ndarray) -> None:
-        """Replaces all leaves with ``values`` float64 ``[capacity]`` and rebuilds every level."""
-        leaves = self._levels[0]
-        leaves[: self.capacity] = np.where(values > 0, values, np.inf)
-        leaves[self.capacity :] = np.inf
-        for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
-            mins = blocks.min(axis=1)
-            level[: len(mins)] = mins
-            level[len(mins) :] = np.inf
-
-    def clear(self) -> None:
-        """Sets every leaf to "no value"."""
-        for level in self._levels:
-            level[:] = np.inf
