@@ -128,10 +128,13 @@ def test_heap_ties_go_in_update_order_most_recent_last(sampler_cls, tmp_path):
     ids = ids_of(buf)
     buf.update_priorities(ids[[2, 0, 1]], [1.0, 1.0, 1.0])
     buf.update_priorities(ids[[2]], [1.0])  # 2 updated again: it goes last
+    assert buf.sample(3).data["x"].tolist() == [0, 1, 2]  # the Reverb check
+    buf = table(sampler_cls(), items=3, max_times=1)  # all at the initial priority 1
+    buf.update_priorities(ids_of(buf)[[0]], [1.0])  # the oldest, updated: now last
     buf.save(tmp_path / "heap")
-    assert buf.sample(3).data["x"].tolist() == [0, 1, 2]  # Reverb: [0, 1, 2]
+    assert buf.sample(3).data["x"].tolist() == [1, 2, 0]  # by age it would be [0, 1, 2]
     restored = rc.ReplayBuffer.load(tmp_path / "heap")  # the update order is checkpointed
-    assert restored.sample(3).data["x"].tolist() == [0, 1, 2]
+    assert restored.sample(3).data["x"].tolist() == [1, 2, 0]
 
 
 def test_heap_fresh_ties_go_in_insert_order():
