@@ -234,7 +234,7 @@ class Prioritized(Sampler):
         self.num_valid -= int(np.count_nonzero(self._valid[gone]))
         self._valid[gone] = False
         self._set(gone, np.zeros(len(gone)))
-        new = (base + start % length)[ok]
+        new = (base + start % length).T[ok.T]  # time-major: a heap's insert order, as on_add
         self._valid[new] = True
         if len(self._priority):
             self._priority[new] = self.max_priority
