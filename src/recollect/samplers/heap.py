@@ -126,8 +126,12 @@ class _Heap(Prioritized):
 
     # -- checkpoints: the update order is state too ------------------------------
     def state_dict(self) -> dict[str, Any]:
-        stamp = self._top.stamp[: self._top.capacity]
-        return {**super().state_dict(), "stamp": np.where(self._valid, stamp, 0)}
+        # the update order as ranks among valid windows (0 elsewhere): the same state
+        # whatever counter values produced that order
+        keys = np.flatnonzero(self._valid)
+        rank = np.zeros(self._top.capacity, np.int64)
+        rank[keys[np.argsort(self._top.stamp[keys], kind="stable")]] = np.arange(len(keys))
+        return {**super().state_dict(), "stamp": rank}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
