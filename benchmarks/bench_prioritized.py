@@ -13,6 +13,8 @@ Rows measured in the same process:
 * ``limit: gather``           ``rng.integers`` + ``store[idx]`` per field (uniform, no priorities).
 * ``limit: copy``             ``np.copyto`` of the same bytes as one gather.
 * ``naive numpy PER``         ``rng.choice(N, 256, p=p)`` + ``p[idx] = ...`` (O(N) per step).
+* ``  batch-normalised``      the learner step with ``weight_normalization="batch"``
+  (no min tree beside the sum tree: what the default ``"buffer"`` costs extra).
 * ``cpprb PER``               (when cpprb is installed; ``--no-peers`` skips it)
   ``cpprb.PrioritizedReplayBuffer(alpha=0.6)`` on the same data, its default way
   (next observations a second copy): ``sample(256, beta=0.4)`` + ``update_priorities``.
@@ -20,7 +22,14 @@ Rows measured in the same process:
 Rows are timed interleaved (one repeat of every row, then the next repeat), so
 load from other processes hits all rows alike; ratios are to rows of this run.
 
-Usage: ``python benchmarks/bench_prioritized.py [--quick] [--repeats 5] [--no-peers]``.
+``--heap`` measures the heap selectors instead (issue 26, item 7): a
+``MaxHeap`` table of 131,072 windows, one learner step = ``sample(256)`` +
+``update_priorities`` of the drawn ids, with every priority tied (a fresh
+table) and with distinct priorities, without and with ``max_times_sampled=1``
+(then 256 distinct windows, best first, and an insert of 256 keeps the size);
+the limit row is a numpy ``argmax`` + set over the priorities.
+
+Usage: ``python benchmarks/bench_prioritized.py [--quick] [--repeats 5] [--no-peers] [--heap]``.
 """
 
 from __future__ import annotations
@@ -47,8 +56,8 @@ SPEC = {
 }
 
 
-def fill(capacity: int, num_envs: int = 8) -> rc.ReplayBuffer:
-    sampler = rc.Prioritized(priority_exponent=0.6, epsilon=1e-6)
+def fill(capacity: int, num_envs: int = 8, **kwargs: Any) -> rc.ReplayBuffer:
+    sampler = rc.Prioritized(priority_exponent=0.6, epsilon=1e-6, **kwargs)
     buf = rc.ReplayBuffer(SPEC, capacity, num_envs, sampler=sampler, sequence_length=1, rng=0)
     rng = np.random.default_rng(0)
     chunk = {k: rng.random((1024, num_envs, *s.shape)).astype(s.dtype) for k, s in SPEC.items()}
@@ -98,7 +107,11 @@ def rates(
 
 
 def rows(
-    buf: rc.ReplayBuffer, calls: int, repeats: int, per: Any = None
+    buf: rc.ReplayBuffer,
+    calls: int,
+    repeats: int,
+    per: Any = None,
+    batch_buf: rc.ReplayBuffer | None = None,
 ) -> list[tuple[str, tuple[float, float]]]:
     rng = np.random.default_rng(1)
     capacity = buf.capacity
@@ -150,6 +163,14 @@ def rows(
         ("limit: copy (np.copyto, same bytes)", copy, calls),
         ("naive numpy PER (rng.choice p=, O(N))", naive, max(3, calls // 200)),
     ]
+    if batch_buf is not None:
+
+        def batch_step() -> None:
+            s = batch_buf.sample(BATCH, importance_sampling_exponent=0.4)
+            k[0] = (k[0] + 1) % 64
+            batch_buf.update_priorities(s.ids, prios[k[0]])
+
+        table.insert(1, ("  batch-normalised (no min tree)", batch_step, calls))
     if per is not None:
 
         def cpprb_step() -> None:
@@ -162,21 +183,90 @@ def rows(
     return [(name, r) for (name, _, _), r in zip(table, measured, strict=True)]
 
 
+HEAP_SPEC = {"x": rc.ArraySpec((), np.int64)}
+
+
+def heap_rows(size: int, calls: int, repeats: int) -> list[tuple[str, tuple[float, float]]]:
+    """The ``--heap`` rows (module doc): MaxHeap learner steps at ``size`` windows."""
+    rng = np.random.default_rng(0)
+    prios = [rng.random(BATCH) for _ in range(64)]
+    steps = {"x": np.arange(BATCH, dtype=np.int64)}
+
+    def heap(distinct: bool, max_times: int) -> Callable[[], None]:
+        buf = rc.ReplayBuffer(
+            HEAP_SPEC,
+            size,
+            BATCH,
+            sampler=rc.MaxHeap(),
+            sequence_length=1,
+            max_times_sampled=max_times,
+            rng=0,
+        )
+        for _ in range(size // BATCH):
+            buf.add_batch(steps)
+        if distinct:
+            ids = buf.item_ids().reshape(-1)
+            buf.update_priorities(ids, rng.permutation(len(ids)) / len(ids))
+        k = [0]
+
+        def step() -> None:
+            s = buf.sample(BATCH)
+            k[0] = (k[0] + 1) % 64
+            buf.update_priorities(s.ids, prios[k[0]])
+            if max_times:  # the drawn windows are gone: refill 256 (one add_batch)
+                buf.add_batch(steps)
+
+        return step
+
+    values = rng.random(size)
+
+    def argmax() -> None:
+        top = int(values.argmax())
+        values[top] = prios[0][0]
+
+    table = [
+        ("MaxHeap sample 256 + update (ties)", heap(False, 0), calls),
+        ("MaxHeap sample 256 + update (distinct)", heap(True, 0), calls),
+        ("MaxHeap mts=1: 256 distinct + update + add (ties)", heap(False, 1), calls),
+        ("MaxHeap mts=1: 256 distinct + update + add (distinct)", heap(True, 1), calls),
+        ("limit: numpy argmax + set", argmax, calls),
+    ]
+    measured = rates([fn for _, fn, _ in table], [n for _, _, n in table], repeats)
+    return [(name, r) for (name, _, _), r in zip(table, measured, strict=True)]
+
+
+def main_heap(args: argparse.Namespace) -> None:
+    size = args.capacity or 131_072
+    calls = 100 if args.quick else 300
+    results = heap_rows(size, calls, args.repeats)
+    limit = results[-1][1]
+    print(f"heap selectors, {size:,} windows, batch {BATCH}")
+    print(f"median of {args.repeats} repeats x {calls} calls; cpu = rate by process CPU time")
+    print(f"{'row':56s} {'steps/s':>10s} {'ms/step':>8s} {'x argmax':>9s} {'cpu steps/s':>12s}")
+    for name, (wall, cpu) in results:
+        print(f"{name:56s} {wall:10,.0f} {1e3 / wall:8.3f} {wall / limit[0]:9.4f} {cpu:12,.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="capacity 100k, fewer calls")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--capacity", type=int, default=None)
     parser.add_argument("--no-peers", action="store_true", help="skip the cpprb row")
+    parser.add_argument("--heap", action="store_true", help="the MaxHeap rows instead")
     args = parser.parse_args()
+    if args.heap:
+        main_heap(args)
+        return
     capacity = args.capacity or (100_000 if args.quick else 1_000_000)
     calls = 300 if args.quick else 1000
     start = time.perf_counter()
     buf = fill(capacity)
     fill_s = time.perf_counter() - start
+    batch_buf = fill(capacity, weight_normalization="batch")
     per = None if args.no_peers else cpprb_fill(capacity)
-    results = rows(buf, calls, args.repeats, per)
-    gather, copy = results[3][1], results[4][1]
+    results = rows(buf, calls, args.repeats, per, batch_buf)
+    gather, copy = results[4][1], results[5][1]
     print(f"W3 prioritized, capacity {capacity:,}, batch {BATCH}, alpha 0.6, beta 0.4")
     print(
         f"fill: {capacity:,} transitions in batches of 8 in {fill_s:.1f} s "

@@ -260,6 +260,9 @@ class ReferenceTable:
         self.counts: dict[tuple[int, int], int] = {}
         self.removed: set[tuple[int, int]] = set()
         self.priority: dict[tuple[int, int], float] = {}
+        # heap ties: the update order (a window's insert, then each priority update)
+        self.stamp: dict[tuple[int, int], int] = {}
+        self.updates = 0
 
     def add(self, row: int, is_last: bool) -> None:
         self.flags[row][self.t[row]] = is_last
@@ -267,6 +270,32 @@ class ReferenceTable:
         self.removed.discard((row, self.t[row]))
         self.priority.pop((row, self.t[row]), None)
         self.t[row] += 1
+        self.stamp[(row, self.t[row] - self.n)] = self.updates  # the window just completed
+        self.updates += 1
+
+    def set_priority(self, window: tuple[int, int], priority: float) -> None:
+        self.priority[window] = priority
+        self.stamp[window] = self.updates
+        self.updates += 1
+
+    def allowance(self) -> int:
+        """Draws the valid windows still allow (``max_times`` - count each)."""
+        return sum(self.max_times - self.counts.get(w, 0) for w in self.valid())
+
+    def take(self, window: tuple[int, int]) -> None:
+        """One selection (Reverb: each item of a batch): the window must be valid now;
+        it is removed once drawn ``max_times`` times, before the next selection."""
+        assert window in self.valid(), (window, self.valid())
+        self.counts[window] = self.counts.get(window, 0) + 1
+        if self.max_times and self.counts[window] >= self.max_times:
+            self.removed.add(window)
+
+    def delete(self, window: tuple[int, int]) -> bool:
+        """Removes a valid window; False when it is not valid (skipped)."""
+        if window not in self.valid():
+            return False
+        self.removed.add(window)
+        return True
 
     def clear(self) -> None:
         self.t_clear = list(self.t)
@@ -292,7 +321,7 @@ class ReferenceTable:
         if kind == "lifo":
             return valid[::-1]
         sign = 1.0 if kind == "minheap" else -1.0
-        return sorted(valid, key=lambda w: (sign * self.priority.get(w, 1.0), w[1], w[0]))
+        return sorted(valid, key=lambda w: (sign * self.priority.get(w, 1.0), self.stamp[w]))
 
     def record(self, windows: list[tuple[int, int]]) -> None:
         """Counts a draw (in order) and removes windows sampled ``max_times`` times."""

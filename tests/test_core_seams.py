@@ -171,9 +171,12 @@ def test_times_sampled_counts_each_window_and_resets_when_overwritten():
     buf.add({"x": 0})
     buf.add({"x": 1})
     assert buf.sample(1).times_sampled.tolist() == [1]
-    assert buf.sample(3).times_sampled.tolist() == [2, 1, 3]  # windows 0, 1, 0: in draw order
-    buf.add({"x": 2})  # overwrites step 0's slot: step 2 starts from 0, not from 3
-    assert buf.sample(2).times_sampled.tolist() == [2, 1]
+    # Reverb: one selection per item, Fifo's first window each time: in draw order
+    assert buf.sample(3).times_sampled.tolist() == [2, 3, 4]
+    buf.add({"x": 2})  # overwrites step 0's slot (counted 4)
+    assert buf.sample(2).times_sampled.tolist() == [1, 2]  # window 1, never drawn before
+    buf.add({"x": 3})
+    assert buf.sample(1).times_sampled.tolist() == [1]  # step 2, in step 0's slot: from 0
 
 
 def test_importance_weights_follow_from_probability_and_table_size():

@@ -66,8 +66,12 @@ def test_fifo_and_lifo_match_brute_force_order(case, within_episode):
         if reverse:
             order = order[::-1]
         expected = order[np.arange(batch) % len(order)]
+        # the sampler's order: sample(k) is the first k windows (cyclic past N)
+        w = buf.sampler.sample(batch, num_steps, within_episode, buf.rng)
+        np.testing.assert_array_equal(rc.ids.encode(w.rows, w.times), expected)
+        # a buffer's batch is one selection per item, as Reverb: the first window b times
         s = buf.sample(batch, num_steps, within_episode=within_episode)
-        np.testing.assert_array_equal(s.ids, expected)
+        np.testing.assert_array_equal(s.ids, np.full(batch, order[0]))
         np.testing.assert_array_equal(s.probabilities, np.ones(batch))
         times = rc.ids.decode(s.ids)[2]
         np.testing.assert_array_equal(s.data["observation"][:, 0, 0], times.astype(np.float32))
@@ -84,10 +88,13 @@ def test_fifo_queue_example_and_no_rng_use():
     state = buf.rng.bit_generator.state
     # stored times 0..5 (max_length 4 -> times 2..5); row 0 ends an episode at t=3
     oldest = ids_of([(2, 0), (2, 1), (3, 1), (4, 0), (4, 1)])
-    assert buf.sample(5, 2).ids.tolist() == oldest
-    assert buf.sample(5, 2).ids.tolist() == oldest  # sampling removes nothing
+    assert buf.sample(5, 2).ids.tolist() == oldest[:1] * 5  # Reverb: the top item b times
+    assert buf.sample(5, 2).ids.tolist() == oldest[:1] * 5  # sampling removes nothing
     assert buf.rng.bit_generator.state == state
-    lifo = rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Lifo(), rng=0)
+    queue = rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Fifo(), rng=0, max_times_sampled=1)
+    fill(queue, [[False, False]] * 3 + [[True, False]] + [[False, False]] * 2)
+    assert queue.sample(5, 2).ids.tolist() == oldest  # each window once, in order
+    lifo = rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Lifo(), rng=0, max_times_sampled=1)
     fill(lifo, [[False, False]] * 3 + [[True, False]] + [[False, False]] * 2)
     assert lifo.sample(3, 2).ids.tolist() == ids_of([(4, 1), (4, 0), (3, 1)])
     assert lifo.sample(1).ids.tolist() == ids_of([(5, 1)])

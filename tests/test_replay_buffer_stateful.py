@@ -258,7 +258,7 @@ class ReplayBufferMachine(RuleBasedStateMachine):
             np.testing.assert_array_equal(s.probabilities, np.full(batch, 1.0 / len(valid)))
         elif self.kind in ("fifo", "lifo"):
             order = valid if self.kind == "fifo" else valid[::-1]
-            assert drawn == [order[k % len(order)] for k in range(batch)]
+            assert drawn == [order[0]] * batch  # Reverb: the first window, once per item
         else:
             eps = self.buf.sampler.epsilon
             values = {w: (self.priorities[w] + eps) ** 0.7 for w in valid}
@@ -268,7 +268,9 @@ class ReplayBufferMachine(RuleBasedStateMachine):
             want_p = [self.priorities[w] for w in drawn]
             np.testing.assert_allclose(s.priorities, want_p, rtol=1e-9, atol=1e-9)
             w = (len(valid) * np.array(want)) ** -self.buf.sampler.importance_sampling_exponent
-            np.testing.assert_allclose(s.weights, w / w.max(), rtol=1e-9)
+            p_min = min(v for v in values.values() if v > 0) / total  # buffer-wide (cpprb)
+            beta = self.buf.sampler.importance_sampling_exponent
+            np.testing.assert_allclose(s.weights, w / (len(valid) * p_min) ** -beta, rtol=1e-9)
         assert s.table_size == len(valid)
         if self.track:
             want_counts = []

@@ -103,7 +103,9 @@ def test_four_shards_sample_exactly_like_one_buffer() -> None:
 
 
 def test_prioritized_weights_come_from_global_probabilities() -> None:
-    sampler = rc.Prioritized(priority_exponent=0.6, importance_sampling_exponent=0.4)
+    sampler = rc.Prioritized(
+        priority_exponent=0.6, importance_sampling_exponent=0.4, weight_normalization="batch"
+    )
     buf = rc.ReplayBuffer(SPEC, 4 * 32, 4, sampler=sampler, sequence_length=1)
     client = rc_ray.serve({"t": buf}, num_shards=2, name="per", rng=0)
     try:

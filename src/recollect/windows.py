@@ -313,6 +313,17 @@ class WindowIndex:
         self.removed += len(new)
         return len(new)
 
+    def is_removed(self, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """bool ``[K]``: whether the window starting at each ``(rows, times)`` was removed
+        (:meth:`remove`); ``rows`` must be valid rows."""
+        rows, times = np.asarray(rows, np.int64), np.asarray(times, np.int64)
+        out = times < self._floor[rows]
+        if len(self._removed):
+            keys = (rows << _KEY_SHIFT) | times
+            at = np.minimum(np.searchsorted(self._removed, keys), len(self._removed) - 1)
+            out |= self._removed[at] == keys
+        return out
+
     def _compact(self) -> None:
         """Drops removed starts no longer stored; moves each row's leading run into its floor."""
         floor = np.maximum(self._floor, self.lo)

@@ -683,6 +683,27 @@ class ReplayBuffer(TFAgentsReads):
         """
         return self._table.update_priorities(ids, priorities)
 
+    def delete(self, ids: Any) -> int:
+        """Deletes the windows starting at ``ids`` (Reverb: ``mutate_priorities`` deletes).
+
+        A deleted window is never sampled again; ``info().size`` drops and
+        ``info().deletes`` counts it; a rate limiter sees the smaller size (a
+        delete can let an insert through and block a sample, as in Reverb). The
+        steps stay stored (windows starting elsewhere may still contain them).
+
+        Args:
+            ids: int ``[K]`` window ids (``Sample.ids``, ``item_ids()``).
+
+        Returns:
+            The number of ids skipped, as :meth:`update_priorities` counts them:
+            overwritten, not (yet) a complete window, of another shard, or
+            deleted already.
+
+        Raises:
+            InvalidArgumentError: ``ids`` is not 1-D integers; nothing is deleted.
+        """
+        return self._table.delete(ids)
+
     def item_ids(self) -> np.ndarray:
         """Ids of all stored steps, int64 ``[num_envs, steps_per_row]``, oldest first.
 

@@ -48,8 +48,10 @@ class WindowDraw:
     priorities: np.ndarray | None = None
 
 
-def importance_weights(probabilities: Any, table_size: Any, beta: float) -> np.ndarray:
-    """Importance weights ``w_i = (N * P(i))^-beta / max_j w_j`` (Schaul et al. 2016, eq. 1).
+def importance_weights(
+    probabilities: Any, table_size: Any, beta: float, min_probability: float | None = None
+) -> np.ndarray:
+    """Importance weights ``w_i = (N * P(i))^-beta`` normalised (Schaul et al. 2016, eq. 1).
 
     Computed from what every sample carries (Reverb ``SampleInfo``:
     ``probability`` and ``table_size``), so a client can weight a batch drawn
@@ -59,10 +61,17 @@ def importance_weights(probabilities: Any, table_size: Any, beta: float) -> np.n
         probabilities: float ``[B]`` probability of each drawn window (> 0).
         table_size: ``N``, the number of windows sampled among (scalar or ``[B]``).
         beta: the exponent >= 0; 0 gives weights 1, 1 corrects the bias fully.
+        min_probability: ``P_min``, the smallest probability of any stored window:
+            the weights are then divided by ``(N * P_min)^-beta``, the largest
+            weight any window can get (cpprb, OpenAI baselines, TorchRL,
+            Tianshou). None divides by the batch's largest weight (Dopamine).
 
     Returns:
         float64 ``[B]`` weights in ``(0, 1]``.
     """
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    if min_probability is not None:
+        return np.power(probabilities / min_probability, -beta)
     weights = np.power(np.multiply(table_size, probabilities, dtype=np.float64), -beta)
     return weights / weights.max()
 
@@ -93,6 +102,11 @@ class Sampler:
     sequence_length: int | None = None
     #: Name under which the class is registered (default: the class name).
     name: ClassVar[str] = "Sampler"
+    #: Whether :meth:`sample` is a deterministic order (Fifo, Lifo, heaps): ``sample(k)``
+    #: returns the first ``k`` windows of that order, and a table fills a batch as Reverb
+    #: does, one selection per item (the first window ``b`` times unless
+    #: ``max_times_sampled`` removes it; see :mod:`recollect.table.selection`).
+    deterministic: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

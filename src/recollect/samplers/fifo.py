@@ -77,6 +77,7 @@ class _Ordered(Sampler):
     """Shared ``sample`` of :class:`Fifo` and :class:`Lifo`; each sets ``_pick``."""
 
     _pick: Callable[[Segments, int], tuple[np.ndarray, np.ndarray]]
+    deterministic = True
 
     def sample(
         self,

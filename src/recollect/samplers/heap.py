@@ -1,18 +1,21 @@
 """Heap selectors (Reverb's ``MinHeap`` / ``MaxHeap``): the lowest or highest priority first.
 
-Deterministic: a draw of ``batch_size`` returns the windows of lowest
-(:class:`MinHeap`) or highest (:class:`MaxHeap`) priority in that order, ties
-broken by age (older start time first, then lower row). When fewer windows
-are valid, the valid ones repeat cyclically in the same order (as
-:class:`~recollect.Fifo`). Paired with ``max_times_sampled=1`` each window
-comes back once, best first. Probabilities are 1.0; no ``rng`` draw is made.
+Deterministic: ``sample(k)`` returns the ``k`` windows of lowest
+(:class:`MinHeap`) or highest (:class:`MaxHeap`) priority in that order.
+Ties are broken by update order, as in Reverb: of equal priorities the
+window inserted or updated least recently comes first, the most recently
+updated goes last. A table fills a batch as Reverb does, one selection per
+item: the top window ``b`` times, unless ``max_times_sampled`` removes it
+(``max_times_sampled=1``: each window comes back once, best first; see
+:mod:`recollect.table.selection`). Probabilities are 1.0; no ``rng`` draw.
 
 Priorities are set with ``update_priorities`` as for
 :class:`~recollect.Prioritized`; a new window gets ``initial_priority``.
 Windows are of the buffer's fixed ``sequence_length``.
 
-Cost: O(valid windows) per draw (a partition of the priorities), plus
-O(k log k) to order the ``k`` chosen.
+Cost: a :class:`~recollect.samplers.heap_tree.TopTree` keyed by
+``(signed priority, update counter)``: O(k B log N) per draw of ``k``
+windows and O(K B log N) per update of ``K``, whatever the ties.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import numpy as np
 
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.base import WindowDraw
+from recollect.samplers.heap_tree import TopTree
 from recollect.samplers.prioritized import Prioritized
+from recollect.windows import WindowIndex
 
 __all__ = ["MaxHeap", "MinHeap"]
 
@@ -40,11 +45,41 @@ class _Heap(Prioritized):
                 f"`initial_priority` must be a finite float >= 0; got {initial_priority!r}."
             )
         # alpha = 0: the sum tree holds ones for valid windows and raw priorities are kept
-        super().__init__(0.0, 0.0, initial_max_priority=max(initial, 1e-300))
+        super().__init__(
+            0.0, 0.0, initial_max_priority=max(initial, 1e-300), weight_normalization="batch"
+        )
         self.initial_priority = initial
 
     def get_config(self) -> dict[str, float]:
         return {"initial_priority": self.initial_priority}
+
+    deterministic = True
+
+    def estimate_nbytes(self, num_envs: int, max_length: int) -> int:
+        size = num_envs * max_length
+        return super().estimate_nbytes(num_envs, max_length) + TopTree.estimate_nbytes(size)
+
+    @property
+    def nbytes(self) -> int:
+        top = getattr(self, "_top", None)
+        return super().nbytes + (0 if top is None else top.nbytes)
+
+    def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
+        super().bind(index, sequence_length)
+        self._top = TopTree(index.num_envs * index.max_length)
+        self._updates = 0  # the update counter: ties go in update order
+
+    def _values_set(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Keeps the heap keys of ``keys`` (valid windows: value 1) beside the validity tree."""
+        keys = np.asarray(keys, np.int64)
+        if len(np.unique(keys)) != len(keys):  # the last write of a key wins
+            last = len(keys) - 1 - np.unique(keys[::-1], return_index=True)[1]
+            keys, values = keys[last], np.asarray(values)[last]
+        live = np.asarray(values) > 0
+        stamp = np.where(live, self._updates + np.arange(len(keys)), 0)
+        self._updates += len(keys)
+        primary = np.where(live, self._sign * self._priority[keys], np.inf)
+        self._top.set(keys, primary, stamp)
 
     def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
         self.max_priority = self.initial_priority
@@ -53,6 +88,10 @@ class _Heap(Prioritized):
     def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
         self.max_priority = self.initial_priority
         super().on_add_block(rows, count, is_last)
+
+    def on_clear(self) -> None:
+        super().on_clear()
+        self._top.fill(np.full(self._top.capacity, np.inf), np.zeros(self._top.capacity, np.int64))
 
     def sample(
         self,
@@ -67,34 +106,51 @@ class _Heap(Prioritized):
                 f"{type(self).__name__} sampling takes no options; got {sorted(kwargs)}."
             )
         self._check_request(within_episode, {})
-        keys = np.flatnonzero(self._valid)
-        if not len(keys):
+        if not self.num_valid:
             raise NotEnoughDataError(
                 f"{type(self).__name__}: no valid window of sequence_length="
                 f"{self.sequence_length} is stored; add more steps."
             )
-        order_by = self._priority[keys] * self._sign
-        k = min(batch_size, len(keys))
-        if k < len(keys):
-            threshold = np.partition(order_by, k - 1)[k - 1]
-            chosen = order_by <= threshold
-            keys, order_by = keys[chosen], order_by[chosen]
-        rows, times = self._start_times(keys)
-        order = np.lexsort((rows, times, order_by))[:k]
+        k = min(batch_size, self.num_valid)
+        keys = self._top.best(k)
         if k < batch_size:
-            order = order[np.arange(batch_size) % k]
-        keys = keys[order]
+            keys = keys[np.arange(batch_size) % k]
+        rows, times = self._start_times(keys)
         return WindowDraw(
-            rows[order],
-            times[order],
+            rows,
+            times,
             np.ones(batch_size),
             table_size=self.num_valid,
             priorities=self._priority[keys],
         )
 
+    # -- checkpoints: the update order is state too ------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        # the update order as ranks among valid windows (0 elsewhere): the same state
+        # whatever counter values produced that order
+        keys = np.flatnonzero(self._valid)
+        rank = np.zeros(self._top.capacity, np.int64)
+        rank[keys[np.argsort(self._top.stamp[keys], kind="stable")]] = np.arange(len(keys))
+        return {**super().state_dict(), "stamp": rank}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        size = self._top.capacity
+        stamp = state.get("stamp")
+        if stamp is None:  # an older checkpoint: ties in age order (start time, then row)
+            keys = np.flatnonzero(self._valid)
+            rows, times = self._start_times(keys)
+            stamp = np.zeros(size, np.int64)
+            stamp[keys[np.lexsort((rows, times))]] = np.arange(len(keys))
+        stamp = np.asarray(stamp, np.int64).reshape(size)
+        primary = np.where(self._valid, self._sign * self._priority, np.inf)
+        self._top.fill(primary, np.where(self._valid, stamp, 0))
+        self._updates = int(stamp.max(initial=-1)) + 1
+
 
 class MinHeap(_Heap):
-    """The windows of lowest priority first (ties: oldest first); see the module doc.
+    """The windows of lowest priority first (ties: least recently updated first); see the
+    module doc.
 
     Args:
         initial_priority: priority of new windows (finite, >= 0).
@@ -102,7 +158,8 @@ class MinHeap(_Heap):
 
 
 class MaxHeap(_Heap):
-    """The windows of highest priority first (ties: oldest first); see the module doc.
+    """The windows of highest priority first (ties: least recently updated first); see the
+    module doc.
 
     Args:
         initial_priority: priority of new windows (finite, >= 0).

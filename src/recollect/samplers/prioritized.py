@@ -6,9 +6,13 @@ Every valid window of the buffer's fixed ``sequence_length`` has a priority
     P(i) = (p_i + epsilon)^alpha / sum_j (p_j + epsilon)^alpha
 
 ``alpha = 0`` is uniform sampling, ``alpha = 1`` fully proportional. Each
-sample carries importance weights ``w_i = (N * P(i))^-beta``, normalised by
-their max over the batch (``N`` = number of valid windows): ``beta = 0``
-gives weights 1 (no correction), ``beta = 1`` fully corrects the bias.
+sample carries importance weights ``w_i = (N * P(i))^-beta`` (``N`` = number
+of valid windows), normalised by default by the largest weight any stored
+window can get, ``(N * P_min)^-beta`` (``weight_normalization="buffer"``: cpprb,
+OpenAI baselines, TorchRL, Tianshou), or by their max over the batch
+(``"batch"``: Dopamine, Reverb-based Acme agents): ``beta = 0`` gives weights
+1 (no correction), ``beta = 1`` fully corrects the bias. ``P_min`` comes from
+the min tree the :class:`SumTree` keeps beside its sums.
 
 Windows are keyed by the storage slot of their first step,
 ``row * max_length + time % max_length``, in a :class:`SumTree` holding
@@ -56,6 +60,11 @@ class Prioritized(Sampler):
             called without one (anneal it with :class:`LinearSchedule`).
         initial_max_priority: priority of new windows until an update raises
             the running max (> 0).
+        weight_normalization: ``"buffer"`` (default) divides importance weights by
+            ``(N * P_min)^-beta``, the largest weight any stored window can get
+            (cpprb, OpenAI baselines, TorchRL, Tianshou): a batch's weights do not
+            depend on which windows it happened to draw. ``"batch"`` divides by
+            the batch's largest weight (Dopamine; Acme agents on Reverb).
 
     Raises:
         InvalidArgumentError: an argument out of range; at ``bind``, a buffer
@@ -74,7 +83,15 @@ class Prioritized(Sampler):
         *,
         importance_sampling_exponent: float = 0.4,
         initial_max_priority: float = 1.0,
+        weight_normalization: str = "buffer",
     ) -> None:
+        if weight_normalization not in ("buffer", "batch"):
+            raise InvalidArgumentError(
+                f'`weight_normalization` must be "buffer" (divide by (N * P_min)^-beta, as '
+                f'cpprb) or "batch" (divide by the batch\'s largest weight, as Dopamine); got '
+                f"{weight_normalization!r}."
+            )
+        self.weight_normalization = weight_normalization
         self.priority_exponent = _check_exponent("priority_exponent", priority_exponent)
         self.epsilon = _check_exponent("epsilon", epsilon)
         self.importance_sampling_exponent = _check_exponent(
@@ -96,13 +113,15 @@ class Prioritized(Sampler):
             "epsilon": self.epsilon,
             "importance_sampling_exponent": self.importance_sampling_exponent,
             "initial_max_priority": self.initial_max_priority,
+            "weight_normalization": self.weight_normalization,
         }
 
     # -- memory -------------------------------------------------------------
     def estimate_nbytes(self, num_envs: int, max_length: int) -> int:
         size = num_envs * max_length
         raw = size if self.priority_exponent == 0 else 0
-        return SumTree.estimate_nbytes(size) + size + 8 * (raw + 3 * num_envs)
+        tree = SumTree.estimate_nbytes(size, track_min=self.weight_normalization == "buffer")
+        return tree + size + 8 * (raw + 3 * num_envs)
 
     @property
     def nbytes(self) -> int:
@@ -122,7 +141,8 @@ class Prioritized(Sampler):
         super().bind(index, sequence_length)
         self._length = index.max_length
         size = index.num_envs * index.max_length
-        self._tree = SumTree(size)
+        # buffer-wide weights need P_min: a min tree beside the sums
+        self._tree = SumTree(size, track_min=self.weight_normalization == "buffer")
         # whether the window keyed by each slot is valid (its start: see _start_times)
         self._valid = np.zeros(size, bool)
         # raw priorities are kept only when alpha == 0 (else recovered from the tree values)
@@ -130,6 +150,20 @@ class Prioritized(Sampler):
         self._all_rows = np.arange(index.num_envs, dtype=np.int64)
         self._row_base = self._all_rows * index.max_length
         self._last_end = index.last_end.copy()
+
+    def _set(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Sets the sampling values of ``keys`` in the sum tree (and its min tree)."""
+        self._tree.set(keys, values)
+        self._values_set(keys, values)
+
+    def _values_set(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Called after :meth:`_set` (raw priorities already stored); heaps keep their keys."""
+
+    def min_sampling_value(self) -> float:
+        """The smallest positive ``(p_i + epsilon)^alpha`` of a valid window (``inf`` when
+        none; NaN with ``weight_normalization="batch"``, which keeps no min tree).
+        ``P_min = min_sampling_value() / sampling_weight()[0]``."""
+        return self._tree.min if self._tree.track_min else math.nan
 
     def _value(self, priorities: np.ndarray) -> np.ndarray:
         """``(p + epsilon) ** alpha`` of priorities whose largest passed :meth:`_check_finite`."""
@@ -162,7 +196,7 @@ class Prioritized(Sampler):
             if len(self._priority):
                 self._priority[gone[ok]] = self.max_priority
             self.num_valid += int(np.count_nonzero(ok))
-            self._tree.set(gone, np.where(ok, value, 0.0))
+            self._set(gone, np.where(ok, value, 0.0))
             return
         new = (base + start % self._length)[ok]
         self._valid[new] = True
@@ -170,7 +204,7 @@ class Prioritized(Sampler):
             self._priority[new] = self.max_priority
         self.num_valid += len(new)
         values = np.concatenate([np.zeros(len(gone)), np.full(len(new), value)])
-        self._tree.set(np.concatenate([gone, new]), values)
+        self._set(np.concatenate([gone, new]), values)
 
     def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
         """:meth:`on_add` of ``count`` (<= ``max_length``) steps per row, in one pass.
@@ -199,14 +233,14 @@ class Prioritized(Sampler):
             self._last_end[row_ids] = index.last_end[row_ids]
         self.num_valid -= int(np.count_nonzero(self._valid[gone]))
         self._valid[gone] = False
-        self._tree.set(gone, np.zeros(len(gone)))
-        new = (base + start % length)[ok]
+        self._set(gone, np.zeros(len(gone)))
+        new = (base + start % length).T[ok.T]  # time-major: a heap's insert order, as on_add
         self._valid[new] = True
         if len(self._priority):
             self._priority[new] = self.max_priority
         self.num_valid += len(new)
         value = (self.max_priority + self.epsilon) ** self.priority_exponent
-        self._tree.set(new, np.full(len(new), value))
+        self._set(new, np.full(len(new), value))
 
     def on_end_episodes(self, rows: np.ndarray) -> None:
         """Windows of later writes to ``rows`` start after the newly ended episode."""
@@ -224,7 +258,7 @@ class Prioritized(Sampler):
         self._valid[keys] = False
         if len(self._priority):
             self._priority[keys] = 0.0
-        self._tree.set(keys, np.zeros(len(keys)))
+        self._set(keys, np.zeros(len(keys)))
 
     def on_clear(self) -> None:
         self._tree.clear()
@@ -264,7 +298,10 @@ class Prioritized(Sampler):
         values = self._tree[keys]
         probabilities = values / total
         rows, times = self._start_times(keys)
-        weights = importance_weights(probabilities, self.num_valid, beta)
+        if not self._tree.track_min:
+            weights = importance_weights(probabilities, self.num_valid, beta)
+        else:  # (N P_i)^-beta / (N P_min)^-beta = (v_i / v_min)^-beta
+            weights = np.power(values / self._tree.min, -beta)
         priorities = self._priorities(keys, values)
         return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities)
 
@@ -340,9 +377,9 @@ class Prioritized(Sampler):
         if len(keys):
             self._check_finite(largest, priorities, keys)
             values = self._value(priorities)
-            self._tree.set(keys, values)
-            if len(self._priority):
+            if len(self._priority):  # before _set: a heap reads the raw priorities there
                 self._priority[keys] = priorities
+            self._set(keys, values)
             self.max_priority = max(self.max_priority, largest)
         return skipped
 

@@ -38,6 +38,7 @@ from recollect.service.shard import (
     concatenate_samples,
     shard_path,
 )
+from recollect.service.weighting import global_min_probability
 from recollect.service.writer import Writer
 from recollect.table import TableInfo
 from recollect.table.table import positive_int
@@ -104,6 +105,7 @@ class Client:
                 f"(ids hold 8 bits of shard); got {total}. Serve fewer shards per table, or "
                 "tables in several services."
             )
+        self._normalization: dict[str, bool] = {}
 
     @property
     def closed(self) -> bool:
@@ -278,11 +280,13 @@ class Client:
             )
             counts = np.full((k, 1), batch_size, np.int64)
             return self._assemble(table, counts, np.zeros(1, np.int64), [drawn], None, options)
+        # buffer-wide importance weights also need each shard's smallest sampling value
+        query = "sampling_bounds" if self._buffer_normalized(table) else "sampling_weight"
         handles = [
-            e.submit("sampling_weight", num_steps, self._take_unsent(table, s))
-            for s, e in enumerate(endpoints)
+            e.submit(query, num_steps, self._take_unsent(table, s)) for s, e in enumerate(endpoints)
         ]
-        queried = np.array([_gather(endpoints, handles, wait)], np.float64).reshape(-1, 2)
+        queried = np.array([_gather(endpoints, handles, wait)], np.float64)
+        queried = queried.reshape(len(endpoints), -1)
         weight = queried[:, 0]
         total = float(weight.sum())
         with self._rng_lock:
@@ -332,6 +336,7 @@ class Client:
         n = min(len(r.weights) for r in results)  # batches every shard drew
         counts = counts[:n]
         num_shards = counts.shape[1]
+        bounds = queried
         if queried is None:
             queried = np.ones((num_shards, 2))
         weight = np.broadcast_to(queried[:, 0], (n, num_shards)).copy()
@@ -372,23 +377,49 @@ class Client:
         beta = self.describe(table).importance_sampling_exponent  # None: no priorities
         if beta is not None and options.get("importance_sampling_exponent") is not None:
             beta = options["importance_sampling_exponent"]
+        local_weights, min_probability = None, None
+        if beta is not None and self._buffer_normalized(table):
+            if bounds is None and rows.weights is not None:  # one shard: its weights are global
+                local_weights = take(rows.weights)
+            else:
+                if bounds is None:  # one shard, several draws: ask for its P_min numerator
+                    endpoint = self._endpoints(table)[int(parts[0])]
+                    bounds = np.array([endpoint.result(endpoint.submit("sampling_bounds"))])
+                min_probability = global_min_probability(bounds, weight, parts)
         out = []
         b = int(counts[0].sum())
         for i in range(n):
             part = slice(i * b, (i + 1) * b)
             p = probabilities[part]
+            if local_weights is not None:
+                weights = local_weights[part]
+            elif beta is not None:
+                p_min = None if min_probability is None else min_probability[i]
+                weights = importance_weights(p, table_sizes[i], beta, p_min)
+            else:
+                weights = None
             out.append(
                 Sample(
                     optree.tree_map(lambda leaf, part=part: leaf[part], data),
                     ids[part],
                     p,
-                    None if beta is None else importance_weights(p, table_sizes[i], beta),
+                    weights,
                     None if priorities is None else priorities[part],
                     None if times_sampled is None else times_sampled[part],
                     int(table_sizes[i]),
                 )
             )
         return out
+
+    def _buffer_normalized(self, table: str) -> bool:
+        """Whether ``table``'s importance weights are normalised buffer-wide (``(N P_min)^-beta``,
+        ``Prioritized(weight_normalization="buffer")``); asked of shard 0 once."""
+        found = self._normalization.get(table)
+        if found is None:
+            endpoint = self._endpoints(table)[0]
+            mode = endpoint.result(endpoint.submit("weight_normalization"))
+            found = self._normalization[table] = mode == "buffer"
+        return found
 
     # -- priorities ----------------------------------------------------------------
     #: ids per shard a client holds back before it sends them on their own
@@ -439,9 +470,7 @@ class Client:
         ids, priorities, _ = check_update(ids, priorities)
         # each id to its shard; ids of no shard of this table (another table's, negative)
         # are skipped, as a local buffer skips ids of another shard
-        base = self._id_base[table]
-        shard = id_layout.shard_of(ids) - base
-        local = ids - (base << id_layout.SHARD_SHIFT) if base else ids
+        shard, local = self._shard_ids(table, ids)
         if len(endpoints) == 1 and not shard.any():  # the common case: no mask to apply
             routed = [(0, local, priorities)]
         else:
@@ -480,6 +509,13 @@ class Client:
         for s in send:
             self._send_unsent(table, s)
         return None
+
+    def _shard_ids(self, table: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each id's shard among ``table``'s (outside ``[0, shards)``: of no shard of the
+        table: another table's, negative) and the id as that shard numbers it."""
+        base = self._id_base[table]
+        shard = id_layout.shard_of(ids) - base
+        return shard, ids - (base << id_layout.SHARD_SHIFT) if base else ids
 
     def _take_unsent(self, table: str, shard: int) -> tuple[np.ndarray, ...] | None:
         """The held-back updates of ``table``'s shard ``shard``, concatenated, with the
@@ -541,6 +577,37 @@ class Client:
                     pending.clear()
             for e, h in handles:
                 e.result(h)
+
+    def delete(self, table: str, ids: Any) -> int:
+        """Deletes ``table``'s windows starting at ``ids`` (``ReplayBuffer.delete``; Reverb:
+        ``mutate_priorities`` deletes); each id goes to the shard encoded in it. Priority
+        updates held back for the table are sent first (applied before the deletes).
+
+        Args:
+            table: the table's name.
+            ids: int64 ``[K]`` sample ids.
+
+        Returns:
+            The number of ids skipped: overwritten, unknown, of no shard of this
+            table, or deleted already (as :meth:`update_priorities` counts them).
+
+        Raises:
+            InvalidArgumentError: ``ids`` is not 1-D integers; nothing is deleted.
+        """
+        endpoints = self._endpoints(table)
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise InvalidArgumentError(
+                f"delete needs 1-D integer ids (Sample.ids); got shape {ids.shape}, dtype "
+                f"{ids.dtype}."
+            )
+        self.flush(table)
+        ids = ids.astype(np.int64, copy=False)
+        shard, local = self._shard_ids(table, ids)
+        routed = [(int(s), local[shard == s]) for s in np.unique(shard) if 0 <= s < len(endpoints)]
+        handles = [(endpoints[s], endpoints[s].submit("delete", i)) for s, i in routed]
+        skipped = sum(int(e.result(h)) for e, h in handles)
+        return skipped + int(len(ids) - sum(len(i) for _, i in routed))
 
     # -- management ----------------------------------------------------------------
     def info(self, table: str) -> TableInfo:
@@ -686,6 +753,10 @@ class TableHandle:
     def update_priorities(self, ids: Any, priorities: Any, *, wait: bool = False) -> int | None:
         """:meth:`Client.update_priorities` of this table."""
         return self.client.update_priorities(self.name, ids, priorities, wait=wait)
+
+    def delete(self, ids: Any) -> int:
+        """:meth:`Client.delete` of this table."""
+        return self.client.delete(self.name, ids)
 
     def writer(self, num_envs: int, **kwargs: Any) -> Writer:
         """:meth:`Client.writer` of this table."""

@@ -253,7 +253,7 @@ class Shard:
         buf = self.buffer
         with self._draws_first(buf.lock):
             draw = buf.table.draw(batch_size, num_steps, timeout=timeout, **(options or {}))
-            weight, _ = buf.table.sampling_weight(draw.num_steps)
+            weight = buf.table.draw_weight(draw)  # before max_times_sampled's removals
             return buf.gather(draw), weight
 
     @contextlib.contextmanager
@@ -435,6 +435,27 @@ class Shard:
         if error is not None:
             raise error
         return skipped
+
+    def sampling_bounds(
+        self, num_steps: int | None = None, updates: PriorityUpdates | None = None
+    ) -> tuple[float, int, float]:
+        """``(weight, table_size, smallest sampling value)`` of this shard, after applying
+        ``updates``: :meth:`sampling_weight` and the smallest positive ``(p + epsilon)^alpha``
+        (``Prioritized.min_sampling_value``; ``inf`` when no window is sampleable), from
+        which a client normalises importance weights buffer-wide."""
+        self._apply(updates)
+        table = self.buffer.table
+        with table.lock:
+            weight, size = table.sampling_weight(num_steps)
+            return weight, size, table.min_sampling_value()
+
+    def weight_normalization(self) -> str | None:
+        """The sampler's ``weight_normalization`` (``"buffer"`` or ``"batch"``), or None."""
+        return getattr(self.buffer.sampler, "weight_normalization", None)
+
+    def delete(self, ids: Any) -> int:
+        """``ReplayBuffer.delete``; returns the ids skipped."""
+        return self.buffer.delete(ids)
 
     # -- management -----------------------------------------------------------
     def info(self) -> TableInfo:

@@ -19,7 +19,7 @@ class TableInfo:
         num_episodes: episode ends stored (0 without an ``is_last`` leaf).
         inserts: steps written since construction or the last ``clear``.
         samples: windows drawn since then.
-        deletes: windows removed by ``max_times_sampled``.
+        deletes: windows removed by ``max_times_sampled`` or ``delete``.
         samples_per_insert: observed ``samples / inserts`` (0.0 before any insert).
         max_times_sampled: removal threshold (0: never removed).
         rate_limiter: the limiter's type, arguments and bounds, or None.

@@ -24,6 +24,7 @@ most ``size`` items inserted but not yet sampled).
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, ClassVar
 
 from recollect.errors import InvalidArgumentError
@@ -207,9 +208,15 @@ class SampleToInsertRatio(RateLimiter):
             ``(min_diff, max_diff)`` gives the bounds directly.
 
     Raises:
-        InvalidArgumentError: the bounds are narrower than ``2 * max(1, samples_per_insert)``
-            (one insert and one sample could then block each other forever), or an
-            argument out of range.
+        InvalidArgumentError: as Reverb's ``SampleToInsertRatio``: the bounds are
+            narrower than ``2 * max(1, samples_per_insert)`` (one insert and one sample
+            could then block each other forever), the lower bound exceeds
+            ``samples_per_insert * min_size_to_sample`` (samples would block forever),
+            or an argument out of range.
+
+    Warns:
+        RuntimeWarning: the upper bound is below ``samples_per_insert *
+            min_size_to_sample`` (Reverb logs the same warning).
     """
 
     def __init__(
@@ -239,6 +246,22 @@ class SampleToInsertRatio(RateLimiter):
                 f"{spi:g}, ...) spans {hi - lo:g}, less than 2 * max(1, samples_per_insert) = "
                 f"{need:g}: inserts and samples could block each other forever. Use an "
                 f"error_buffer of at least {need / 2:g} (or a pair at least {need:g} apart)."
+            )
+        offset = spi * size  # the balance when sampling starts
+        if lo > offset:
+            raise InvalidArgumentError(
+                f"the error buffer [{lo:g}, {hi:g}] of SampleToInsertRatio lies above "
+                f"samples_per_insert * min_size_to_sample = {offset:g}: samples would block "
+                f"forever once {size} windows are held. Use a lower bound <= {offset:g} (as "
+                "Reverb requires)."
+            )
+        if hi < offset:  # Reverb logs this one and goes on
+            warnings.warn(
+                f"the error buffer [{lo:g}, {hi:g}] of SampleToInsertRatio lies below "
+                f"samples_per_insert * min_size_to_sample = {offset:g}: unless samples run "
+                f"concurrently with inserts, inserts block once {size} windows are held.",
+                RuntimeWarning,
+                stacklevel=2,
             )
         self.error_buffer = list(error_buffer) if isinstance(error_buffer, tuple) else error_buffer
         super().__init__(spi, size, lo, hi)

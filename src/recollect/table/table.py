@@ -25,6 +25,7 @@ from recollect.table.draw import Draw
 from recollect.table.gate import Gate
 from recollect.table.info import TableInfo
 from recollect.table.rate_limiters import RateLimiter
+from recollect.table.selection import delete_windows, select_items
 from recollect.windows import WindowIndex
 
 __all__ = ["Table", "positive_int"]
@@ -130,6 +131,8 @@ class Table:
         self.sampler.bind(self.index, sequence_length)
         self._sampler_tracks_writes = type(self.sampler).on_add is not Sampler.on_add
         self._sampler_blocks = type(self.sampler).on_add_block is not Sampler.on_add_block
+        self._per_item = self.max_times_sampled > 0 or self.sampler.deterministic
+        self._draw_weight = 0.0
         # times each window (keyed by its first step) was drawn, time-major: a write to every
         # row clears one contiguous line, a draw reads the counts of slot * num_envs + row
         self.track_times_sampled = bool(track_times_sampled)
@@ -338,6 +341,13 @@ class Table:
         with self.lock:
             return self.sampler.sampling_weight(n, within)
 
+    def min_sampling_value(self) -> float:
+        """The sampler's smallest positive sampling value (``Prioritized.min_sampling_value``;
+        NaN for samplers without one)."""
+        smallest = getattr(self.sampler, "min_sampling_value", None)
+        with self.lock:
+            return float("nan") if smallest is None else smallest()
+
     def close(self) -> None:
         """Wakes every insert and draw waiting on the rate limiter with StateError; later
         calls that would wait raise it at once. Calls the limiter allows still run."""
@@ -419,6 +429,8 @@ class Table:
                 self.gate.await_sample(batch_size, n, within, timeout)
             elif self.index.count(n, within) == 0:
                 raise self.not_enough_data(n, within)
+            if self._per_item:  # Reverb's one selection per item (table.selection)
+                return self._draw_items(batch_size, n, within, bool(time_axis), options)
             w = self.sampler.sample(batch_size, n, within, self.rng, **options)
             self.samples += batch_size
             times_sampled = None
@@ -445,6 +457,60 @@ class Table:
             time_axis=bool(time_axis),
             generation=generation,
         )
+
+    def _draw_items(
+        self, batch_size: int, n: int, within: bool, time_axis: bool, options: dict[str, Any]
+    ) -> Draw:
+        """:meth:`draw` for deterministic samplers and ``max_times_sampled`` (the lock held)."""
+        # the weight the batch was drawn with, before its removals (see draw_weight)
+        self._draw_weight = self.sampler.sampling_weight(n, within)[0]
+        w, times_sampled = select_items(self, batch_size, n, within, options)
+        self.samples += batch_size
+        if self.waiters:
+            self.cond.notify_all()
+        priorities = w.priorities if w.priorities is not None else self._unit(batch_size)
+        return Draw(
+            rows=w.rows,
+            times=w.times,
+            ids=id_layout.encode(w.rows, w.times, self.shard),
+            probabilities=w.probabilities,
+            table_size=int(w.table_size),
+            priorities=priorities,
+            times_sampled=times_sampled,
+            weights=w.weights,
+            num_steps=n,
+            time_axis=time_axis,
+            generation=self.index.generation,
+        )
+
+    def draw_weight(self, draw: Draw) -> float:
+        """The table's sampling weight (:meth:`sampling_weight`) at ``draw``, the last draw:
+        before the removals of ``max_times_sampled``, which a shard's weight after the draw
+        would miss (the client turns local probabilities into global ones with it)."""
+        with self.lock:
+            if self._per_item:
+                return self._draw_weight
+            return self.sampler.sampling_weight(draw.num_steps, self.episode_aware)[0]
+
+    def delete(self, ids: Any) -> int:
+        """Removes the windows starting at ``ids`` (Reverb: ``mutate_priorities`` deletes).
+
+        A deleted window is never drawn again; ``info().size`` drops and ``deletes``
+        counts it; a rate limiter sees the smaller size (a delete can let an insert
+        through and block a sample, as in Reverb).
+
+        Returns:
+            The number of ids skipped: overwritten, not a complete window, of another
+            shard, or deleted already.
+
+        Raises:
+            InvalidArgumentError: ``ids`` is not 1-D integers; nothing is deleted.
+        """
+        with self.lock:
+            skipped = delete_windows(self, ids)
+            if self.waiters:
+                self.cond.notify_all()
+            return skipped
 
     def make_draw(
         self,
@@ -507,7 +573,7 @@ class Table:
 
     @property
     def deletes(self) -> int:
-        """Windows removed by ``max_times_sampled`` so far."""
+        """Windows removed by ``max_times_sampled`` or :meth:`delete` so far."""
         return self.index.removed
 
     def _unit(self, batch_size: int) -> np.ndarray:

@@ -1,0 +1,132 @@
+"""Buffer-wide importance weights (cpprb, baselines) and the per-batch rule (issue 26, item 5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import recollect as rc
+from recollect.samplers import SumTree
+from recollect.service import Server
+
+SPEC = {"x": rc.ArraySpec((), np.int64)}
+
+
+def hundred(mode: str, epsilon: float = 0.0) -> rc.ReplayBuffer:
+    sampler = rc.Prioritized(1.0, epsilon, weight_normalization=mode)
+    buf = rc.ReplayBuffer(SPEC, 100, sampler=sampler, sequence_length=1, rng=0)
+    for i in range(100):
+        buf.add({"x": i})
+    buf.update_priorities(buf.item_ids().reshape(-1), np.r_[0.01, np.ones(99)])
+    return buf
+
+
+def batch_without_the_low_item(buf: rc.ReplayBuffer) -> rc.Sample:
+    for _ in range(100):
+        s = buf.sample(8, importance_sampling_exponent=0.5)
+        if 0 not in s.data["x"]:
+            return s
+    raise AssertionError("the low item was in every batch")
+
+
+def test_cpprb_example_buffer_normalisation_is_the_default():
+    # priorities [0.01] + [1] * 99, alpha 1, beta 0.5: cpprb gives 0.1 = (1 / 0.01)^-0.5
+    s = batch_without_the_low_item(hundred("buffer"))
+    np.testing.assert_allclose(s.weights, 0.1, rtol=1e-12)
+    assert rc.Prioritized().weight_normalization == "buffer"
+
+
+def test_batch_normalisation_divides_by_the_batch_max():
+    s = batch_without_the_low_item(hundred("batch"))
+    np.testing.assert_allclose(s.weights, 1.0)  # Dopamine's rule
+
+
+def test_weights_follow_the_formula_with_the_smallest_stored_priority():
+    rng = np.random.default_rng(0)
+    buf = hundred("buffer", 1e-3)
+    p = rng.uniform(0.0, 5.0, 100)
+    buf.update_priorities(buf.item_ids().reshape(-1), p)
+    s = buf.sample(64, importance_sampling_exponent=0.7)
+    values = (p + 1e-3) ** 1.0
+    n, p_min = 100, values.min() / values.sum()
+    expected = (n * s.probabilities) ** -0.7 / (n * p_min) ** -0.7
+    np.testing.assert_allclose(s.weights, expected, rtol=1e-10)
+    assert (s.weights <= 1.0 + 1e-12).all()
+
+
+def test_unknown_rule_is_refused():
+    with pytest.raises(rc.errors.InvalidArgumentError, match=r'"buffer" .* or "batch" .*got'):
+        rc.Prioritized(weight_normalization="max")
+
+
+def test_rule_and_min_tree_survive_a_checkpoint(tmp_path):
+    buf = hundred("buffer")
+    buf.save(tmp_path / "per")
+    restored = rc.ReplayBuffer.load(tmp_path / "per")
+    assert restored.sampler.weight_normalization == "buffer"
+    assert restored.sampler.min_sampling_value() == pytest.approx(0.01)
+    s = batch_without_the_low_item(restored)
+    np.testing.assert_allclose(s.weights, 0.1, rtol=1e-12)
+    assert rc.ReplayBuffer.load(tmp_path / "per").sampler.get_config()["weight_normalization"]
+
+
+def test_buffer_weights_over_four_shards_use_the_global_smallest_priority():
+    sampler = rc.Prioritized(1.0, 0.0, importance_sampling_exponent=0.5)
+    buf = rc.ReplayBuffer(SPEC, 8 * 8, 8, sampler=sampler, sequence_length=1)
+    server = Server({"t": buf}, num_shards=4)
+    client = server.client(rng=0)
+    for shard in server.shards["t"]:
+        for i in range(8):
+            shard.buffer.add_batch({"x": np.full(2, i)})
+    ids = np.concatenate([s.buffer.item_ids().reshape(-1) for s in server.shards["t"]])
+    p = np.ones(len(ids))
+    p[0] = 0.01  # on shard 0 only
+    client.update_priorities("t", ids, p, wait=True)
+    for batches in (1, 3):
+        for s in client.sample_batches("t", 16, batches):
+            low = s.ids == ids[0]
+            np.testing.assert_allclose(s.weights[~low], 0.1, rtol=1e-9)
+            np.testing.assert_allclose(s.weights[low], 1.0, rtol=1e-9)
+    server.close()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    capacity=st.integers(1, 1200),
+    data=st.data(),
+)
+def test_sum_tree_min_is_the_smallest_positive_leaf(capacity, data):
+    tree = SumTree(capacity, track_min=True)
+    leaves = np.zeros(capacity)
+    for _ in range(data.draw(st.integers(1, 5))):
+        keys = np.array(data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=50)))
+        values = np.array([data.draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 1e-9])) for _ in keys])
+        tree.set(keys, values)
+        for k, v in zip(keys, values, strict=True):  # the last write of a key wins
+            leaves[k] = v
+        positive = leaves[leaves > 0]
+        assert tree.min == (positive.min() if len(positive) else np.inf)
+    tree.fill(leaves[::-1].copy())
+    positive = leaves[leaves > 0]
+    assert tree.min == (positive.min() if len(positive) else np.inf)
+    tree.clear()
+    assert tree.min == np.inf
+
+
+@pytest.mark.parametrize("limiter", [None, rc.MinSize(1)])
+def test_buffer_weights_from_one_shard_in_several_batches(limiter):
+    buf = hundred("buffer")
+    buf = rc.ReplayBuffer.from_config(buf.config(), rate_limiter=limiter)
+    server = Server({"t": buf}, num_shards=1)
+    client = server.client(rng=0)
+    shard = server.shards["t"][0].buffer
+    for i in range(100):
+        shard.add({"x": i})
+    ids = shard.item_ids().reshape(-1)
+    client.update_priorities("t", ids, np.r_[0.01, np.ones(99)], wait=True)
+    for s in client.sample_batches("t", 8, 3, importance_sampling_exponent=0.5):
+        low = s.ids == ids[0]
+        np.testing.assert_allclose(s.weights[~low], 0.1, rtol=1e-9)
+    server.close()
