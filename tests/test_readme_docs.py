@@ -1,0 +1,124 @@
+"""Every Python block of the README and the documentation runs, as written, in order per
+page (issue #28, item 2); the site builds with ``mkdocs build --strict``.
+
+Conventions (docs/development.md, "Code blocks are tests"):
+
+- The ```` ```python ```` blocks of a page run in one namespace, top to bottom, in a
+  fresh temporary working directory.
+- Hidden set-up: an HTML comment ``<!-- setup ... -->`` holding a ```` ```python ````
+  block runs where it stands and is not shown on the site.
+- ``<!-- test: slow -->`` on the line before a block: the block (and every block after it
+  on that page) runs only with ``--run-slow`` or ``CI=true``. The page then has two tests:
+  ``page`` runs the blocks before it, ``page[slow]`` (marked slow) runs all of them; a
+  skipped slow part is reported by pytest, never silent.
+- ``<!-- test: requires MODULE[, MODULE] -->`` on the line before the page's first block:
+  the page needs these modules (installed by the ``test`` extra); without them the
+  page's test is skipped with the reason.
+- Blocks of other languages (bash, toml, text) are not run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FENCE = re.compile(
+    r"(?P<marker><!-- test: (?P<kind>slow|requires) ?(?P<args>[^>]*?) ?-->\n)?"
+    r"(?P<setup><!-- setup\n)?```python\n(?P<code>.*?)```",
+    flags=re.S,
+)
+
+
+@dataclass
+class Block:
+    code: str
+    line: int
+    slow: bool
+    hidden: bool
+
+
+def blocks(page: Path) -> tuple[list[Block], list[str]]:
+    """The page's Python blocks in order, and the modules it requires."""
+    text = page.read_text(encoding="utf-8")
+    found, requires, slow = [], [], False
+    for m in FENCE.finditer(text):
+        if m["kind"] == "slow":
+            slow = True
+        elif m["kind"] == "requires":
+            requires += [r.strip() for r in m["args"].split(",") if r.strip()]
+        line = text.count("\n", 0, m.start("code")) + 1
+        found.append(Block(m["code"], line, slow, m["setup"] is not None))
+    return found, requires
+
+
+def _cases():
+    for page in PAGES:
+        found, _ = blocks(page)
+        if not found:
+            continue
+        name = str(page.relative_to(ROOT))
+        if not found[0].slow:
+            yield pytest.param(page, False, id=name)
+        if any(b.slow for b in found):
+            yield pytest.param(page, True, id=f"{name}[slow]", marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize(("page", "with_slow"), list(_cases()))
+def test_code_blocks_run_in_order(page: Path, with_slow: bool, tmp_path, monkeypatch):
+    found, requires = blocks(page)
+    for module in requires:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{page.name} needs {module} (pip install -c constraints.txt -e '.[test]')")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    namespace: dict = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
+    for block in found:
+        if block.slow and not with_slow:
+            break
+        code = "\n" * (block.line - 1) + block.code  # tracebacks show the page's line numbers
+        exec(compile(code, str(page), "exec"), namespace)
+
+
+def test_the_conventions_find_blocks_on_every_page_that_has_them():
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert len(blocks(page)[0]) == text.count("```python\n"), page
+
+
+def test_readme_is_the_front_page():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) < 250
+    first = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert first.splitlines() == [
+        'pip install -c constraints.txt -e ".[demo]" && recollect demo',
+        'pip install -c constraints.txt -e ".[test]" && python -m pytest',
+    ]
+    assert "../shared" not in text and "docs/index.md" in text
+    for link in re.findall(r"\]\(((?:docs|src|benchmarks)/[^)#]+)", text):
+        assert (ROOT / link).exists(), link
+
+
+def test_mkdocs_build_strict(tmp_path):
+    if (
+        importlib.util.find_spec("mkdocs") is None
+        or importlib.util.find_spec("mkdocstrings") is None
+    ):
+        pytest.skip("needs the docs extra: pip install -c constraints.txt -e '.[docs]'")
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, check=False, timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert (tmp_path / "site" / "reference" / "index.html").exists()
+    shutil.rmtree(tmp_path / "site")
