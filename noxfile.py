@@ -50,7 +50,7 @@ _add_pyenv_interpreters()
 #: lists the test modules whose module-level imports the session's interpreter lacks
 _UNAVAILABLE = r"""
 import ast, importlib.util, pathlib, sys
-sys.path[:0] = ["tests", "benchmarks"]  # the suite's helper modules
+sys.path[:0] = ["tests", "tests/golden", "benchmarks"]  # the suite's helper modules
 ADAPTERS = {"recollect.torch": "torch", "recollect.jax": "jax", "recollect.tf_data": "tensorflow",
             "recollect.tf_agents": "tensorflow", "recollect._tf_eager": "tensorflow",
             "recollect.sb3": "stable_baselines3", "recollect.ray": "ray",
