@@ -175,3 +175,15 @@ def test_ruff_passes(command):
         [*_ruff(), *command, *LINTED], capture_output=True, text=True, cwd=ROOT, check=False
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+def test_ci_runs_the_suite_then_the_other_pythons():
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "set -euo pipefail" in script
+    lines = [line.split("#")[0].strip() for line in script.splitlines()]
+    assert 'pip install -c constraints.txt -e ".[test]"' in lines
+    assert "python -m pytest" in lines  # on its own line: set -e ends the script with its status
+    assert lines.index("python -m pytest") < next(
+        i for i, line in enumerate(lines) if "nox --sessions" in line
+    )
+    assert "for version in 3.12 3.13" in script
