@@ -166,3 +166,13 @@ def test_the_api_reference_documents_every_public_name():
     short = {d.rsplit(".", 1)[-1] for d in documented}
     missing = sorted(p for p in public if p not in documented and p.rsplit(".", 1)[-1] not in short)
     assert not missing, f"add these to a page of docs/reference/: {missing}"
+
+
+def test_files_the_benchmarks_cite_exist():
+    cited = set()
+    for script in (ROOT / "benchmarks").glob("*.py"):
+        cited |= set(re.findall(r"\b([A-Z_]+\.md)\b", script.read_text(encoding="utf-8")))
+    assert cited, "the benchmark docstrings cite WORKLOADS.md"
+    for name in cited:
+        assert (ROOT / "benchmarks" / name).exists(), name
+    assert '--8<-- "benchmarks/WORKLOADS.md"' in (ROOT / "docs" / "benchmarks.md").read_text()
