@@ -8,7 +8,6 @@ framework when used.
 from recollect import errors, ids
 from recollect.buffers import BufferInfo, ReplayBuffer, Sample, TransitionBuffer, TransitionSample
 from recollect.checkpoint import load_buffer, save_buffer
-from recollect.extras import missing_extra
 from recollect.manager import ReplayBufferManager
 from recollect.memory import estimate_memory
 from recollect.nstep import n_step_returns, n_step_transitions
@@ -47,7 +46,9 @@ def __getattr__(name: str):  # PEP 562: framework adapters load on first use
 
         try:
             return importlib.import_module(f"recollect.{name}")
-        except ImportError as err:
+        except ImportError as err:  # say which extra installs the missing framework
+            from recollect.extras import missing_extra
+
             raise missing_extra(err, f"recollect.{name}") from err
     raise AttributeError(f"module 'recollect' has no attribute {name!r}")
 
