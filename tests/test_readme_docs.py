@@ -176,3 +176,40 @@ def test_files_the_benchmarks_cite_exist():
     for name in cited:
         assert (ROOT / "benchmarks" / name).exists(), name
     assert '--8<-- "benchmarks/WORKLOADS.md"' in (ROOT / "docs" / "benchmarks.md").read_text()
+
+
+def test_recollect_commands_in_shell_blocks_use_existing_subcommands_and_options():
+    """Shell blocks are not run, but every ``recollect ...`` line in them names a real
+    subcommand and real options (checked against ``--help``)."""
+    pytest.importorskip("click")
+    from click.testing import CliRunner
+
+    from recollect.cli import main
+
+    runner = CliRunner()
+    helps: dict[str, str] = {}
+    checked = 0
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+            command = ""
+            for line in block.splitlines():
+                command += line.split("#")[0].rstrip().rstrip("\\") + " "
+                if line.rstrip().endswith("\\"):
+                    continue
+                words = command.split()
+                command = ""
+                if "recollect" not in words:
+                    continue
+                args = words[words.index("recollect") + 1 :]
+                if not args or args[0] in (">", "&&"):
+                    continue
+                sub = args[0]
+                if sub not in helps:
+                    result = runner.invoke(main, [sub, "--help"])
+                    assert result.exit_code == 0, f"{page.name}: recollect {sub}: {result.output}"
+                    helps[sub] = result.output
+                for option in (a.split("=")[0] for a in args[1:] if a.startswith("--")):
+                    assert option in helps[sub], f"{page.name}: recollect {sub} has no {option}"
+                checked += 1
+    assert checked >= 10
