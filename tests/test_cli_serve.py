@@ -16,7 +16,7 @@ from recollect.cli.serve import connect_snippet
 from recollect.cli.table_config import ConfigError, load_service_config, parse_service_config
 
 HERE = Path(__file__).resolve().parent
-EXAMPLE = HERE.parent / "examples" / "tables.toml"
+EXAMPLE = HERE.parent / "src" / "recollect" / "cli" / "tables.toml"
 
 
 def _doc(**table: object) -> dict:

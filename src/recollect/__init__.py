@@ -44,7 +44,12 @@ def __getattr__(name: str):  # PEP 562: framework adapters load on first use
     if name in _LAZY_SUBMODULES:
         import importlib
 
-        return importlib.import_module(f"recollect.{name}")
+        try:
+            return importlib.import_module(f"recollect.{name}")
+        except ImportError as err:  # say which extra installs the missing framework
+            from recollect.extras import missing_extra
+
+            raise missing_extra(err, f"recollect.{name}") from err
     raise AttributeError(f"module 'recollect' has no attribute {name!r}")
 
 

@@ -26,16 +26,21 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jax
 import numpy as np
 
 from recollect.buffers.sample import BufferInfo, Sample
+from recollect.extras import missing_extra
 from recollect.prefetch import (
     Prefetcher,
     SampleSource,
     check_prefetch,
     check_threads,
 )
+
+try:
+    import jax
+except ImportError as err:
+    raise missing_extra(err, "recollect.jax") from None
 
 __all__ = ["ReplayIterator", "as_iterator"]
 

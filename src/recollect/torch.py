@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 import optree
-import torch
 
 from recollect.buffers.sample import BufferInfo, Sample
 from recollect.errors import InvalidArgumentError
+from recollect.extras import missing_extra
 from recollect.prefetch import (
     Prefetcher,
     SampleSource,
@@ -32,6 +32,11 @@ from recollect.prefetch import (
     check_prefetch,
     check_threads,
 )
+
+try:
+    import torch
+except ImportError as err:
+    raise missing_extra(err, "recollect.torch") from None
 
 __all__ = ["ReplayDataset", "as_tensors"]
 

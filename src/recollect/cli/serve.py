@@ -1,8 +1,8 @@
 """``recollect serve``: serves the tables of a TOML file as Ray actors until Ctrl-C.
 
-The schema is in :mod:`recollect.cli.table_config`; an example is
-``examples/tables.toml`` in the repository. Ray is imported only when the
-command runs.
+The schema is in :mod:`recollect.cli.table_config`; an example with every option
+ships in the package (``recollect/cli/tables.toml``): ``recollect serve
+--example-config`` prints it. Ray is imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,12 @@ from recollect.cli.ray_session import init_ray
 from recollect.cli.table_config import ConfigError, load_service_config
 from recollect.errors import RecollectError
 
-__all__ = ["connect_snippet", "serve"]
+__all__ = ["connect_snippet", "example_config", "serve"]
+
+
+def example_config() -> str:
+    """The example TOML file of tables, with every option commented (shipped in the wheel)."""
+    return files("recollect.cli").joinpath("tables.toml").read_text(encoding="utf-8")
 
 
 def connect_snippet(address: str, name: str, token_auth: bool) -> str:
@@ -55,9 +61,15 @@ def _wait_for_signal() -> None:
 @click.option(
     "--config",
     "config_path",
-    required=True,
+    default=None,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="TOML file of tables (schema: examples/tables.toml).",
+    help="TOML file of tables (schema and every option: recollect serve --example-config).",
+)
+@click.option(
+    "--example-config",
+    "print_example",
+    is_flag=True,
+    help="Print an example TOML file of tables (every option, commented) and exit.",
 )
 @click.option(
     "--ray-address",
@@ -76,7 +88,11 @@ def _wait_for_signal() -> None:
     help="Leave the service running in the cluster and exit (needs --ray-address).",
 )
 def serve(
-    config_path: Path, ray_address: str | None, checkpoint_dir: Path | None, detach: bool
+    config_path: Path | None,
+    print_example: bool,
+    ray_address: str | None,
+    checkpoint_dir: Path | None,
+    detach: bool,
 ) -> None:
     """Serve the tables of a TOML file as Ray actors.
 
@@ -84,6 +100,14 @@ def serve(
     writers and learners use, then serves until Ctrl-C (checkpointing to
     --checkpoint-dir first when given), or exits at once with --detach.
     """
+    if print_example:
+        click.echo(example_config(), nl=False)
+        return
+    if config_path is None:
+        raise click.UsageError(
+            "serve needs --config FILE.toml; recollect serve --example-config > tables.toml "
+            "writes an example to start from."
+        )
     if detach and ray_address is None:
         raise click.UsageError(
             "--detach needs --ray-address: a Ray started by this command stops when it exits."

@@ -642,8 +642,11 @@ class Client:
         directory = directory if directory is not None else self.checkpoint_dir
         if directory is None:
             raise InvalidArgumentError(
-                "checkpoint() needs a directory: pass one, or start the service with "
-                "checkpoint_dir=..."
+                "checkpoint() needs a directory and this service was started without "
+                'checkpoint_dir: pass one, e.g. client.checkpoint("ckpt/replay"), or start '
+                'the service with Server(tables, checkpoint_dir="ckpt/replay") or '
+                'recollect.ray.serve(tables, checkpoint_dir="ckpt/replay") (a restart then '
+                "restores from it)."
             )
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

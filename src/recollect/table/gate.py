@@ -140,7 +140,11 @@ class Gate:
             )
         else:
             short = int(np.ceil(limiter.min_diff + amount - diff))
-            more = f"about {int(np.ceil(short / spi))} more step(s)" if short > 0 else "more steps"
+            for_ratio = int(np.ceil(short / spi)) if short > 0 else 0
+            # each inserted step adds about one window: count the windows still missing too
+            for_size = max(0, self._needed(amount) - t.size(n))
+            steps = max(for_ratio, for_size)
+            more = f"about {steps} more step(s)" if steps > 0 else "more steps"
             unblock = (
                 f"a sample of {amount} needs diff - {amount} >= min_diff={limiter.min_diff:g} and "
                 f"at least {self._needed(amount)} sampleable windows: insert {more} from another "

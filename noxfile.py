@@ -1,0 +1,91 @@
+"""nox sessions: the core test suite on every supported Python (3.11, 3.12, 3.13).
+
+    nox -s core            # all three (interpreters found on PATH or under pyenv)
+    nox -s core-3.13       # one
+
+``core`` installs recollect (not editable: what a user gets) with numpy, optree, the
+test tools, import-linter and the frameworks that install without CUDA downloads
+(gymnasium, click, tqdm, matplotlib), always through ``constraints.txt``. Test modules
+that import a framework the session lacks at module level (torch, TensorFlow, JAX,
+Ray, SB3, Minari) are left out and listed; every other test runs, and the session
+fails on any failure.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import nox
+
+PYTHONS = ["3.11", "3.12", "3.13"]
+CORE_DEPS = [
+    "pytest>=8",
+    "pytest-timeout>=2.2",
+    "hypothesis>=6.100",
+    "scipy>=1.11",
+    "gymnasium>=1.0",
+    "click>=8.1",
+    "tqdm>=4.66",
+    "matplotlib>=3.8",
+    "import-linter>=2.1",
+]
+
+nox.options.sessions = ["core"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _add_pyenv_interpreters() -> None:
+    """Puts pyenv's X.Y interpreters on PATH (nox looks for ``pythonX.Y`` there)."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    found = []
+    for version in PYTHONS:
+        dirs = sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin")))
+        found += dirs[-1:]
+    os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
+
+
+_add_pyenv_interpreters()
+
+#: lists the test modules whose module-level imports the session's interpreter lacks
+_UNAVAILABLE = r"""
+import ast, importlib.util, pathlib, sys
+sys.path[:0] = ["tests", "tests/golden", "benchmarks"]  # the suite's helper modules
+ADAPTERS = {"recollect.torch": "torch", "recollect.jax": "jax", "recollect.tf_data": "tensorflow",
+            "recollect.tf_agents": "tensorflow", "recollect._tf_eager": "tensorflow",
+            "recollect.sb3": "stable_baselines3", "recollect.ray": "ray",
+            "recollect.datasets.minari": "minari", "recollect.datasets.rlds": "tensorflow",
+            "recollect.cli": "click", "recollect.examples": "torch"}
+def needs(name):
+    for prefix, module in ADAPTERS.items():
+        if name == prefix or name.startswith(prefix + "."):
+            return module
+    return name.split(".")[0]
+for path in sorted(pathlib.Path("tests").glob("test_*.py")):
+    for node in ast.parse(path.read_text()).body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+            else [])
+        missing = [needs(n) for n in names if importlib.util.find_spec(needs(n)) is None]
+        if missing:
+            print(path, missing[0])
+            break
+"""
+
+
+@nox.session(python=PYTHONS)
+def core(session: nox.Session) -> None:
+    """numpy + optree core tests (and those of the frameworks above) on one Python."""
+    session.install("-c", "constraints.txt", ".", *CORE_DEPS)
+    left_out = session.run("python", "-c", _UNAVAILABLE, silent=True) or ""
+    ignores = []
+    for line in left_out.split("\n"):
+        if line.strip():
+            path, module = line.split()
+            session.log(f"left out {path}: needs {module}")
+            ignores.append(f"--ignore={path}")
+    # the installed package, not the checkout's src/, is what runs
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *ignores, *session.posargs,
+        env={"PYTHONPATH": "", "RECOLLECT_NO_NETNS": os.environ.get("RECOLLECT_NO_NETNS", "")},
+    )  # fmt: skip
