@@ -115,3 +115,13 @@ def test_client_delete_routes_ids_to_their_shards():
     with pytest.raises(rc.errors.InvalidArgumentError, match="1-D integer ids"):
         client.delete("t", [[1]])
     server.close()
+
+
+def test_sampling_after_every_window_was_deleted_says_so():
+    buf = rc.ReplayBuffer({"x": rc.ArraySpec((), np.float32)}, 8, 1, rng=0)
+    for i in range(5):
+        buf.add_batch({"x": np.array([i], np.float32)})
+    for _ in range(5):
+        buf.delete(buf.sample(1).ids)
+    with pytest.raises(rc.errors.NotEnoughDataError, match="every stored window was deleted"):
+        buf.sample(1)

@@ -633,6 +633,11 @@ class Table:
                 f"longest stored episode part has {longest} steps. Add more steps or sample "
                 "shorter windows."
             )
+        if most >= n:  # long enough rows, but their windows were deleted or sampled out
+            return NotEnoughDataError(
+                f"no window of num_steps={n} is left to sample: every stored window was deleted "
+                "or reached max_times_sampled. Add more steps."
+            )
         return NotEnoughDataError(
             f"no valid window of num_steps={n}: rows hold up to {most} steps each. Add at "
             f"least {n - most} more step(s) per row or sample shorter windows."
