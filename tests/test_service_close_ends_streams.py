@@ -66,7 +66,9 @@ def ends_on_close(client: Any, iterator: Iterator) -> float:
 
 def recollect_threads() -> list[str]:
     """Names of the sample-request and prefetch threads still running."""
-    return [t.name for t in threading.enumerate() if t.name.startswith("recollect-")]
+    # (not the process-wide pools of the codecs and the gatherer, which earlier tests start)
+    prefixes = ("recollect-sample", "recollect-prefetch")
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefixes)]
 
 
 def stream_of(client: Any) -> Iterator:
