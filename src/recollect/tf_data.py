@@ -37,7 +37,10 @@ rebuilt from the message inside a ``tf.function`` or Keras.
 
 from __future__ import annotations
 
+import atexit
 import re
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +96,51 @@ def unwrap_error(err: BaseException) -> BaseException:
     return err
 
 
+class _InFlight:
+    """Counts the sampling calls running inside TensorFlow; stops new ones once the process exits.
+
+    At interpreter shutdown TensorFlow's parallel ``map`` iterators are
+    destroyed while their runner threads may still be inside a
+    ``tf.numpy_function`` call; such a thread cannot take the GIL back once
+    finalization began (Python ends it) and the destructor waits for it
+    forever. :meth:`quiesce` runs at ``atexit`` (before finalization): it makes
+    every later call return at once as "closed" (the dataset ends), and waits
+    until the running calls have returned, so none is left to hang on.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.exiting = False
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.count += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.count -= 1
+
+    def quiesce(self, timeout_s: float = 5.0, settle_s: float = 0.05) -> None:
+        """Stops new sampling and waits until no call ran for ``settle_s`` (at most ``timeout_s``)."""
+        self.exiting = True
+        deadline = time.monotonic() + timeout_s
+        idle_since = None
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            if self.count:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= settle_s:
+                return
+            time.sleep(0.005)
+
+
+_in_flight = _InFlight()
+atexit.register(_in_flight.quiesce)
+
+
 def check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
     """Validates ``as_dataset`` arguments (raises InvalidArgumentError)."""
     for name, value in (("sample_batch_size", sample_batch_size), ("num_steps", num_steps)):
@@ -135,6 +183,7 @@ def make_sample_fn(
     num_steps: int | None,
     stop_when_closed: bool,
     chunk: int | None = None,
+    wrap_error: Callable[[Exception], Exception] | None = None,
 ) -> Callable[[Any], tuple[Any, BufferInfo, Any]]:
     """A TF function ``fn(unused) -> (items, BufferInfo, ok)`` that samples the buffer.
 
@@ -143,7 +192,9 @@ def make_sample_fn(
     and the buffer is closed (the other outputs are then zeros, to be dropped
     with ``take_while``). With ``chunk=k`` one call draws ``k`` elements at
     once (every output gets a leading ``[k]`` axis, ``ok`` is ``[k]``): split
-    them with ``Dataset.unbatch``.
+    them with ``Dataset.unbatch``. ``wrap_error(err)`` gives the error to
+    raise for an error of the sample (e.g. a ``ValueError`` subclass, which
+    TensorFlow reports as ``tf.errors.InvalidArgumentError``).
     """
     flat = flat_spec_of(buffer)
     outer = outer_shape(sample_batch_size, num_steps)
@@ -158,17 +209,22 @@ def make_sample_fn(
         return [np.zeros(s, d.as_numpy_dtype) for s, d in zip(shapes, dtypes, strict=True)]
 
     def sample_numpy(_: Any) -> list[np.ndarray]:
-        if stop_when_closed and buffer_closed(buffer):
-            return closed_output()
-        try:  # a rate limiter may block the draw; closing the buffer wakes it
-            s = sample_concurrent(buffer, draws, num_steps)
-        except StateError:
-            if stop_when_closed and buffer_closed(buffer):
+        with _in_flight:
+            if stop_when_closed and (buffer_closed(buffer) or _in_flight.exiting):
                 return closed_output()
-            raise
-        leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
-        leaves = [x.reshape(shape) for x, shape in zip(leaves, shapes, strict=False)]
-        return [*leaves, np.ones(lead, bool)]
+            try:  # a rate limiter may block the draw; closing the buffer wakes it
+                s = sample_concurrent(buffer, draws, num_steps)
+            except StateError:
+                if stop_when_closed and buffer_closed(buffer):
+                    return closed_output()
+                raise
+            except Exception as err:
+                if wrap_error is None:
+                    raise
+                raise wrap_error(err) from err
+            leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
+            leaves = [x.reshape(shape) for x, shape in zip(leaves, shapes, strict=False)]
+            return [*leaves, np.ones(lead, bool)]
 
     def fn(unused: Any) -> tuple[Any, BufferInfo, Any]:
         out = tf.numpy_function(sample_numpy, [unused], dtypes, stateful=True, name="sample")
@@ -188,6 +244,8 @@ def as_dataset(
     *,
     max_in_flight: int = 2,
     batches_per_request: int = 1,
+    generation: Any = None,
+    wrap_error: Callable[[Exception], Exception] | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(items, BufferInfo(ids, probabilities))`` sampled from ``buffer``.
 
@@ -225,6 +283,14 @@ def as_dataset(
             over more batches, and draw a prioritized table's batches that many
             steps ahead of its updates (see
             :class:`~recollect.service.SampleStream`); a local buffer ignores it.
+        generation: an int64 scalar ``tf.Variable`` that the writer
+            increments after every write (``add_batch``, ``clear``) of a
+            local buffer, or None. With it, the elements left in a chunk
+            drawn before the variable changed are dropped (see "Freshness"
+            in the module docstring).
+        wrap_error: maps an error raised while sampling to the error to
+            raise instead (e.g. one TensorFlow reports as
+            ``tf.errors.InvalidArgumentError``); None keeps it.
 
     Returns:
         The dataset; its ``element_spec`` gives the exact shapes and dtypes.
@@ -248,16 +314,21 @@ def as_dataset(
         return _served_dataset(
             buffer, sample_batch_size, num_steps, max_in_flight, batches_per_request
         )
-    chunk = _chunk_size(buffer, sample_batch_size, num_steps)
-    sample = make_sample_fn(
-        buffer, sample_batch_size, num_steps, stop_when_closed=True, chunk=chunk
-    )
-    dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
+    most = _chunk_size(buffer, sample_batch_size, num_steps)
+    sample = _chunked_sample_fn(buffer, sample_batch_size, num_steps, most, wrap_error)
+    if generation is None:
+        dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
+    else:
+        dataset = tf.data.Dataset.counter().map(
+            lambda _: sample(generation.read_value()), num_parallel_calls=num_parallel_calls
+        )
     # The end check and the drop of ``ok`` run once per chunk; only the split runs per element.
-    dataset = dataset.take_while(_chunk_ok).map(_drop_ok).flat_map(_split_chunk)
+    dataset = dataset.take_while(_chunk_ok).flat_map(_splitter(generation))
     if _tf_eager is None:
         return dataset
-    return _tf_eager.SampledDataset(dataset, buffer, sample_batch_size, num_steps)
+    return _tf_eager.SampledDataset(
+        dataset, buffer, sample_batch_size, num_steps, wrap_error=wrap_error
+    )
 
 
 #: Single windows fetched per request when a served table's dataset has no batch axis.
@@ -312,18 +383,96 @@ def map_element(dataset: tf.data.Dataset, fn: Callable[..., Any]) -> tf.data.Dat
     return dataset.map(fn)
 
 
-def _split_chunk(items: Any, info: BufferInfo) -> tf.data.Dataset:
-    """The elements of a chunk, slices along its first axis that share its memory."""
-    return tf.data.Dataset.from_tensor_slices((items, info))
+def _chunked_sample_fn(
+    buffer: Any,
+    sample_batch_size: int | None,
+    num_steps: int | None,
+    most: int,
+    wrap_error: Callable[[Exception], Exception] | None,
+) -> Callable[[Any], tuple[Any, BufferInfo, Any, Any]]:
+    """``fn(generation) -> (items [k, ...], BufferInfo [k, ...], generation, ok)``, k <= ``most``.
+
+    A call draws one element when the buffer was written since the previous
+    call, and twice the previous call's count (up to ``most``) when it was
+    not: a training loop that adds between its reads never gets elements
+    drawn ahead of its writes, and one that only reads amortises the
+    ``tf.numpy_function`` call over up to ``most`` elements. ``ok`` is False
+    (and k = 0) once the buffer is closed or the process exits.
+    """
+    flat = flat_spec_of(buffer)
+    outer = outer_shape(sample_batch_size, num_steps)
+    batch = 1 if sample_batch_size is None else int(sample_batch_size)
+    info_tail = [] if sample_batch_size is None else [batch]
+    shapes = [[None, *outer, *s] for s in flat.shapes] + [[None, *info_tail]] * 2
+    dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64]
+    table = getattr(buffer, "table", None)
+    state = {"generation": None, "size": 0}
+
+    def written() -> Any:
+        index = getattr(table, "index", None)
+        return None if index is None else index.generation
+
+    def sample_numpy(gen: Any) -> list[np.ndarray]:
+        with _in_flight:
+            if buffer_closed(buffer) or _in_flight.exiting:
+                empty = [np.zeros([0, *s[1:]], d.as_numpy_dtype) for s, d in zip(shapes, dtypes)]
+                return [*empty, gen, np.bool_(False)]
+            now = written()
+            same = now is not None and now == state["generation"]
+            k = min(most, 2 * state["size"]) if same else 1
+            state["generation"], state["size"] = now, k
+            try:  # a rate limiter may block the draw; closing the buffer wakes it
+                s = sample_concurrent(buffer, batch * k, num_steps)
+            except StateError:
+                if buffer_closed(buffer):
+                    return sample_numpy(gen)
+                raise
+            except Exception as err:
+                if wrap_error is None:
+                    raise
+                raise wrap_error(err) from err
+            leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
+            out = [x.reshape([k, *shape[1:]]) for x, shape in zip(leaves, shapes, strict=True)]
+            return [*out, gen, np.bool_(True)]
+
+    def fn(gen: Any) -> tuple[Any, BufferInfo, Any, Any]:
+        gen = tf.cast(gen, tf.int64)
+        out = tf.numpy_function(
+            sample_numpy, [gen], [*dtypes, tf.int64, tf.bool], stateful=True, name="sample"
+        )
+        for tensor, shape in zip(out, [*shapes, [], []], strict=True):
+            tensor.set_shape(shape)
+        return flat.unflatten(out[:-4]), BufferInfo(out[-4], out[-3]), out[-2], out[-1]
+
+    return fn
 
 
-def _chunk_ok(items: Any, info: BufferInfo, ok: Any) -> Any:
-    """Whether a chunk was sampled (its ``ok`` are all True, or all False once closed)."""
-    return tf.reduce_all(ok)
+def _splitter(generation: Any) -> Callable[..., tf.data.Dataset]:
+    """``flat_map`` function splitting a chunk into its elements (slices sharing its memory).
+
+    With a ``generation`` variable, every element but the first is dropped
+    once the variable differs from the chunk's (the buffer was written after
+    the chunk was drawn); the first element is the one the pipeline's
+    ``map``/``prefetch`` holds (drawn when it was asked for, or ahead as the
+    user requested).
+    """
+
+    def split(items: Any, info: BufferInfo, gen: Any, ok: Any) -> tf.data.Dataset:
+        elements = tf.data.Dataset.from_tensor_slices((items, info))
+        if generation is None:
+            return elements
+
+        def fresh(position: Any, element: Any) -> Any:
+            return tf.logical_or(position == 0, tf.equal(generation.read_value(), gen))
+
+        return elements.enumerate().take_while(fresh).map(lambda position, element: element)
+
+    return split
 
 
-def _drop_ok(items: Any, info: BufferInfo, ok: Any) -> tuple[Any, BufferInfo]:
-    return items, info
+def _chunk_ok(items: Any, info: BufferInfo, gen: Any, ok: Any) -> Any:
+    """Whether a chunk was sampled (False once the buffer is closed or the process exits)."""
+    return ok
 
 
 def _deterministic_pass(

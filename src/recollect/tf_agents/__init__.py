@@ -49,16 +49,43 @@ import tensorflow as tf
 from recollect import tf_data
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
+from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.specs import ArraySpec, FlatSpec
+from recollect.tf_agents.checkpoint import BufferState
+from recollect.tf_agents.deterministic import check_drop_remainder, deterministic_pass
 from recollect.validation import check_structure
 
 __all__ = [
+    "EmptyBufferError",
     "PyUniformReplayBuffer",
     "TFUniformReplayBuffer",
     "py_uniform_replay_buffer",
     "tensor_spec",
     "tf_uniform_replay_buffer",
 ]
+
+
+class EmptyBufferError(NotEnoughDataError, ValueError, tf.errors.InvalidArgumentError):
+    """No valid window is stored: :class:`~recollect.errors.NotEnoughDataError` that
+    ``except tf.errors.InvalidArgumentError`` also catches, as TF-Agents' empty-buffer assert.
+
+    Raised by :class:`TFUniformReplayBuffer` (eagerly as this class; inside a
+    ``tf.function`` or a dataset TensorFlow reports it as
+    ``tf.errors.InvalidArgumentError`` with this message).
+    """
+
+    def __init__(self, message: str) -> None:
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+    def __reduce__(self) -> Any:
+        return type(self), (self.message,)
+
+
+def _empty_error(err: Exception) -> Exception:
+    """A NotEnoughDataError as :class:`EmptyBufferError`; other errors unchanged."""
+    if isinstance(err, NotEnoughDataError) and not isinstance(err, EmptyBufferError):
+        return EmptyBufferError(str(err))
+    return err
 
 
 def _to_numpy(x: Any) -> Any:
@@ -72,46 +99,42 @@ def _unstack_time(items: Any, time_axis: int, num_steps: int) -> tuple[Any, ...]
     )
 
 
-class _Base:
-    def __init__(self, data_spec: Any, capacity: int, num_envs: int, rng: Any) -> None:
-        self._data_spec = data_spec
+class _Base(tf.Module):
+    """Shared by both buffers: a trackable ``tf.Module`` whose checkpoint holds the buffer."""
+
+    def __init__(self, data_spec: Any, capacity: int, num_envs: int, rng: Any, name: str) -> None:
+        super().__init__(name=name)
+        # held outside tf.Module's attribute tracking, which would wrap dicts and lists
+        self._spec_box = types.SimpleNamespace(spec=data_spec)
         self._buffer = ReplayBuffer(data_spec, capacity, num_envs=num_envs, rng=rng)
         self._flat: FlatSpec = self._buffer.flat_spec
+        self._capacity_int = capacity
+        # tf.train.Checkpoint / common.Checkpointer save and restore this (recollect's state
+        # format inside a PythonState: data, positions, episode ends, sampling rng).
+        self._state = BufferState(self._buffer, self._on_restore)
+
+    def _on_restore(self) -> None:
+        """Called after a checkpoint restored the buffer (datasets must not reuse old draws)."""
 
     @property
     def data_spec(self) -> Any:
         """The spec given to the constructor."""
-        return self._data_spec
-
-    @property
-    def capacity(self) -> int:
-        """Total items the buffer holds."""
-        return self._buffer.capacity
+        return self._spec_box.spec
 
     @property
     def buffer(self) -> ReplayBuffer:
         """The underlying :class:`~recollect.ReplayBuffer`."""
         return self._buffer
 
-    def as_dataset(
+    def _sampling_dataset(
         self,
-        sample_batch_size: int | None = None,
-        num_steps: int | None = None,
-        num_parallel_calls: int | None = None,
-        single_deterministic_pass: bool = False,
+        sample_batch_size: int | None,
+        num_steps: int | None,
+        num_parallel_calls: int | None,
+        **options: Any,
     ) -> tf.data.Dataset:
-        """A ``tf.data.Dataset`` sampled from the buffer (see ``recollect.tf_data.as_dataset``).
-
-        Elements are what TF-Agents' class yields: items only for
-        :class:`PyUniformReplayBuffer`, ``(items, BufferInfo)`` for
-        :class:`TFUniformReplayBuffer`.
-        """
         dataset = tf_data.as_dataset(
-            self._buffer,
-            sample_batch_size,
-            num_steps,
-            num_parallel_calls,
-            single_deterministic_pass,
+            self._buffer, sample_batch_size, num_steps, num_parallel_calls, **options
         )
         return tf_data.map_element(dataset, self._dataset_element(sample_batch_size, num_steps))
 
@@ -121,6 +144,9 @@ class _Base:
 
 class PyUniformReplayBuffer(_Base):
     """TF-Agents' ``PyUniformReplayBuffer``: one ring of ``capacity`` items, numpy in and out.
+
+    A ``tf.Module``: ``tf.train.Checkpoint(replay_buffer=rb)`` saves and
+    restores its items, write position and sampling rng.
 
     Args:
         data_spec: nest of specs of one item.
@@ -132,7 +158,12 @@ class PyUniformReplayBuffer(_Base):
     """
 
     def __init__(self, data_spec: Any, capacity: int, *, rng: Any = None) -> None:
-        super().__init__(data_spec, capacity, 1, rng)
+        super().__init__(data_spec, capacity, 1, rng, "PyUniformReplayBuffer")
+
+    @property
+    def capacity(self) -> int:
+        """Items the buffer holds (a Python int, as TF-Agents' Python buffer)."""
+        return self._capacity_int
 
     @property
     def size(self) -> int:
@@ -162,6 +193,25 @@ class PyUniformReplayBuffer(_Base):
         items, _ = self._buffer.get_next(sample_batch_size, num_steps, time_stacked)
         return items
 
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> tf.data.Dataset:
+        """A ``tf.data.Dataset`` of sampled items (no ``BufferInfo``, as TF-Agents' Python buffer).
+
+        See :func:`recollect.tf_data.as_dataset`; ``single_deterministic_pass``
+        iterates the stored windows once, oldest first.
+        """
+        if single_deterministic_pass:
+            dataset = tf_data.as_dataset(
+                self._buffer, sample_batch_size, num_steps, num_parallel_calls, True
+            )
+            return dataset.map(_items_only)
+        return self._sampling_dataset(sample_batch_size, num_steps, num_parallel_calls)
+
     def _dataset_element(self, sample_batch_size: int | None, num_steps: int | None) -> Any:
         return _items_only  # items only, as TF-Agents' Python buffer
 
@@ -182,15 +232,42 @@ def _items_only(items: Any, info: BufferInfo) -> Any:
     return items
 
 
+class _Generation:
+    """The int64 variable a TFUniformReplayBuffer bumps after each write (not checkpointed)."""
+
+    def __init__(self) -> None:
+        self.variable = tf.Variable(0, dtype=tf.int64, trainable=False, name="generation")
+
+    def bump(self) -> Any:
+        return self.variable.assign_add(1, read_value=False)
+
+
 class TFUniformReplayBuffer(_Base):
     """TF-Agents' ``TFUniformReplayBuffer``: ``batch_size`` rows of ``max_length`` items, tensors.
+
+    A ``tf.Module``: ``tf.train.Checkpoint(replay_buffer=rb)`` (and TF-Agents'
+    ``common.Checkpointer(dir, replay_buffer=rb)``) saves and restores its
+    items, positions, episode ends and sampling rng.
 
     Args:
         data_spec: nest of specs (``tf.TensorSpec`` ...) of one item.
         batch_size: rows; ``add_batch`` leaves have this leading dim.
         max_length: items per row; ``capacity = batch_size * max_length``.
         scope, device: accepted for compatibility; unused (storage is numpy).
+        table_fn: must be None (TF-Agents' table factory; storage is recollect's).
+        dataset_drop_remainder: in a single deterministic pass, drop a last
+            batch of fewer than ``sample_batch_size`` rows and a row's last
+            window shorter than ``num_steps`` (static shapes), as TF-Agents.
+        dataset_window_shift: in a single deterministic pass with
+            ``num_steps``, windows start every this many steps (None:
+            ``num_steps``, no overlap), as TF-Agents.
+        stateful_dataset: ``as_dataset`` sets ``experimental_allow_stateful``
+            on its options where TensorFlow has that option, as TF-Agents.
         rng: seed or ``np.random.Generator`` for sampling (recollect extension).
+
+    Raises:
+        InvalidArgumentError: ``table_fn`` is not None; see also
+            :class:`~recollect.ReplayBuffer`.
     """
 
     def __init__(
@@ -200,13 +277,37 @@ class TFUniformReplayBuffer(_Base):
         max_length: int = 1000,
         scope: str = "TFUniformReplayBuffer",
         device: str = "cpu:*",
+        table_fn: Any = None,
+        dataset_drop_remainder: bool = False,
+        dataset_window_shift: int | None = None,
+        stateful_dataset: bool = False,
         *,
         rng: Any = None,
     ) -> None:
-        super().__init__(data_spec, batch_size * max_length, batch_size, rng)
+        if table_fn is not None:
+            raise InvalidArgumentError(
+                f"table_fn={table_fn!r} is not supported: recollect stores the data in its own "
+                "numpy storage; leave table_fn=None."
+            )
+        super().__init__(data_spec, batch_size * max_length, batch_size, rng, scope)
         self._batch_size = batch_size
         self._max_length = max_length
+        self._scope = scope
+        self._device = device
         self._dtypes = [tf.as_dtype(d) for d in self._flat.dtypes]
+        self._dataset_drop_remainder = bool(dataset_drop_remainder)
+        self._dataset_window_shift = dataset_window_shift
+        self._stateful_dataset = bool(stateful_dataset)
+        self._capacity_tensor = tf.constant(batch_size * max_length, tf.int64)
+        self._generation = _Generation()
+
+    def _on_restore(self) -> None:
+        self._generation.bump()
+
+    @property
+    def capacity(self) -> tf.Tensor:
+        """Total items the buffer holds, an int64 scalar tensor (as TF-Agents)."""
+        return self._capacity_tensor
 
     @property
     def batch_size(self) -> int:
@@ -217,6 +318,16 @@ class TFUniformReplayBuffer(_Base):
     def max_length(self) -> int:
         """Items per row."""
         return self._max_length
+
+    @property
+    def scope(self) -> str:
+        """The ``scope`` given to the constructor."""
+        return self._scope
+
+    @property
+    def device(self) -> str:
+        """The ``device`` given to the constructor (unused: storage is numpy)."""
+        return self._device
 
     def add_batch(self, items: Any) -> Any:
         """Appends one item to every row; leaves ``[batch_size, *spec.shape]``.
@@ -231,13 +342,16 @@ class TFUniformReplayBuffer(_Base):
         leaves = check_structure(self._flat, items, "add_batch")
         if tf.executing_eagerly() and not any(tf.is_symbolic_tensor(x) for x in leaves):
             self._buffer.add_batch(self._flat.unflatten([_to_numpy(x) for x in leaves]))
+            self._generation.bump()  # after the write: a dataset drops what it drew before
             return None
 
         def add_numpy(*arrays: np.ndarray) -> np.ndarray:
             self._buffer.add_batch(self._flat.unflatten(arrays))
             return np.int64(self._buffer.num_frames())
 
-        return tf.numpy_function(add_numpy, leaves, tf.int64, stateful=True, name="add_batch")
+        written = tf.numpy_function(add_numpy, leaves, tf.int64, stateful=True, name="add_batch")
+        with tf.control_dependencies([written]):
+            return tf.group(self._generation.bump(), name="add_batch")
 
     def _info(self, info: BufferInfo, batched: bool, num_steps: int | None, stacked: bool) -> Any:
         ids = info.ids
@@ -261,15 +375,74 @@ class TFUniformReplayBuffer(_Base):
 
         Raises:
             InvalidArgumentError: ``num_steps`` > ``max_length``.
-            NotEnoughDataError: no valid window stored yet (inside
-                ``tf.function``: a ``tf.errors`` error with this message).
+            EmptyBufferError: no valid window stored yet; it is a
+                ``tf.errors.InvalidArgumentError`` (inside ``tf.function``
+                TensorFlow raises that class with this message).
         """
         tf_data.check_args(self._buffer, sample_batch_size, num_steps)
-        fn = tf_data.make_sample_fn(self._buffer, sample_batch_size, num_steps, False)
+        fn = tf_data.make_sample_fn(
+            self._buffer, sample_batch_size, num_steps, False, wrap_error=_empty_error
+        )
         items, info, _ = fn(tf.constant(0, tf.int64))
         if num_steps is not None and not time_stacked:
             items = _unstack_time(items, 0 if sample_batch_size is None else 1, num_steps)
         return items, self._info(info, sample_batch_size is not None, num_steps, time_stacked)
+
+    def as_dataset(
+        self,
+        sample_batch_size: int | None = None,
+        num_steps: int | None = None,
+        num_parallel_calls: int | None = None,
+        single_deterministic_pass: bool = False,
+    ) -> tf.data.Dataset:
+        """A ``tf.data.Dataset`` of ``(items, BufferInfo)``, as TF-Agents' ``as_dataset``.
+
+        Sampling mode (see :func:`recollect.tf_data.as_dataset`): an element
+        asked for after ``add_batch`` returned is drawn from a table that holds
+        that step, except elements a ``num_parallel_calls``/``prefetch`` of
+        the pipeline holds already. ``single_deterministic_pass=True``: row by
+        row, oldest first, windows of ``num_steps`` every
+        ``dataset_window_shift`` steps (see
+        :mod:`recollect.tf_agents.deterministic`); ``BufferInfo.probabilities``
+        is ``()`` there, as in TF-Agents.
+
+        Raises:
+            InvalidArgumentError (a ValueError): bad sizes; with
+                ``dataset_drop_remainder`` and a deterministic pass,
+                ``sample_batch_size`` > ``batch_size`` or ``num_steps`` >
+                ``max_length`` ("ALL data will be dropped").
+            EmptyBufferError: (while iterating, as ``tf.errors.InvalidArgumentError``)
+                no valid window is stored.
+        """
+        if single_deterministic_pass:
+            tf_data.check_args(None, sample_batch_size, num_steps)
+            if self._dataset_drop_remainder:
+                check_drop_remainder(
+                    sample_batch_size, num_steps, self._batch_size, self._max_length
+                )
+            dataset = deterministic_pass(
+                self._buffer,
+                sample_batch_size,
+                num_steps,
+                num_parallel_calls,
+                self._dataset_drop_remainder,
+                self._dataset_window_shift,
+                EmptyBufferError,
+            )
+        else:
+            dataset = self._sampling_dataset(
+                sample_batch_size,
+                num_steps,
+                num_parallel_calls,
+                generation=self._generation.variable,
+                wrap_error=_empty_error,
+            )
+        if self._stateful_dataset:
+            options = tf.data.Options()
+            if hasattr(options, "experimental_allow_stateful"):
+                options.experimental_allow_stateful = True
+                dataset = dataset.with_options(options)
+        return dataset
 
     def _dataset_element(self, sample_batch_size: int | None, num_steps: int | None) -> Any:
         def to_compat(items: Any, info: BufferInfo) -> tuple[Any, BufferInfo]:
@@ -284,9 +457,11 @@ class TFUniformReplayBuffer(_Base):
             return self._flat.treedef.flatten_up_to(self._buffer.gather_all())
 
         out = tf.numpy_function(gather_numpy, [], self._dtypes, stateful=True, name="gather_all")
+        if not isinstance(out, list | tuple):  # a one-leaf spec gives a tensor, not a list
+            out = [out]
         for tensor, shape in zip(out, self._flat.shapes, strict=True):
             tensor.set_shape([self._batch_size, None, *shape])
-        return self._flat.unflatten(out)
+        return self._flat.unflatten(list(out))
 
     def num_frames(self) -> tf.Tensor:
         """Items stored over all rows, int64 scalar tensor."""
@@ -300,13 +475,16 @@ class TFUniformReplayBuffer(_Base):
         """Forgets every item (ids keep increasing). Inside ``tf.function`` returns an op."""
         if tf.executing_eagerly():
             self._buffer.clear()
+            self._generation.bump()
             return None
 
         def clear_numpy() -> np.ndarray:
             self._buffer.clear()
             return np.int64(0)
 
-        return tf.numpy_function(clear_numpy, [], tf.int64, stateful=True, name="clear")
+        cleared = tf.numpy_function(clear_numpy, [], tf.int64, stateful=True, name="clear")
+        with tf.control_dependencies([cleared]):
+            return tf.group(self._generation.bump(), name="clear")
 
 
 def to_nest_array_spec(nest: Any) -> Any:
