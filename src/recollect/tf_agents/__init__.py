@@ -333,7 +333,8 @@ class TFUniformReplayBuffer(_Base):
         """Appends one item to every row; leaves ``[batch_size, *spec.shape]``.
 
         Eager: writes now and returns None. On symbolic tensors (inside
-        ``tf.function``): returns a stateful op that writes when run.
+        ``tf.function``): returns an int64 tensor (items stored) whose
+        evaluation writes.
 
         Raises:
             SpecError, ShapeError, DTypeError, CastError: nothing is written
@@ -350,8 +351,14 @@ class TFUniformReplayBuffer(_Base):
             return np.int64(self._buffer.num_frames())
 
         written = tf.numpy_function(add_numpy, leaves, tf.int64, stateful=True, name="add_batch")
+        return self._after_write(written)
+
+    def _after_write(self, written: Any) -> Any:
+        """``written`` (an int64 tensor), run after the generation bump that follows the write."""
         with tf.control_dependencies([written]):
-            return tf.group(self._generation.bump(), name="add_batch")
+            bumped = self._generation.bump()
+        with tf.control_dependencies([bumped]):
+            return tf.identity(written)
 
     def _info(self, info: BufferInfo, batched: bool, num_steps: int | None, stacked: bool) -> Any:
         ids = info.ids
@@ -483,8 +490,7 @@ class TFUniformReplayBuffer(_Base):
             return np.int64(0)
 
         cleared = tf.numpy_function(clear_numpy, [], tf.int64, stateful=True, name="clear")
-        with tf.control_dependencies([cleared]):
-            return tf.group(self._generation.bump(), name="clear")
+        return self._after_write(cleared)
 
 
 def to_nest_array_spec(nest: Any) -> Any:
