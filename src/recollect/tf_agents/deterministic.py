@@ -78,7 +78,7 @@ def list_windows(
     if drop_remainder:
         firsts, counts = firsts[counts == group], counts[counts == group]
     steps = 1 if num_steps is None else num_steps
-    shift = steps if window_shift is None else window_shift
+    shift = steps if window_shift is None or num_steps is None else window_shift
     keep_partial = sample_batch_size is None and not drop_remainder and num_steps is not None
     out_rows, out_counts, out_starts, out_lengths = [], [], [], []
     for first, count in zip(firsts.tolist(), counts.tolist(), strict=True):  # row groups
