@@ -39,7 +39,10 @@ def _buffer(width):
 
 def _add(rb, t, width):
     rb.add_batch(
-        {"obs": tf.fill([BATCH_SIZE, width], float(t)), "t": tf.fill([BATCH_SIZE], tf.cast(t, tf.int64))}
+        {
+            "obs": tf.fill([BATCH_SIZE, width], float(t)),
+            "t": tf.fill([BATCH_SIZE], tf.cast(t, tf.int64)),
+        }
     )
 
 
@@ -79,22 +82,24 @@ def test_inside_tf_function_each_element_after_an_add_is_fresh(pipeline):
 def test_adds_inside_tf_function_are_seen_by_the_next_element():
     rb = _buffer(1)
     _add(rb, 0, 1)
+    _add(rb, 1, 1)
     iterator = iter(rb.as_dataset(sample_batch_size=SAMPLE, num_steps=2).map(lambda i, b: (i, b)))
 
     @tf.function
-    def collect_and_train(t):
-        rb.add_batch({"obs": tf.fill([BATCH_SIZE, 1], 1.0), "t": tf.fill([BATCH_SIZE], t)})
+    def collect(t):  # a driver's observer; TensorFlow does not order it before a
+        # next(iterator) in the same tf.function (no shared resource), as with TF-Agents
+        return rb.add_batch({"obs": tf.fill([BATCH_SIZE, 1], 1.0), "t": tf.fill([BATCH_SIZE], t)})
+
+    @tf.function
+    def train():
         _, info = next(iterator)
         return info.probabilities[0]
 
     for _ in range(70):
-        rb.add_batch({"obs": tf.fill([BATCH_SIZE, 1], 1.0), "t": tf.fill([BATCH_SIZE], 0)})
-    rb.clear()
-    _add(rb, 0, 1)
-    for _ in range(70):
-        next(iterator)
-    for i in range(2, 30):
-        p = collect_and_train(tf.constant(i, tf.int64)).numpy()
+        train()
+    for i in range(3, 30):
+        collect(tf.constant(i, tf.int64))
+        p = train().numpy()
         # i steps per row: i - 1 windows of 2 steps per row
         np.testing.assert_allclose(p, 1 / ((i - 1) * BATCH_SIZE), rtol=1e-6)
 
@@ -106,10 +111,10 @@ def test_prefetch_and_parallel_calls_hold_at_most_what_the_user_asked_for():
     iterator = iter(dataset.map(lambda items, info: (items, info)))
     for _ in range(70):
         next(iterator)
-    stale = 0
+    held = 2 + 2  # prefetch(2) and two parallel calls
     for i in range(2, 40):
         _add(rb, i - 1, 1)
         _, info = next(iterator)
-        stale += not np.isclose(info.probabilities.numpy()[0], 1 / (i * BATCH_SIZE))
-    # an element held by the map/prefetch may predate the add, never a chunk of 64
-    assert stale < 38
+        steps_per_row = 1 / (info.probabilities.numpy()[0] * BATCH_SIZE)
+        # an element the map/prefetch holds may predate a few adds, never a chunk of 64
+        assert steps_per_row >= i - held - 0.5

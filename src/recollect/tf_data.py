@@ -324,6 +324,7 @@ def as_dataset(
         )
     # The end check and the drop of ``ok`` run once per chunk; only the split runs per element.
     dataset = dataset.take_while(_chunk_ok).flat_map(_splitter(generation))
+    dataset = dataset.with_options(_no_injected_prefetch())
     if _tf_eager is None:
         return dataset
     return _tf_eager.SampledDataset(
@@ -468,6 +469,22 @@ def _splitter(generation: Any) -> Callable[..., tf.data.Dataset]:
         return elements.enumerate().take_while(fresh).map(lambda position, element: element)
 
     return split
+
+
+def _no_injected_prefetch() -> tf.data.Options:
+    """Options without tf.data's own read-ahead: ``inject_prefetch`` (a ``prefetch`` after
+    a user's ``map``) and ``map_parallelization`` (a user's stateless ``map`` run in parallel).
+
+    Both would draw elements ahead that nobody asked for; the options reach
+    every dataset chained after this one. A user's own ``prefetch`` and
+    ``num_parallel_calls`` still apply.
+    """
+    options = tf.data.Options()
+    optimization = options.experimental_optimization
+    for name in ("inject_prefetch", "map_parallelization"):
+        if hasattr(optimization, name):
+            setattr(optimization, name, False)
+    return options
 
 
 def _chunk_ok(items: Any, info: BufferInfo, gen: Any, ok: Any) -> Any:
