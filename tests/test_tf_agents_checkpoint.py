@@ -1,4 +1,4 @@
-"""recollect.tf_agents buffers in TensorFlow checkpoints (tf.train.Checkpoint, TF-Agents' Checkpointer).
+"""recollect.tf_agents buffers in TensorFlow checkpoints (tf.train.Checkpoint, Checkpointer).
 
 TF-Agents' buffers are ``tf.Module``s whose state a ``tf.train.Checkpoint``
 saves; ours are too: data, positions, episode ends and the sampling rng come

@@ -178,7 +178,7 @@ def test_drop_remainder_raises_tf_agents_value_error_from_as_dataset():
 
 
 def test_table_fn_other_than_none_is_refused():
-    with pytest.raises(errors.InvalidArgumentError, match="table_fn=.*leave table_fn=None"):
+    with pytest.raises(errors.InvalidArgumentError, match=r"table_fn=.*leave table_fn=None"):
         TFUniformReplayBuffer(tf.TensorSpec([], tf.int64), 2, 4, table_fn=object())
 
 

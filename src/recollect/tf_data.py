@@ -37,17 +37,14 @@ rebuilt from the message inside a ``tf.function`` or Keras.
 
 from __future__ import annotations
 
-import atexit
 import re
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from recollect import errors
+from recollect import _tf_chunks, errors
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError, NotEnoughDataError, StateError
@@ -94,51 +91,6 @@ def unwrap_error(err: BaseException) -> BaseException:
             if isinstance(cls, type) and issubclass(cls, errors.RecollectError):
                 return cls(message)
     return err
-
-
-class _InFlight:
-    """Counts the sampling calls running inside TensorFlow; stops new ones once the process exits.
-
-    At interpreter shutdown TensorFlow's parallel ``map`` iterators are
-    destroyed while their runner threads may still be inside a
-    ``tf.numpy_function`` call; such a thread cannot take the GIL back once
-    finalization began (Python ends it) and the destructor waits for it
-    forever. :meth:`quiesce` runs at ``atexit`` (before finalization): it makes
-    every later call return at once as "closed" (the dataset ends), and waits
-    until the running calls have returned, so none is left to hang on.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.count = 0
-        self.exiting = False
-
-    def __enter__(self) -> None:
-        with self.lock:
-            self.count += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self.lock:
-            self.count -= 1
-
-    def quiesce(self, timeout_s: float = 5.0, settle_s: float = 0.05) -> None:
-        """Stops new sampling and waits until no call ran for ``settle_s`` (at most ``timeout_s``)."""
-        self.exiting = True
-        deadline = time.monotonic() + timeout_s
-        idle_since = None
-        while time.monotonic() < deadline:
-            now = time.monotonic()
-            if self.count:
-                idle_since = None
-            elif idle_since is None:
-                idle_since = now
-            elif now - idle_since >= settle_s:
-                return
-            time.sleep(0.005)
-
-
-_in_flight = _InFlight()
-atexit.register(_in_flight.quiesce)
 
 
 def check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
@@ -209,8 +161,8 @@ def make_sample_fn(
         return [np.zeros(s, d.as_numpy_dtype) for s, d in zip(shapes, dtypes, strict=True)]
 
     def sample_numpy(_: Any) -> list[np.ndarray]:
-        with _in_flight:
-            if stop_when_closed and (buffer_closed(buffer) or _in_flight.exiting):
+        with _tf_chunks.in_flight:
+            if stop_when_closed and (buffer_closed(buffer) or _tf_chunks.in_flight.exiting):
                 return closed_output()
             try:  # a rate limiter may block the draw; closing the buffer wakes it
                 s = sample_concurrent(buffer, draws, num_steps)
@@ -315,7 +267,7 @@ def as_dataset(
             buffer, sample_batch_size, num_steps, max_in_flight, batches_per_request
         )
     most = _chunk_size(buffer, sample_batch_size, num_steps)
-    sample = _chunked_sample_fn(buffer, sample_batch_size, num_steps, most, wrap_error)
+    sample = _tf_chunks.chunked_sample_fn(buffer, sample_batch_size, num_steps, most, wrap_error)
     if generation is None:
         dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
     else:
@@ -323,8 +275,8 @@ def as_dataset(
             lambda _: sample(generation.read_value()), num_parallel_calls=num_parallel_calls
         )
     # The end check and the drop of ``ok`` run once per chunk; only the split runs per element.
-    dataset = dataset.take_while(_chunk_ok).flat_map(_splitter(generation))
-    dataset = dataset.with_options(_no_injected_prefetch())
+    dataset = dataset.take_while(_tf_chunks.chunk_ok).flat_map(_tf_chunks.splitter(generation))
+    dataset = dataset.with_options(_tf_chunks.no_read_ahead())
     if _tf_eager is None:
         return dataset
     return _tf_eager.SampledDataset(
@@ -382,114 +334,6 @@ def map_element(dataset: tf.data.Dataset, fn: Callable[..., Any]) -> tf.data.Dat
     if _tf_eager is not None and isinstance(dataset, _tf_eager.SampledDataset):
         return dataset.map_element(fn)
     return dataset.map(fn)
-
-
-def _chunked_sample_fn(
-    buffer: Any,
-    sample_batch_size: int | None,
-    num_steps: int | None,
-    most: int,
-    wrap_error: Callable[[Exception], Exception] | None,
-) -> Callable[[Any], tuple[Any, BufferInfo, Any, Any]]:
-    """``fn(generation) -> (items [k, ...], BufferInfo [k, ...], generation, ok)``, k <= ``most``.
-
-    A call draws one element when the buffer was written since the previous
-    call, and twice the previous call's count (up to ``most``) when it was
-    not: a training loop that adds between its reads never gets elements
-    drawn ahead of its writes, and one that only reads amortises the
-    ``tf.numpy_function`` call over up to ``most`` elements. ``ok`` is False
-    (and k = 0) once the buffer is closed or the process exits.
-    """
-    flat = flat_spec_of(buffer)
-    outer = outer_shape(sample_batch_size, num_steps)
-    batch = 1 if sample_batch_size is None else int(sample_batch_size)
-    info_tail = [] if sample_batch_size is None else [batch]
-    shapes = [[None, *outer, *s] for s in flat.shapes] + [[None, *info_tail]] * 2
-    dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64]
-    table = getattr(buffer, "table", None)
-    state = {"generation": None, "size": 0}
-
-    def written() -> Any:
-        index = getattr(table, "index", None)
-        return None if index is None else index.generation
-
-    def sample_numpy(gen: Any) -> list[np.ndarray]:
-        with _in_flight:
-            if buffer_closed(buffer) or _in_flight.exiting:
-                empty = [np.zeros([0, *s[1:]], d.as_numpy_dtype) for s, d in zip(shapes, dtypes)]
-                return [*empty, gen, np.bool_(False)]
-            now = written()
-            same = now is not None and now == state["generation"]
-            k = min(most, 2 * state["size"]) if same else 1
-            state["generation"], state["size"] = now, k
-            try:  # a rate limiter may block the draw; closing the buffer wakes it
-                s = sample_concurrent(buffer, batch * k, num_steps)
-            except StateError:
-                if buffer_closed(buffer):
-                    return sample_numpy(gen)
-                raise
-            except Exception as err:
-                if wrap_error is None:
-                    raise
-                raise wrap_error(err) from err
-            leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
-            out = [x.reshape([k, *shape[1:]]) for x, shape in zip(leaves, shapes, strict=True)]
-            return [*out, gen, np.bool_(True)]
-
-    def fn(gen: Any) -> tuple[Any, BufferInfo, Any, Any]:
-        gen = tf.cast(gen, tf.int64)
-        out = tf.numpy_function(
-            sample_numpy, [gen], [*dtypes, tf.int64, tf.bool], stateful=True, name="sample"
-        )
-        for tensor, shape in zip(out, [*shapes, [], []], strict=True):
-            tensor.set_shape(shape)
-        return flat.unflatten(out[:-4]), BufferInfo(out[-4], out[-3]), out[-2], out[-1]
-
-    return fn
-
-
-def _splitter(generation: Any) -> Callable[..., tf.data.Dataset]:
-    """``flat_map`` function splitting a chunk into its elements (slices sharing its memory).
-
-    With a ``generation`` variable, every element but the first is dropped
-    once the variable differs from the chunk's (the buffer was written after
-    the chunk was drawn); the first element is the one the pipeline's
-    ``map``/``prefetch`` holds (drawn when it was asked for, or ahead as the
-    user requested).
-    """
-
-    def split(items: Any, info: BufferInfo, gen: Any, ok: Any) -> tf.data.Dataset:
-        elements = tf.data.Dataset.from_tensor_slices((items, info))
-        if generation is None:
-            return elements
-
-        def fresh(position: Any, element: Any) -> Any:
-            return tf.logical_or(position == 0, tf.equal(generation.read_value(), gen))
-
-        return elements.enumerate().take_while(fresh).map(lambda position, element: element)
-
-    return split
-
-
-def _no_injected_prefetch() -> tf.data.Options:
-    """Options without tf.data's own read-ahead: ``inject_prefetch`` (a ``prefetch`` after
-    a user's ``map``) and ``map_parallelization`` (a user's stateless ``map`` run in parallel).
-
-    Both would draw elements ahead that nobody asked for; the options reach
-    every dataset chained after this one. A user's own ``prefetch`` and
-    ``num_parallel_calls`` still apply.
-    """
-    options = tf.data.Options()
-    optimization = options.experimental_optimization
-    for name in ("inject_prefetch", "map_parallelization"):
-        if hasattr(optimization, name):
-            setattr(optimization, name, False)
-    return options
-
-
-def _chunk_ok(items: Any, info: BufferInfo, gen: Any, ok: Any) -> Any:
-    """Whether a chunk was sampled (False once the buffer is closed or the process exits)."""
-    return ok
 
 
 def _deterministic_pass(

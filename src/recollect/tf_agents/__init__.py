@@ -49,10 +49,11 @@ import tensorflow as tf
 from recollect import tf_data
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
-from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.errors import InvalidArgumentError
 from recollect.specs import ArraySpec, FlatSpec
 from recollect.tf_agents.checkpoint import BufferState
 from recollect.tf_agents.deterministic import check_drop_remainder, deterministic_pass
+from recollect.tf_agents.empty import EmptyBufferError, empty_error
 from recollect.validation import check_structure
 
 __all__ = [
@@ -63,29 +64,6 @@ __all__ = [
     "tensor_spec",
     "tf_uniform_replay_buffer",
 ]
-
-
-class EmptyBufferError(NotEnoughDataError, ValueError, tf.errors.InvalidArgumentError):
-    """No valid window is stored: :class:`~recollect.errors.NotEnoughDataError` that
-    ``except tf.errors.InvalidArgumentError`` also catches, as TF-Agents' empty-buffer assert.
-
-    Raised by :class:`TFUniformReplayBuffer` (eagerly as this class; inside a
-    ``tf.function`` or a dataset TensorFlow reports it as
-    ``tf.errors.InvalidArgumentError`` with this message).
-    """
-
-    def __init__(self, message: str) -> None:
-        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
-
-    def __reduce__(self) -> Any:
-        return type(self), (self.message,)
-
-
-def _empty_error(err: Exception) -> Exception:
-    """A NotEnoughDataError as :class:`EmptyBufferError`; other errors unchanged."""
-    if isinstance(err, NotEnoughDataError) and not isinstance(err, EmptyBufferError):
-        return EmptyBufferError(str(err))
-    return err
 
 
 def _to_numpy(x: Any) -> Any:
@@ -388,7 +366,7 @@ class TFUniformReplayBuffer(_Base):
         """
         tf_data.check_args(self._buffer, sample_batch_size, num_steps)
         fn = tf_data.make_sample_fn(
-            self._buffer, sample_batch_size, num_steps, False, wrap_error=_empty_error
+            self._buffer, sample_batch_size, num_steps, False, wrap_error=empty_error
         )
         items, info, _ = fn(tf.constant(0, tf.int64))
         if num_steps is not None and not time_stacked:
@@ -442,7 +420,7 @@ class TFUniformReplayBuffer(_Base):
                 num_steps,
                 num_parallel_calls,
                 generation=self._generation.variable,
-                wrap_error=_empty_error,
+                wrap_error=empty_error,
             )
         if self._stateful_dataset:
             options = tf.data.Options()
