@@ -8,12 +8,23 @@ argument is None), ``ids`` int64 and ``probabilities`` float64, both
 spec.
 
 Sampling runs in ``tf.numpy_function`` inside ``Dataset.map``, drawing a
-chunk of up to ``MAX_CHUNK`` elements per call to amortise the call's
-overhead (split with ``from_tensor_slices``, the only per-element step: its
-slices share the chunk's memory where ``unbatch`` copies them); with
-``num_parallel_calls`` several samples are drawn at once: windows are drawn
-under the buffer lock and gathered outside it (numpy releases the GIL while
-gathering), see :func:`recollect.prefetch.sample_concurrent`.
+chunk of elements per call to amortise the call's overhead (split with
+``from_tensor_slices``, whose slices share the chunk's memory): one element
+when the buffer was written since the previous call, twice the previous
+count (up to ``MAX_CHUNK``) while it was not, see :mod:`recollect._tf_chunks`.
+With ``num_parallel_calls`` several samples are drawn at once: windows are
+drawn under the buffer lock and gathered outside it (numpy releases the GIL
+while gathering), see :func:`recollect.prefetch.sample_concurrent`.
+
+Freshness: the pipeline switches off tf.data's own read-ahead
+(``inject_prefetch``, ``map_parallelization``) for every dataset chained
+after it. Given the writer's ``generation`` variable (the TF-Agents
+``TFUniformReplayBuffer`` passes its own), an element asked for after a write
+returned is drawn from a table that holds it, except the elements that a
+user's ``num_parallel_calls``/``prefetch`` holds already. Without one (a
+plain :class:`~recollect.ReplayBuffer` written in numpy), a chunk drawn during
+a read-only phase can serve up to ``MAX_CHUNK`` elements after a write; the
+eager path below checks the buffer itself and never does.
 
 Iterating the sampling dataset eagerly (``for items, info in dataset``)
 takes a faster path that samples in Python and yields the same elements,

@@ -14,27 +14,32 @@ tf_uniform_replay_buffer, tensor_spec``.
 ``num_frames`` become ``tf.numpy_function`` ops on symbolic input.
 ``PyUniformReplayBuffer`` returns numpy arrays.
 
-Deliberate differences from TF-Agents (where TF-Agents misbehaves):
+Both are ``tf.Module``s: ``tf.train.Checkpoint(replay_buffer=rb)`` and
+TF-Agents' ``common.Checkpointer(dir, replay_buffer=rb)`` save and restore
+them (:mod:`recollect.tf_agents.checkpoint`).
 
-- Sampling when no valid window is stored raises
-  :class:`~recollect.errors.NotEnoughDataError`; TF-Agents'
-  ``PyUniformReplayBuffer`` returns uninitialised ``np.empty`` garbage.
-- ``num_steps`` larger than a row holds (``max_length``) raises
-  :class:`~recollect.errors.InvalidArgumentError` naming ``num_steps`` and
-  ``max_length``; fewer steps stored than ``num_steps`` raises
-  ``NotEnoughDataError`` saying how many more are needed. TF-Agents'
-  ``TFUniformReplayBuffer`` says the buffer "is empty" in both cases.
-- A failed ``add_batch`` (wrong structure, shape, or an unsafe dtype cast)
-  raises before anything is written and changes nothing; TF-Agents can advance
-  its write position first, so zero rows get sampled later.
-- Windows never span the ring's write position, and when the spec has a
-  top-level bool ``is_last`` leaf they never cross an episode end.
-- ``BufferInfo.ids`` are recollect item ids (unique, never reused:
-  ``recollect.ids.encode(row, step_time)``), shaped like TF-Agents' (``[B, T]`` with
-  ``num_steps``); ``probabilities`` are float32 ``[B]`` as in TF-Agents.
-- ``PyUniformReplayBuffer.num_frames()`` works, ``gather_all()`` returns only
-  stored steps (``[1, size, ...]``, oldest first) rather than every slot, and
-  ``as_dataset`` accepts ``num_parallel_calls``.
+Deliberate differences from TF-Agents:
+
+- An empty ``PyUniformReplayBuffer`` raises
+  :class:`~recollect.errors.NotEnoughDataError` where TF-Agents returns
+  uninitialised ``np.empty`` garbage. (An empty ``TFUniformReplayBuffer``
+  raises :class:`EmptyBufferError`, a ``tf.errors.InvalidArgumentError``, as
+  TF-Agents does.)
+- ``num_steps`` > ``max_length`` raises
+  :class:`~recollect.errors.InvalidArgumentError`; too few steps stored for
+  ``num_steps`` says how many more are needed (TF-Agents: "is empty").
+- A failed ``add_batch`` changes nothing (TF-Agents may advance its write
+  position first).
+- Windows never span the ring's write position nor, with a top-level bool
+  ``is_last`` leaf, an episode end.
+- ``BufferInfo.ids`` are recollect item ids (``recollect.ids.encode(row,
+  step_time)``, never reused), shaped like TF-Agents'.
+- ``PyUniformReplayBuffer``: ``num_frames()`` works, ``gather_all()`` returns
+  only stored steps oldest first, ``as_dataset`` accepts ``num_parallel_calls``.
+- Checkpoints hold recollect's state format (inside a ``PythonState``), not
+  TF-Agents' variables: they restore into recollect buffers only.
+- ``add_batch`` inside a ``tf.function`` returns an int64 tensor (items
+  stored), not an op; ``table_fn`` must be None.
 """
 
 from __future__ import annotations
