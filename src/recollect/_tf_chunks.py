@@ -52,7 +52,7 @@ class InFlight:
         with self.lock:
             self.count -= 1
 
-    def quiesce(self, timeout_s: float = 5.0, settle_s: float = 0.05) -> None:
+    def quiesce(self, timeout_s: float = 5.0, settle_s: float = 0.25) -> None:
         """Stops new sampling; waits until no call ran for ``settle_s`` (at most ``timeout_s``)."""
         self.exiting = True
         deadline = time.monotonic() + timeout_s
