@@ -2,8 +2,10 @@
 
 The first table holds the issue-17 target rows, timed interleaved in this one
 process (one repeat of every row, then the next; medians): ``buf.sample``
-itself, :func:`recollect.tf_data.as_dataset` iterated eagerly and consumed by
-a ``tf.function`` (16 batches per call, rate per batch), and
+itself, the W1 limit (a plain numpy gather of the same windows),
+:func:`recollect.tf_data.as_dataset` iterated eagerly and consumed by a
+``tf.function`` (16 batches per call, rate per batch; also after a ``.map``,
+with AUTOTUNE parallel calls and a prefetch, and with neither), and
 :func:`recollect.jax.as_iterator`, for W1 batch 32 (windows of 2) and W2
 batch 256 (``num_steps=None``, the W2 spec with ``next_observation`` and
 ``is_last`` leaves, capacity 1M). ``--detail`` adds the W1 tables below.
@@ -253,6 +255,8 @@ def target_rows(
     rows: dict[str, Callable[[], object]] = {
         f"{name} buf.sample({batch}, {num_steps})": lambda: buf.sample(batch, num_steps)
     }
+    if name == "W1":
+        rows[f"{name} limit: numpy gather"] = limit_rows(buf)["limit: numpy gather store[idx]"]
     closers: list[Callable[[], None]] = []
     if "tf" not in skip:
         import tensorflow as tf
@@ -263,6 +267,11 @@ def target_rows(
         rows[f"{name} tf.data eager"] = lambda: next(eager)
         graph = as_dataset(buf, batch, num_steps, num_parallel_calls=tf.data.AUTOTUNE)
         rows[f"{name} tf.data in tf.function"] = in_tf_function(graph.prefetch(4), tf)
+        mapped = as_dataset(buf, batch, num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+        mapped = mapped.map(lambda items, info: (items, info)).prefetch(4)
+        rows[f"{name} tf.data .map in tf.function"] = in_tf_function(mapped, tf)
+        sequential = as_dataset(buf, batch, num_steps).map(lambda items, info: (items, info))
+        rows[f"{name} tf.data .map, no parallel calls"] = in_tf_function(sequential, tf)
     if "jax" not in skip and name == "W1":
         import jax
 

@@ -208,7 +208,8 @@ def test_clear_and_deterministic_pass():
     for t in range(3):
         rb.add_batch(step(t))
     seen = [info.ids.numpy().tolist() for _, info in rb.as_dataset(single_deterministic_pass=True)]
-    assert seen == rc_ids.encode([0, 1, 0, 1, 0, 1], [0, 0, 1, 1, 2, 2]).tolist()
+    # TF-Agents' order: row by row, oldest first
+    assert seen == rc_ids.encode([0, 0, 0, 1, 1, 1], [0, 1, 2, 0, 1, 2]).tolist()
     rb.clear()
     assert int(rb.num_frames()) == 0
     with pytest.raises(errors.NotEnoughDataError):

@@ -365,8 +365,9 @@ def test_a_rate_limited_buffer_draws_smaller_chunks_in_the_pipeline():
             return original(batch_size, *args, **kwargs)
 
         buf_.table.draw = draw
-        _graph_elements(tf_data.as_dataset(buf_, sample_batch_size=2, num_steps=2), 1)
-        sizes.append(drawn[0])
+        # chunks double while nothing is written: 1, 2, 4, ... up to the cap
+        _graph_elements(tf_data.as_dataset(buf_, sample_batch_size=2, num_steps=2), 130)
+        sizes.append(max(drawn))
     assert sizes == [2 * tf_data.RATE_LIMITED_MAX_CHUNK, 2 * tf_data.MAX_CHUNK]
 
 

@@ -52,6 +52,8 @@ __all__ = ["EAGER_PREFETCH", "INLINE_BELOW_BYTES", "SampleIterator", "SampledDat
 
 #: Batches an eager iterator keeps ready (its producer thread draws this far ahead).
 EAGER_PREFETCH = 2
+#: Reads in a row without a write after which an inline eager iterator prefetches again.
+FRESH_READS = 8
 #: Elements smaller than this (bytes) are sampled inline by an eager ``next()``, not prefetched.
 INLINE_BELOW_BYTES = 1 << 18
 #: Arrays smaller than this are copied into aligned memory to be wrapped; larger
@@ -123,6 +125,7 @@ class SampleIterator(iterator_ops.OwnedIterator):
         sample_batch_size: int | None,
         num_steps: int | None,
         element_fn: Callable[..., Any] | None = None,
+        wrap_error: Callable[[Exception], Exception] | None = None,
     ) -> None:
         super().__init__(dataset)
         flat = flat_spec_of(buffer)
@@ -132,12 +135,21 @@ class SampleIterator(iterator_ops.OwnedIterator):
         finish = functools.partial(_eager_element, flat=flat, shapes=shapes, fn=element_fn)
         batch = 1 if sample_batch_size is None else sample_batch_size
 
+        index = getattr(getattr(buffer, "table", None), "index", None)
+        self._written = (lambda: index.generation) if index is not None else (lambda: None)
+
         def draw() -> Callable[[], Any]:
-            return functools.partial(finish, draw_concurrent(buffer, batch, num_steps))
+            generation = self._written()  # read before the draw: a later write makes it stale
+            gathered = functools.partial(finish, draw_concurrent(buffer, batch, num_steps))
+            return lambda: (generation, gathered())
 
         self._draw = draw
+        self._wrap_error = wrap_error
         self._should_stop = functools.partial(buffer_closed, buffer)
-        self._inline = flat.nbytes * batch * (num_steps or 1) < INLINE_BELOW_BYTES
+        self._large = flat.nbytes * batch * (num_steps or 1) >= INLINE_BELOW_BYTES
+        self._inline = not self._large
+        self._quiet_reads = 0  # reads in a row that found no write since the previous one
+        self._last_seen: Any = None
         self._ended = False
         self._prefetcher: Prefetcher | None = None
 
@@ -151,20 +163,41 @@ class SampleIterator(iterator_ops.OwnedIterator):
         except tf.errors.OpError:
             raise
         except Exception as err:  # as the tf.data pipeline reports it
+            if self._wrap_error is not None:
+                wrapped = self._wrap_error(err)
+                if isinstance(wrapped, tf.errors.OpError):
+                    raise wrapped from err
             raise tf.errors.UnknownError(None, None, f"{type(err).__name__}: {err}") from err
 
     def _next_prefetched(self) -> Any:
+        """A prefetched element, unless the buffer was written since it was drawn.
+
+        A stale element (and everything prefetched with it) is dropped and
+        the iterator samples inline until ``FRESH_READS`` reads in a row found
+        no write (a loop that adds between reads gains nothing from drawing ahead).
+        """
         if self._prefetcher is None:  # started on first use: graph-mode use needs no thread
             self._prefetcher = Prefetcher(self._draw, EAGER_PREFETCH, self._should_stop)
-        return next(self._prefetcher)
+        generation, element = next(self._prefetcher)
+        if generation == self._written():
+            return element
+        self._prefetcher.close(timeout_s=0.0)
+        self._prefetcher = None
+        self._inline, self._quiet_reads = True, 0
+        return self._next_inline()
 
     def _next_inline(self) -> Any:
         """One element sampled now; ends and raises as a :class:`Prefetcher` does."""
         if self._ended or self._should_stop():
             self._ended = True
             raise StopIteration
+        if self._large:  # back to prefetching after FRESH_READS reads without a write
+            written = self._written()
+            self._quiet_reads = self._quiet_reads + 1 if written == self._last_seen else 0
+            self._last_seen = written
+            self._inline = self._quiet_reads < FRESH_READS
         try:
-            return self._draw()()
+            return self._draw()()[1]
         except StateError:  # a close woke a draw blocked on the rate limiter
             self._ended = True
             if self._should_stop():
@@ -192,15 +225,21 @@ class SampledDataset(dataset_ops.UnaryUnchangedStructureDataset):
         sample_batch_size: int | None,
         num_steps: int | None,
         element_fn: Callable[..., Any] | None = None,
+        wrap_error: Callable[[Exception], Exception] | None = None,
     ) -> None:
-        self._sampling = (buffer, sample_batch_size, num_steps, element_fn)
+        self._sampling = (buffer, sample_batch_size, num_steps, element_fn, wrap_error)
         super().__init__(dataset, dataset._variant_tensor)
 
     def map_element(self, fn: Callable[..., Any]) -> SampledDataset:
         """``self.map(fn)`` whose eager iterator applies ``fn`` eagerly (keeps the fast path)."""
-        buffer, batch, steps, inner = self._sampling
+        buffer, batch, steps, inner, wrap = self._sampling
         composed = fn if inner is None else (lambda *e: _apply(fn, _apply(inner, e)))
-        return SampledDataset(tf.data.Dataset.map(self, fn), buffer, batch, steps, composed)
+        mapped = tf.data.Dataset.map(self, fn)
+        return SampledDataset(mapped, buffer, batch, steps, composed, wrap_error=wrap)
+
+    def with_options(self, options: Any, name: str | None = None) -> tf.data.Dataset:
+        """``Dataset.with_options`` that keeps the fast eager iterator."""
+        return SampledDataset(super().with_options(options, name=name), *self._sampling)
 
     def __iter__(self) -> iterator_ops.OwnedIterator:
         if context.executing_eagerly():

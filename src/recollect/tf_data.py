@@ -8,12 +8,23 @@ argument is None), ``ids`` int64 and ``probabilities`` float64, both
 spec.
 
 Sampling runs in ``tf.numpy_function`` inside ``Dataset.map``, drawing a
-chunk of up to ``MAX_CHUNK`` elements per call to amortise the call's
-overhead (split with ``from_tensor_slices``, the only per-element step: its
-slices share the chunk's memory where ``unbatch`` copies them); with
-``num_parallel_calls`` several samples are drawn at once: windows are drawn
-under the buffer lock and gathered outside it (numpy releases the GIL while
-gathering), see :func:`recollect.prefetch.sample_concurrent`.
+chunk of elements per call to amortise the call's overhead (split with
+``from_tensor_slices``, whose slices share the chunk's memory): one element
+when the buffer was written since the previous call, twice the previous
+count (up to ``MAX_CHUNK``) while it was not, see :mod:`recollect._tf_chunks`.
+With ``num_parallel_calls`` several samples are drawn at once: windows are
+drawn under the buffer lock and gathered outside it (numpy releases the GIL
+while gathering), see :func:`recollect.prefetch.sample_concurrent`.
+
+Freshness: the pipeline switches off tf.data's own read-ahead
+(``inject_prefetch``, ``map_parallelization``) for every dataset chained
+after it. Given the writer's ``generation`` variable (the TF-Agents
+``TFUniformReplayBuffer`` passes its own), an element asked for after a write
+returned is drawn from a table that holds it, except the elements that a
+user's ``num_parallel_calls``/``prefetch`` holds already. Without one (a
+plain :class:`~recollect.ReplayBuffer` written in numpy), a chunk drawn during
+a read-only phase can serve up to ``MAX_CHUNK`` elements after a write; the
+eager path below checks the buffer itself and never does.
 
 Iterating the sampling dataset eagerly (``for items, info in dataset``)
 takes a faster path that samples in Python and yields the same elements,
@@ -44,7 +55,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from recollect import errors
+from recollect import _tf_chunks, errors
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError, NotEnoughDataError, StateError
@@ -135,6 +146,7 @@ def make_sample_fn(
     num_steps: int | None,
     stop_when_closed: bool,
     chunk: int | None = None,
+    wrap_error: Callable[[Exception], Exception] | None = None,
 ) -> Callable[[Any], tuple[Any, BufferInfo, Any]]:
     """A TF function ``fn(unused) -> (items, BufferInfo, ok)`` that samples the buffer.
 
@@ -143,7 +155,9 @@ def make_sample_fn(
     and the buffer is closed (the other outputs are then zeros, to be dropped
     with ``take_while``). With ``chunk=k`` one call draws ``k`` elements at
     once (every output gets a leading ``[k]`` axis, ``ok`` is ``[k]``): split
-    them with ``Dataset.unbatch``.
+    them with ``Dataset.unbatch``. ``wrap_error(err)`` gives the error to
+    raise for an error of the sample (e.g. a ``ValueError`` subclass, which
+    TensorFlow reports as ``tf.errors.InvalidArgumentError``).
     """
     flat = flat_spec_of(buffer)
     outer = outer_shape(sample_batch_size, num_steps)
@@ -158,17 +172,22 @@ def make_sample_fn(
         return [np.zeros(s, d.as_numpy_dtype) for s, d in zip(shapes, dtypes, strict=True)]
 
     def sample_numpy(_: Any) -> list[np.ndarray]:
-        if stop_when_closed and buffer_closed(buffer):
-            return closed_output()
-        try:  # a rate limiter may block the draw; closing the buffer wakes it
-            s = sample_concurrent(buffer, draws, num_steps)
-        except StateError:
-            if stop_when_closed and buffer_closed(buffer):
+        with _tf_chunks.in_flight:
+            if stop_when_closed and (buffer_closed(buffer) or _tf_chunks.in_flight.exiting):
                 return closed_output()
-            raise
-        leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
-        leaves = [x.reshape(shape) for x, shape in zip(leaves, shapes, strict=False)]
-        return [*leaves, np.ones(lead, bool)]
+            try:  # a rate limiter may block the draw; closing the buffer wakes it
+                s = sample_concurrent(buffer, draws, num_steps)
+            except StateError:
+                if stop_when_closed and buffer_closed(buffer):
+                    return closed_output()
+                raise
+            except Exception as err:
+                if wrap_error is None:
+                    raise
+                raise wrap_error(err) from err
+            leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
+            leaves = [x.reshape(shape) for x, shape in zip(leaves, shapes, strict=False)]
+            return [*leaves, np.ones(lead, bool)]
 
     def fn(unused: Any) -> tuple[Any, BufferInfo, Any]:
         out = tf.numpy_function(sample_numpy, [unused], dtypes, stateful=True, name="sample")
@@ -188,6 +207,8 @@ def as_dataset(
     *,
     max_in_flight: int = 2,
     batches_per_request: int = 1,
+    generation: Any = None,
+    wrap_error: Callable[[Exception], Exception] | None = None,
 ) -> tf.data.Dataset:
     """A ``tf.data.Dataset`` of ``(items, BufferInfo(ids, probabilities))`` sampled from ``buffer``.
 
@@ -225,6 +246,14 @@ def as_dataset(
             over more batches, and draw a prioritized table's batches that many
             steps ahead of its updates (see
             :class:`~recollect.service.SampleStream`); a local buffer ignores it.
+        generation: an int64 scalar ``tf.Variable`` that the writer
+            increments after every write (``add_batch``, ``clear``) of a
+            local buffer, or None. With it, the elements left in a chunk
+            drawn before the variable changed are dropped (see "Freshness"
+            in the module docstring).
+        wrap_error: maps an error raised while sampling to the error to
+            raise instead (e.g. one TensorFlow reports as
+            ``tf.errors.InvalidArgumentError``); None keeps it.
 
     Returns:
         The dataset; its ``element_spec`` gives the exact shapes and dtypes.
@@ -248,16 +277,22 @@ def as_dataset(
         return _served_dataset(
             buffer, sample_batch_size, num_steps, max_in_flight, batches_per_request
         )
-    chunk = _chunk_size(buffer, sample_batch_size, num_steps)
-    sample = make_sample_fn(
-        buffer, sample_batch_size, num_steps, stop_when_closed=True, chunk=chunk
-    )
-    dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
+    most = _chunk_size(buffer, sample_batch_size, num_steps)
+    sample = _tf_chunks.chunked_sample_fn(buffer, sample_batch_size, num_steps, most, wrap_error)
+    if generation is None:
+        dataset = tf.data.Dataset.counter().map(sample, num_parallel_calls=num_parallel_calls)
+    else:
+        dataset = tf.data.Dataset.counter().map(
+            lambda _: sample(generation.read_value()), num_parallel_calls=num_parallel_calls
+        )
     # The end check and the drop of ``ok`` run once per chunk; only the split runs per element.
-    dataset = dataset.take_while(_chunk_ok).map(_drop_ok).flat_map(_split_chunk)
+    dataset = dataset.take_while(_tf_chunks.chunk_ok).flat_map(_tf_chunks.splitter(generation))
+    dataset = dataset.with_options(_tf_chunks.no_read_ahead())
     if _tf_eager is None:
         return dataset
-    return _tf_eager.SampledDataset(dataset, buffer, sample_batch_size, num_steps)
+    return _tf_eager.SampledDataset(
+        dataset, buffer, sample_batch_size, num_steps, wrap_error=wrap_error
+    )
 
 
 #: Single windows fetched per request when a served table's dataset has no batch axis.
@@ -310,20 +345,6 @@ def map_element(dataset: tf.data.Dataset, fn: Callable[..., Any]) -> tf.data.Dat
     if _tf_eager is not None and isinstance(dataset, _tf_eager.SampledDataset):
         return dataset.map_element(fn)
     return dataset.map(fn)
-
-
-def _split_chunk(items: Any, info: BufferInfo) -> tf.data.Dataset:
-    """The elements of a chunk, slices along its first axis that share its memory."""
-    return tf.data.Dataset.from_tensor_slices((items, info))
-
-
-def _chunk_ok(items: Any, info: BufferInfo, ok: Any) -> Any:
-    """Whether a chunk was sampled (its ``ok`` are all True, or all False once closed)."""
-    return tf.reduce_all(ok)
-
-
-def _drop_ok(items: Any, info: BufferInfo, ok: Any) -> tuple[Any, BufferInfo]:
-    return items, info
 
 
 def _deterministic_pass(
