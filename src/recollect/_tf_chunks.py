@@ -18,11 +18,16 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import StateError
+from recollect.extras import missing_extra
 from recollect.prefetch import buffer_closed, flat_spec_of, outer_shape, sample_concurrent
+
+try:
+    import tensorflow as tf
+except ImportError as err:
+    raise missing_extra(err, "recollect.tf_data") from None
 
 __all__ = ["InFlight", "chunk_ok", "chunked_sample_fn", "in_flight", "no_read_ahead", "splitter"]
 

@@ -53,12 +53,12 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from recollect import _tf_chunks, errors
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError, NotEnoughDataError, StateError
+from recollect.extras import missing_extra
 from recollect.prefetch import (
     SampleSource,
     buffer_closed,
@@ -69,6 +69,11 @@ from recollect.prefetch import (
     sample_concurrent,
 )
 from recollect.service.client import TableHandle
+
+try:
+    import tensorflow as tf
+except ImportError as err:
+    raise missing_extra(err, "recollect.tf_data") from None
 
 try:  # the eager fast path builds on TensorFlow internals; without them the pipeline serves
     from recollect import _tf_eager

@@ -49,17 +49,22 @@ from typing import Any
 
 import numpy as np
 import optree
-import tensorflow as tf
 
 from recollect import tf_data
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError
+from recollect.extras import missing_extra
 from recollect.specs import ArraySpec, FlatSpec
 from recollect.tf_agents.checkpoint import BufferState
 from recollect.tf_agents.deterministic import check_drop_remainder, deterministic_pass
 from recollect.tf_agents.empty import EmptyBufferError, empty_error
 from recollect.validation import check_structure
+
+try:
+    import tensorflow as tf
+except ImportError as err:
+    raise missing_extra(err, "recollect.tf_agents") from None
 
 __all__ = [
     "EmptyBufferError",
