@@ -365,10 +365,11 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
             NotEnoughDataError: the buffer is empty.
             InvalidArgumentError: ``batch_size`` < 1.
         """
-        if self.sb3_layout and not self.prioritized:  # the common case, fewest steps
+        arrays = self.transitions
+        if isinstance(arrays, Sb3Arrays) and not self.prioritized:  # common case, fewest steps
             batch_inds, env_indices = self.uniform_draw(batch_size)
             fields = gather_fields(
-                self.transitions,  # type: ignore[arg-type]
+                arrays,
                 batch_inds,
                 env_indices,
                 env,
@@ -398,9 +399,10 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
         times = clock - 1 - (self.pos - 1 - batch_inds) % self.buffer_size
         ids = id_layout.encode(env_indices, times)
         weights = np.ones(len(batch_inds)) if self.prioritized else None
-        if self.sb3_layout:
+        transitions = self.transitions
+        if isinstance(transitions, Sb3Arrays):  # SB3's layout
             fields = gather_fields(
-                self.transitions,  # type: ignore[arg-type]
+                transitions,
                 batch_inds,
                 env_indices,
                 env,
@@ -409,7 +411,7 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
                 self.pos,
             )
             return pack(fields, self.device, weights, ids)
-        s = self.transitions.sample_at(env_indices, times, **self.sample_options())  # type: ignore[union-attr]
+        s = transitions.sample_at(env_indices, times, **self.sample_options())
         return to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
 
     def clock(self) -> int:

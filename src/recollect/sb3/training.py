@@ -60,10 +60,10 @@ class PrioritizedSetup:
 
     def _setup_model(self) -> None:
         if not use_prioritized_buffer(self):
-            super()._setup_model()  # type: ignore[misc]
+            super()._setup_model()  # type: ignore[misc]  # the SB3 model class mixed into
             return
         n_steps, self.n_steps = self.n_steps, 1
         try:
-            super()._setup_model()  # type: ignore[misc]
+            super()._setup_model()  # type: ignore[misc]  # the SB3 model class mixed into
         finally:
             self.n_steps = n_steps

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -367,7 +368,7 @@ def frame_store_nbytes(
     num_envs: int,
     max_length: int,
     stacks: dict[int, FrameStack],
-    skip: set[int] = frozenset(),  # type: ignore[assignment]
+    skip: AbstractSet[int] = frozenset(),
 ) -> int:
     """Bytes a :class:`FrameStackStorage` allocates (plain leaves, frame rings, history);
     leaves in ``skip`` (compressed) are not counted."""
