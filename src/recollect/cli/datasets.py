@@ -71,14 +71,17 @@ def export_buffer(
         raise click.UsageError("--to minari needs --dataset-id.")
     if fmt == "rlds" and not output:
         raise click.UsageError("--to rlds needs --output.")
+    out: datasets.MinariExport | datasets.RldsExport
     try:
         buf = load_buffer(path)
         if fmt == "minari":
+            assert dataset_id  # checked above
             out = datasets.to_minari(buf, dataset_id, env=env_id)
             where = f"Minari dataset {dataset_id!r}"
         else:
-            out = datasets.to_rlds(buf, output)
-            where = f"RLDS dataset {out.path}"
+            assert output  # checked above
+            rlds = datasets.to_rlds(buf, output)
+            out, where = rlds, f"RLDS dataset {rlds.path}"
     except RecollectError as err:
         raise click.ClickException(str(err)) from err
     except ValueError as err:  # Minari: dataset id taken or malformed

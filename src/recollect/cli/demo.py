@@ -61,7 +61,8 @@ class Progress:
     """
 
     def __init__(self, total: int, quiet: bool, header: str):
-        self.total, self.quiet, self.header, self.bar = total, quiet, header, None
+        self.total, self.quiet, self.header = total, quiet, header
+        self.bar: Any = None  # a tqdm bar once the first step comes
         self._shown, self._last_postfix = 0, 0.0
 
     def __call__(self, info: dict[str, Any]) -> None:

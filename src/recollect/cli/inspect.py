@@ -42,8 +42,9 @@ def episode_stats(flat: Any, data: list[np.ndarray]) -> dict[str, Any]:
         ``partial`` (episode parts whose start or end is not stored).
     """
     is_last = _leaf(flat, data, "is_last")
-    if is_last is None and {"terminated", "truncated"} <= set(flat.paths):  # TransitionBuffer
-        is_last = _leaf(flat, data, "terminated") | _leaf(flat, data, "truncated")
+    terminated, truncated = _leaf(flat, data, "terminated"), _leaf(flat, data, "truncated")
+    if is_last is None and terminated is not None and truncated is not None:  # TransitionBuffer
+        is_last = terminated | truncated
     empty = {"returns": np.zeros(0), "lengths": np.zeros(0, np.int64), "partial": 0}
     if is_last is None or is_last.size == 0:
         return empty
@@ -62,7 +63,7 @@ def episode_stats(flat: Any, data: list[np.ndarray]) -> dict[str, Any]:
     complete = has_end & first_step
     counts = np.bincount(inverse)
     lengths = counts - (1 if is_first is not None else 0)
-    returns = np.zeros(len(ids))
+    returns: np.ndarray = np.zeros(len(ids))
     if reward is not None and reward.ndim == 2:
         returns = np.bincount(inverse, weights=reward.astype(np.float64).ravel())
     return {

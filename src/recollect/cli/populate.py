@@ -277,6 +277,7 @@ def populate(
     """
     from tqdm import tqdm
 
+    from recollect.buffers import ReplayBuffer
     from recollect.manager import ReplayBufferManager
 
     if overwrite and append:
@@ -299,10 +300,13 @@ def populate(
                         f"--from-dataset starts a new buffer; {path} exists (pass --overwrite "
                         "to replace it) or --append was given."
                     )
+                # not --append: set above
+                assert capacity is not None and num_envs is not None
                 seed_from_dataset(from_dataset, spec, capacity, num_envs, seed, path)
                 buffer, observer = manager.load_replay_buffer()
             else:
                 buffer, observer = _open_buffer(manager, path, overwrite, append)
+            assert isinstance(buffer, ReplayBuffer)  # a manager without a client holds one
             capacity, num_envs = buffer.capacity, buffer.num_envs
             _check_steps(steps_per_run, num_envs)
             envs += _make_envs(env_id, num_envs - 1)

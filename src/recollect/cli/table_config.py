@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,9 @@ def _fail(key: str, expected: str, value: Any) -> ConfigError:
     return ConfigError(f"`{key}` must be {expected}; got {value!r} ({_type_name(value)}).")
 
 
-def _check_keys(key: str, table: Any, allowed: set[str], required: set[str] = frozenset()) -> None:
+def _check_keys(
+    key: str, table: Any, allowed: AbstractSet[str], required: AbstractSet[str] = frozenset()
+) -> None:
     if not isinstance(table, dict):
         raise _fail(key, "a table", table)
     unknown = sorted(set(table) - allowed)

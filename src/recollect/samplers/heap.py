@@ -99,8 +99,11 @@ class _Heap(Prioritized):
         num_steps: int,
         within_episode: bool,
         rng: np.random.Generator,
+        importance_sampling_exponent: float | None = None,
         **kwargs: Any,
     ) -> WindowDraw:
+        if importance_sampling_exponent is not None:  # no weights: an option as any other
+            kwargs["importance_sampling_exponent"] = importance_sampling_exponent
         if kwargs:
             raise InvalidArgumentError(
                 f"{type(self).__name__} sampling takes no options; got {sorted(kwargs)}."

@@ -106,7 +106,7 @@ class Prioritized(Sampler):
         self.num_valid = 0
         self.episode_aware: bool | None = None
 
-    def get_config(self) -> dict[str, float]:
+    def get_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able) that rebuild this sampler, state excluded."""
         return {
             "priority_exponent": self.priority_exponent,
@@ -174,11 +174,14 @@ class Prioritized(Sampler):
         if self.episode_aware is None:
             self.episode_aware = is_last is not None
         index, n = self.index, self.sequence_length
+        assert n is not None  # bind refuses None
         # lo = max(t_clear, t - max_length) and n <= max_length: only t_clear can cut the window
+        where: slice | np.ndarray
         if rows is None:  # every row: whole arrays, no fancy indexing
             t, base, cleared = index.t, self._row_base, index.t_clear
-            last_end, rows = self._last_end, slice(None)
+            last_end, where = self._last_end, slice(None)
         else:
+            where = rows
             t, base, cleared = index.t[rows], self._row_base[rows], index.t_clear[rows]
             last_end = self._last_end[rows]
         # step t - 1 was just written to each row
@@ -187,7 +190,7 @@ class Prioritized(Sampler):
         ok = start >= cleared
         if is_last is not None:
             ok &= last_end < start  # no episode end before the window's last step
-            self._last_end[rows] = index.last_end[rows]
+            self._last_end[where] = index.last_end[where]
         self.num_valid -= int(np.count_nonzero(self._valid[gone]))
         self._valid[gone] = False
         value = (self.max_priority + self.epsilon) ** self.priority_exponent  # finite: checked
@@ -216,6 +219,7 @@ class Prioritized(Sampler):
         if self.episode_aware is None:
             self.episode_aware = is_last is not None
         index, n, length = self.index, self.sequence_length, self._length
+        assert n is not None  # bind refuses None
         row_ids = self._all_rows if rows is None else rows
         t = index.t[row_ids]  # after the block
         times = (t - count)[:, None] + np.arange(count)  # [k, count] the written times

@@ -206,6 +206,7 @@ class SumTree:
         # .min(axis=1) of the [K, B] gather); leaves of value 0 count as inf
         below = leaf_blocks.T.copy()
         below[below <= 0] = np.inf
+        assert self._mins is not None  # called where the min is tracked
         for i, mins in enumerate(self._mins):
             if i:
                 node = node // self.branching

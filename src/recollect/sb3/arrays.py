@@ -21,6 +21,7 @@ from recollect.buffers import ReplayBuffer as CoreReplayBuffer
 from recollect.errors import CheckpointError
 from recollect.samplers import Prioritized
 from recollect.specs import ArraySpec
+from recollect.storage.ring import RingStorage
 
 __all__ = ["FIELDS", "Sb3Arrays"]
 
@@ -123,11 +124,17 @@ class Sb3Arrays:
         return int(self.replay_buffer.table.index.t[0])
 
     # -- views --------------------------------------------------------------
+    def ring(self) -> RingStorage:
+        """The core buffer's ring storage (RAM or memmap), whose arrays SB3's arrays view."""
+        storage = self.replay_buffer.storage
+        assert isinstance(storage, RingStorage), type(storage)  # built without frame stacks
+        return storage
+
     def view(self, field: str) -> Any:
         """SB3's array ``field`` ``[buffer_size, n_envs, ...]``: a view of the storage."""
         if field == "timeouts" and self.side_timeouts is not None:
             return self.side_timeouts.swapaxes(0, 1)
-        arrays = self.replay_buffer.storage.arrays
+        arrays = self.ring().arrays
         where = self.leaf[field]
         if isinstance(where, dict):
             return {key: arrays[i].swapaxes(0, 1) for key, i in where.items()}
@@ -137,7 +144,7 @@ class Sb3Arrays:
         """The storage of ``field`` row-flattened, ``[n_envs * buffer_size, ...]`` (a view)."""
         if field == "timeouts" and self.side_timeouts is not None:
             return self.side_timeouts.reshape(-1)
-        views = self.replay_buffer.storage.flat_views
+        views = self.ring().flat_views
         where = self.leaf[field]
         if isinstance(where, dict):
             return {key: views[i] for key, i in where.items()}

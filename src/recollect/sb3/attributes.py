@@ -52,7 +52,7 @@ class Sb3Attributes:
     def sb3_array(self, name: str) -> Any:
         """SB3's array ``name`` (a view of the storage); AttributeError without SB3's layout."""
         if self.sb3_layout:
-            return self.transitions.view(name)  # type: ignore[union-attr]
+            return self.transitions.view(name)
         raise AttributeError(
             f"{type(self).__name__} with frame_stack or optimize_memory_usage stores each "
             f"observation once and has no SB3 `{name}` array; use sample() or _get_samples()."
@@ -85,7 +85,7 @@ class Sb3Attributes:
         ``dones[pos - 1] = True`` take effect). With ``frame_stack`` or
         ``optimize_memory_usage``: an object that accepts SB3's writes and ignores them
         (see :class:`TrajectoryCuts`)."""
-        return self.transitions.view("dones") if self.sb3_layout else self.cuts  # type: ignore[union-attr]
+        return self.transitions.view("dones") if self.sb3_layout else self.cuts
 
     @property
     def timeouts(self) -> np.ndarray:

@@ -22,6 +22,7 @@ Sampling can be n-step and prioritized in both.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,7 +58,9 @@ from recollect.table.table import positive_int
 __all__ = ["ReplayBuffer"]
 
 
-class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
+# SB3 declares its arrays as writable attributes; here they are read-only properties
+# (views of recollect's storage; item writes such as ``dones[pos] = 1`` still land)
+class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[override]
     """SB3's ``ReplayBuffer`` on recollect storage (SB3's arrays, or one copy per observation).
 
     Use it with any SB3 off-policy algorithm::
@@ -133,9 +136,10 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
         _check_storage(storage, directory)
         self.storage, self.directory = storage, directory
         self.frame_stack = resolve_frame_stack(frame_stack, observation_space)
-        self.stack_starts = None
+        self.stack_starts: StackStarts | None = None
         if self.frame_stack is not None:
             shape, dtype = observation_space.shape, np.dtype(observation_space.dtype)
+            assert shape is not None  # resolve_frame_stack accepts Box spaces only
             self.frame_stack.frame_spec("observation", ArraySpec(shape, dtype))  # raises if bad
             self.stack_starts = StackStarts(self.frame_stack, shape, dtype, n_envs)
         if rng is None:  # SB3's set_random_seed seeds numpy's global RNG: follow it
@@ -184,7 +188,11 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
         lean = isinstance(transitions, Sb3Arrays) and not transitions.dict_obs
         #: the short ``add`` path: SB3's layout, a Box space, no timeouts to read
         self.lean_adds = lean and not self.handle_timeout_termination
-        self.write_leaves = transitions.replay_buffer.write_leaves if lean else None
+        #: the storage's write of one step (the short ``add`` path), None off that path
+        self.write_leaves: Callable[[list[np.ndarray]], None] | None = None
+        if self.lean_adds:
+            assert isinstance(transitions, Sb3Arrays)
+            self.write_leaves = transitions.replay_buffer.write_leaves
 
     def make_sampler(self) -> Prioritized | None:
         """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
@@ -225,8 +233,9 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
                 not match the first add. Nothing is written.
         """
         n, convert = self.n_envs, self.convert
-        if self.lean_adds:  # SB3's layout, a Box space, no infos to read: CleanRL's case
-            self.write_leaves(  # the leaves in the storage's order (Sb3Arrays.write_step)
+        write = self.write_leaves
+        if write is not None:  # SB3's layout, a Box space, no infos to read: CleanRL's case
+            write(  # the leaves in the storage's order (Sb3Arrays.write_step)
                 [
                     convert.actions(action),
                     convert.flags(done),
@@ -248,8 +257,9 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
             timeout = timeouts_of(infos, n)
         else:
             timeout = None  # as SB3: infos are not read
-        if self.sb3_layout:
-            self.transitions.write_step(  # type: ignore[union-attr]
+        transitions = self.transitions
+        if isinstance(transitions, Sb3Arrays):  # SB3's layout
+            transitions.write_step(
                 obs,
                 next_obs,
                 action,
@@ -265,7 +275,7 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
             args = (obs, action, reward, next_obs)
             if n == 1:  # TransitionBuffer takes unbatched values when num_envs == 1
                 args = tuple(first_env(a) for a in args)
-            self.transitions.add(*args[:3], args[3], done & ~timeout, timeout)
+            transitions.add(*args[:3], args[3], done & ~timeout, timeout)
             if self.stack_starts is not None:
                 self.stack_starts.commit(next_obs)
         self.num_added += n
@@ -295,12 +305,11 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
             NotEnoughDataError: the buffer is empty.
             InvalidArgumentError: ``batch_size`` < 1.
         """
-        if not self.sb3_layout:
-            s = self.transitions.sample(batch_size, **self.sample_options())
+        arrays = self.transitions
+        if not isinstance(arrays, Sb3Arrays):  # one copy of each observation
+            s = arrays.sample(batch_size, **self.sample_options())
             samples = to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
             return Draw(samples, s.ids, s.probabilities, s.weights)
-        arrays = self.transitions
-        assert isinstance(arrays, Sb3Arrays)
         if self.prioritized:
             options = self.sample_options()
             options.pop("n_step", None), options.pop("discount", None)
@@ -356,10 +365,11 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
             NotEnoughDataError: the buffer is empty.
             InvalidArgumentError: ``batch_size`` < 1.
         """
-        if self.sb3_layout and not self.prioritized:  # the common case, fewest steps
+        arrays = self.transitions
+        if isinstance(arrays, Sb3Arrays) and not self.prioritized:  # common case, fewest steps
             batch_inds, env_indices = self.uniform_draw(batch_size)
             fields = gather_fields(
-                self.transitions,  # type: ignore[arg-type]
+                arrays,
                 batch_inds,
                 env_indices,
                 env,
@@ -389,9 +399,10 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
         times = clock - 1 - (self.pos - 1 - batch_inds) % self.buffer_size
         ids = id_layout.encode(env_indices, times)
         weights = np.ones(len(batch_inds)) if self.prioritized else None
-        if self.sb3_layout:
+        transitions = self.transitions
+        if isinstance(transitions, Sb3Arrays):  # SB3's layout
             fields = gather_fields(
-                self.transitions,  # type: ignore[arg-type]
+                transitions,
                 batch_inds,
                 env_indices,
                 env,
@@ -400,7 +411,7 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):
                 self.pos,
             )
             return pack(fields, self.device, weights, ids)
-        s = self.transitions.sample_at(env_indices, times, **self.sample_options())  # type: ignore[union-attr]
+        s = transitions.sample_at(env_indices, times, **self.sample_options())
         return to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
 
     def clock(self) -> int:
@@ -442,7 +453,9 @@ def _obs_spec(space: spaces.Space) -> Any:
     """One env's observation spec as SB3 stores it (shape ``get_obs_shape``, space dtype)."""
     if isinstance(space, spaces.Dict):
         return {key: _obs_spec(sub) for key, sub in space.spaces.items()}
-    return ArraySpec(get_obs_shape(space), np.dtype(space.dtype))
+    shape = get_obs_shape(space)
+    assert isinstance(shape, tuple)  # a dict only for Dict spaces
+    return ArraySpec(shape, np.dtype(space.dtype))
 
 
 def _check_storage(storage: str, directory: Any) -> None:

@@ -33,8 +33,10 @@ class DQN(PrioritizedSetup, Sb3DQN):
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         losses = []
+        buffer = self.replay_buffer
+        assert buffer is not None, "train() before _setup_model()"
         for _ in range(gradient_steps):
-            replay_data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+            replay_data = buffer.sample(batch_size, env=self._vec_normalize_env)
             discounts = replay_data.discounts if replay_data.discounts is not None else self.gamma
             with th.no_grad():
                 next_q_values, _ = self.q_net_target(replay_data.next_observations).max(dim=1)
@@ -47,9 +49,7 @@ class DQN(PrioritizedSetup, Sb3DQN):
             per_sample = F.smooth_l1_loss(current_q_values, target_q_values, reduction="none")
             loss = weighted_mean(per_sample, replay_data)
             losses.append(loss.item())
-            report_priorities(
-                self.replay_buffer, replay_data, (target_q_values - current_q_values).abs()
-            )
+            report_priorities(buffer, replay_data, (target_q_values - current_q_values).abs())
             self.policy.optimizer.zero_grad()
             loss.backward()
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)

@@ -42,8 +42,10 @@ class QRDQN(PrioritizedSetup, ContribQRDQN):
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         losses = []
+        buffer = self.replay_buffer
+        assert buffer is not None, "train() before _setup_model()"
         for _ in range(gradient_steps):
-            replay_data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
+            replay_data = buffer.sample(batch_size, env=self._vec_normalize_env)
             discounts = replay_data.discounts if replay_data.discounts is not None else self.gamma
             with th.no_grad():
                 next_quantiles = self.quantile_net_target(replay_data.next_observations)
@@ -57,7 +59,7 @@ class QRDQN(PrioritizedSetup, ContribQRDQN):
             per_sample = quantile_huber_per_sample(current, target)
             loss = weighted_mean(per_sample, replay_data)
             losses.append(loss.item())
-            report_priorities(self.replay_buffer, replay_data, per_sample)
+            report_priorities(buffer, replay_data, per_sample)
             self.policy.optimizer.zero_grad()
             loss.backward()
             if self.max_grad_norm is not None:

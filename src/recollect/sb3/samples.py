@@ -129,6 +129,7 @@ def pack(
         None if discounts is None else th.as_tensor(discounts, device=device),
     )
     if weights is not None:
+        assert ids is not None, "prioritized samples carry their ids"
         w = th.as_tensor(np.asarray(weights, np.float32).reshape(-1, 1), device=device)
         return PrioritizedReplayBufferSamples(*tensors, weights=w, ids=ids)
     if isinstance(obs, dict):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import torch as th
@@ -14,6 +14,7 @@ from recollect.buffers import TransitionBuffer
 from recollect.errors import CheckpointError
 from recollect.sb3 import persistence
 from recollect.sb3.arrays import Sb3Arrays
+from recollect.sb3.stack_starts import StackStarts
 from recollect.storage.codecs import json_compression
 from recollect.storage.frame_store import FrameStack
 
@@ -21,7 +22,39 @@ __all__ = ["Saving", "config_layout"]
 
 
 class Saving:
-    """Mixin of :class:`recollect.sb3.ReplayBuffer`: ``config``, checkpoints, pickling."""
+    """Mixin of :class:`recollect.sb3.ReplayBuffer`: ``config``, checkpoints, pickling.
+
+    Reads the buffer's options, counters and storage (declared below) and
+    builds it with the buffer's constructor.
+    """
+
+    buffer_size: int
+    n_envs: int
+    optimize_memory_usage: bool
+    handle_timeout_termination: bool
+    frame_stack: FrameStack | None
+    n_step: int
+    gamma: float
+    sb3_layout: bool
+    pos: int
+    full: bool
+    num_added: int
+    stack_starts: StackStarts | None
+    transitions: Sb3Arrays | TransitionBuffer
+
+    if TYPE_CHECKING:  # provided by the buffer class this is mixed into
+
+        def __init__(
+            self,
+            buffer_size: int,
+            observation_space: spaces.Space,
+            action_space: spaces.Space,
+            device: th.device | str = "auto",
+            n_envs: int = 1,
+            **options: Any,
+        ) -> None: ...
+
+        def attach(self, transitions: Sb3Arrays | TransitionBuffer) -> None: ...
 
     def config(self) -> dict[str, Any]:
         """JSON-able constructor options and counters (the checkpoint's ``sb3.json``)."""
@@ -66,7 +99,7 @@ class Saving:
             InvalidArgumentError: an option cannot be written without pickle
                 (a custom ``beta`` callable).
         """
-        arrays = {}
+        arrays: dict[str, np.ndarray] = {}
         if self.stack_starts is not None:
             arrays = {
                 "previous": self.stack_starts.previous,
@@ -81,7 +114,7 @@ class Saving:
         observation_space: spaces.Space,
         action_space: spaces.Space,
         device: th.device | str = "auto",
-    ) -> Any:
+    ) -> Self:
         """Restores a buffer written by :meth:`save_checkpoint` (data, counters, RNG, priorities).
 
         The spaces are not stored (they are not JSON); pass the model's.

@@ -56,12 +56,14 @@ class PrioritizedSetup:
     while it builds its buffer.
     """
 
+    n_steps: int  # the model's (SB3's off-policy algorithms)
+
     def _setup_model(self) -> None:
         if not use_prioritized_buffer(self):
-            super()._setup_model()  # type: ignore[misc]
+            super()._setup_model()  # type: ignore[misc]  # the SB3 model class mixed into
             return
-        n_steps, self.n_steps = self.n_steps, 1  # type: ignore[has-type]
+        n_steps, self.n_steps = self.n_steps, 1
         try:
-            super()._setup_model()  # type: ignore[misc]
+            super()._setup_model()  # type: ignore[misc]  # the SB3 model class mixed into
         finally:
             self.n_steps = n_steps

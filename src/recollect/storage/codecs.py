@@ -96,7 +96,8 @@ def _join(parts: list[bytes]) -> tuple[bytes, np.ndarray]:
 def _segments(data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> Any:
     """Memoryviews of the segments (``map`` of C functions: no bytecode per segment)."""
     ends = offsets + lengths
-    return map(memoryview(data).__getitem__, map(slice, offsets.tolist(), ends.tolist()))
+    view = data.data  # a memoryview of the array's bytes
+    return map(view.__getitem__, map(slice, offsets.tolist(), ends.tolist()))
 
 
 def _check_size(got: int, want: int) -> None:
@@ -211,7 +212,7 @@ class ZstdCodec:
             local.decompressor = self._zstd.ZstdDecompressor()
         source = b"".join(_segments(data, offsets, lengths))
         reader = local.decompressor.stream_reader(source, read_across_frames=True)
-        view, done = memoryview(out).cast("B"), 0
+        view, done = out.data.cast("B"), 0
         while done < out.nbytes:  # one pass in practice; a loop over reads, not values
             got = reader.readinto(view[done:])
             if not got:

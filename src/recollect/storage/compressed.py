@@ -194,7 +194,7 @@ class CompressedSlots:
         flat_off, flat_len = self.offsets.reshape(-1), self.lengths.reshape(-1).astype(np.int64)
         keep = np.flatnonzero(flat_off >= 0)
         ends = flat_off[keep] + flat_len[keep]
-        view = memoryview(self.arena.data)  # one join of the segments: no index per byte
+        view = self.arena.data.data  # a memoryview; one join of the segments: no index per byte
         joined = b"".join(map(view.__getitem__, map(slice, flat_off[keep].tolist(), ends.tolist())))
         data = np.frombuffer(joined, np.uint8)
         lengths = np.where(self.offsets >= 0, self.lengths, -1).astype(np.int32)

@@ -29,7 +29,11 @@ from recollect.storage.gather import Gatherer
 __all__ = ["FrameRing", "lane_word", "ring_length"]
 
 _CHUNK_BYTES = 1 << 20
-_WORDS = {2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
+_WORDS: dict[int, np.dtype] = {
+    2: np.dtype(np.uint16),
+    4: np.dtype(np.uint32),
+    8: np.dtype(np.uint64),
+}
 
 
 def lane_word(shape: tuple[int, ...], dtype: np.dtype, axis: int) -> np.dtype | None:
@@ -134,12 +138,15 @@ class FrameRing:
     def write(self, rows: np.ndarray | None, times: Any, newest: np.ndarray) -> None:
         """Stores ``newest`` ``[k, *frame_shape]`` as the frames of ``(rows, times)``."""
         s = np.asarray(times) % self.ring
+        where: slice | np.ndarray
         if rows is None:
-            rows = slice(None) if s.ndim == 0 else np.arange(self.num_envs)
-        if self.word is None:
-            self.rows_view[rows, s] = newest
+            where = slice(None) if s.ndim == 0 else np.arange(self.num_envs)
         else:
-            self.rows_view[rows, s // self.k, ..., s % self.k] = newest
+            where = rows
+        if self.word is None:
+            self.rows_view[where, s] = newest
+        else:
+            self.rows_view[where, s // self.k, ..., s % self.k] = newest
 
     def take(self, rows: np.ndarray, times: np.ndarray, pad: np.ndarray | None) -> np.ndarray:
         """Frames ``[*rows.shape, *frame_shape]`` at ``(rows, times)``; padding where ``pad``."""
@@ -177,7 +184,9 @@ class FrameRing:
         self, out: np.ndarray, first: np.ndarray, second: np.ndarray, shifts: np.ndarray
     ) -> None:
         """``out[i] = (words[first] >> r b) | (words[second] << (k - r) b)``, per lane offset r."""
-        lane_bits = self.word.itemsize * 8 // self.k
+        word = self.word
+        assert word is not None  # the lanes layout
+        lane_bits = word.itemsize * 8 // self.k
         for r in range(self.k):  # loop over lane offsets (at most 8), not over the batch
             sel = np.flatnonzero(shifts == r)
             if not len(sel):
@@ -185,7 +194,7 @@ class FrameRing:
             low = self.words[first[sel]]
             if r:
                 high = self.words[second[sel]]
-                low >>= self.word.type(r * lane_bits)
-                high <<= self.word.type((self.k - r) * lane_bits)
+                low >>= word.type(r * lane_bits)
+                high <<= word.type((self.k - r) * lane_bits)
                 low |= high
             out[sel] = low

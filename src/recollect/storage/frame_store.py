@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -255,9 +256,10 @@ class FrameStackStorage:
         leaf = self._leaves[i]
         k = leaf.stack.stack_size
         history = self.history[rows, times % self.ring]
-        if not leaf.frames.lanes:
+        frames = leaf.frames
+        if isinstance(frames, CompressedFrameRing) or not frames.lanes:  # compressed: no lanes
             return self._stacks(leaf, rows, times, history)
-        out = leaf.frames.full_stacks(rows, times)
+        out = frames.full_stacks(rows, times)
         short = np.flatnonzero(history.reshape(-1) < k - 1)  # near an episode start
         if len(short):
             flat = out.reshape(-1, *out.shape[rows.ndim :])
@@ -283,10 +285,11 @@ class FrameStackStorage:
             stacks = np.moveaxis(frames, lead, lead + ring.axis)  # a view: no copy
             return np.ascontiguousarray(stacks) if leaf.stack.contiguous else stacks
         out = np.empty(rows.shape[:-1] + ring.shape, ring.dtype)
-        lead = (slice(None),) * (rows.ndim - 1 + ring.axis)
+        prefix = (slice(None),) * (rows.ndim - 1 + ring.axis)
         for p in range(k):  # loop over stack positions, not over the batch
             pad_p = None if pad is None else pad[..., p]
-            out[(*lead, p)] = ring.take(rows[..., 0], times[..., p], pad_p)
+            at: tuple[slice | int, ...] = (*prefix, p)
+            out[at] = ring.take(rows[..., 0], times[..., p], pad_p)
         return out
 
     def gather(
@@ -305,13 +308,13 @@ class FrameStackStorage:
         out = self._inner.gather(rows, slots, leaf_ids=leaf_ids)
         ids = range(len(out)) if leaf_ids is None else leaf_ids
         wanted = [(pos, i) for pos, i in enumerate(ids) if i in self._leaves]
-        if wanted and times is None:
-            raise InvalidArgumentError("frame-stack storage needs the step times of a gather.")
         if wanted:
-            times = np.asarray(times)
-            rows = np.broadcast_to(rows, times.shape)
-        for pos, i in wanted:
-            out[pos] = self.stacks(i, rows, times)
+            if times is None:
+                raise InvalidArgumentError("frame-stack storage needs the step times of a gather.")
+            at = np.asarray(times)
+            rows = np.broadcast_to(rows, at.shape)
+            for pos, i in wanted:
+                out[pos] = self.stacks(i, rows, at)
         return out
 
     # -- state ----------------------------------------------------------------
@@ -365,7 +368,7 @@ def frame_store_nbytes(
     num_envs: int,
     max_length: int,
     stacks: dict[int, FrameStack],
-    skip: set[int] = frozenset(),  # type: ignore[assignment]
+    skip: AbstractSet[int] = frozenset(),
 ) -> int:
     """Bytes a :class:`FrameStackStorage` allocates (plain leaves, frame rings, history);
     leaves in ``skip`` (compressed) are not counted."""

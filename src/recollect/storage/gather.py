@@ -62,6 +62,10 @@ def _thread_count() -> int:
     return max(1, min(cpus, 4))
 
 
+#: what a finished job's arrays are set to (a stale queue entry then pins no array)
+_RELEASED = np.empty(0)
+
+
 class _Job:
     """One split gather: chunks ``[bounds[k], bounds[k + 1])`` claimed under a lock."""
 
@@ -135,7 +139,7 @@ class _Pool:
             self._queue.put(job)
         job.run()
         job.done.wait()
-        job.src = job.index = job.out = None  # stale queue entries must not pin the output
+        job.src = job.index = job.out = _RELEASED  # stale queue entries must not pin the output
         if job.error is not None:
             raise job.error
 

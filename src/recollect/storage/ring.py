@@ -99,7 +99,9 @@ class RingStorage:
     def write_unbatched(self, slot: int, leaves: Sequence[Any]) -> None:
         """Writes one step of the only env row (``num_envs == 1``): leaves without the env
         dim (arrays of the leaf shape, or numpy scalars of 0-d leaves) at ``slot``."""
-        for array, leaf in zip(self._single, leaves):  # noqa: B905 - checked by callers
+        single = self._single
+        assert single is not None, "write_unbatched needs num_envs == 1"
+        for array, leaf in zip(single, leaves):  # noqa: B905 - checked by callers
             array[slot] = leaf  # int index of a contiguous [max_length, ...] view: cheapest
 
     def gather(

@@ -161,13 +161,14 @@ def _concatenate(
     if len(parts) == 1 and parts[0][1] == len(parts[0][0].rows):
         return parts[0][0]
 
-    def cat(name: str) -> np.ndarray | None:
+    def join(name: str) -> np.ndarray:
         values = [getattr(w, name) for w, _, _ in parts]
-        if values[0] is None:
-            return None
         return np.concatenate([v[:p] for v, (_, p, _) in zip(values, parts, strict=True)])
 
-    probabilities = cat("probabilities")
+    def cat(name: str) -> np.ndarray | None:  # a field that may be None
+        return None if getattr(parts[0][0], name) is None else join(name)
+
+    probabilities = join("probabilities")
     weights = cat("weights")
     sampler = table.sampler
     if weights is not None and getattr(sampler, "weight_normalization", "batch") == "batch":
@@ -177,8 +178,8 @@ def _concatenate(
             sizes = np.concatenate([np.full(p, w.table_size) for w, p, _ in parts])
             weights = importance_weights(probabilities, sizes, float(beta))
     return WindowDraw(
-        cat("rows"),
-        cat("times"),
+        join("rows"),
+        join("times"),
         probabilities,
         weights,
         parts[0][0].table_size,

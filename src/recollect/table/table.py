@@ -712,8 +712,8 @@ class Table:
                 rows[...] = counts
             if self.track_times_sampled:
                 self._times_sampled[...] = rows.T
-            if state.get("rng") is not None:
-                self.rng = decode_rng(state["rng"], "table state")
+            if (rng := decode_rng(state.get("rng"), "table state")) is not None:
+                self.rng = rng
             counters = state.get("counters") or {}
             self.inserts = int(counters.get("inserts", 0))
             self.samples = int(counters.get("samples", 0))
