@@ -146,6 +146,8 @@ BLOCK = "import sys; sys.modules[{missing!r}] = None\n"
         ("jax", "import recollect.jax", "jax"),
         ("tensorflow", "import recollect as rc; rc.tf_data", "tf"),
         ("tensorflow", "import recollect as rc; rc.tf_agents", "tf"),
+        ("tensorflow", "import recollect.tf_data", "tf"),
+        ("tensorflow", "import recollect.tf_agents", "tf"),
         ("ray", "import recollect as rc; rc.ray", "ray"),
     ],
 )
