@@ -191,7 +191,7 @@ class MemmapState:
                     stacklevel=4,
                 )
         else:
-            self._written_clocks(table.index.t)
+            self._written_clocks(table.clocks)
         self.flush(storage, table, lock)
         weakref.finalize(owner, self.flush, storage, table, lock)
 

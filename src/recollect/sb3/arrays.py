@@ -13,7 +13,7 @@ ids, prioritized sampling, checkpoints and pickling.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from recollect.buffers import ReplayBuffer as CoreReplayBuffer
 from recollect.errors import CheckpointError
 from recollect.samplers import Prioritized
 from recollect.specs import ArraySpec
+from recollect.storage.ring import RingStorage
 
 __all__ = ["FIELDS", "Sb3Arrays"]
 
@@ -120,14 +121,14 @@ class Sb3Arrays:
 
     def clock(self) -> int:
         """Steps written per env so far (the step time of the next write)."""
-        return int(self.replay_buffer.table.index.t[0])
+        return int(self.replay_buffer.table.clocks[0])
 
     # -- views --------------------------------------------------------------
     def view(self, field: str) -> Any:
         """SB3's array ``field`` ``[buffer_size, n_envs, ...]``: a view of the storage."""
         if field == "timeouts" and self.side_timeouts is not None:
             return self.side_timeouts.swapaxes(0, 1)
-        arrays = self.replay_buffer.storage.arrays
+        arrays = cast(RingStorage, self.replay_buffer.storage).arrays  # SB3 layout: a numpy ring
         where = self.leaf[field]
         if isinstance(where, dict):
             return {key: arrays[i].swapaxes(0, 1) for key, i in where.items()}
@@ -137,7 +138,7 @@ class Sb3Arrays:
         """The storage of ``field`` row-flattened, ``[n_envs * buffer_size, ...]`` (a view)."""
         if field == "timeouts" and self.side_timeouts is not None:
             return self.side_timeouts.reshape(-1)
-        views = self.replay_buffer.storage.flat_views
+        views = cast(RingStorage, self.replay_buffer.storage).flat_views
         where = self.leaf[field]
         if isinstance(where, dict):
             return {key: views[i] for key, i in where.items()}
