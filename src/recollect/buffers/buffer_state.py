@@ -74,12 +74,9 @@ class BufferState:
             CheckpointError: the state does not fit this buffer.
         """
         with self._table.lock:
-            table = dict(state["table"])
-            index = dict(table["index"])
-            rebuild = "end_rows" not in index
-            if rebuild:
-                index["end_rows"] = index["end_times"] = np.zeros(0, np.int64)
-            table["index"] = index
+            table = state["table"]
+            index = table["index"]
+            rebuild = "end_rows" not in index  # format 1: ends rebuilt from is_last below
             layout = state.get("layout")
             t = np.asarray(index["t"], np.int64)
             t_clear = np.asarray(index["t_clear"], np.int64)
