@@ -14,13 +14,13 @@ from recollect.buffers.buffer_state import (
 )
 from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sample import Sample
+from recollect.buffers.stored_reads import StoredReads
 from recollect.buffers.tf_agents_api import TFAgentsReads
 from recollect.buffers.writes import BufferWrites
 from recollect.errors import (
     InvalidArgumentError,
     SpecError,
 )
-from recollect.ids import encode
 from recollect.memory import check_memory, estimate_memory
 from recollect.samplers.base import Sampler
 from recollect.specs import FlatSpec
@@ -40,7 +40,7 @@ from recollect.table.table import RngLike, positive_int
 __all__ = ["ReplayBuffer", "RngLike"]
 
 
-class ReplayBuffer(BufferWrites, BufferState, TFAgentsReads):
+class ReplayBuffer(BufferWrites, BufferState, StoredReads, TFAgentsReads):
     """A replay buffer of ``num_envs`` rows, each a ring of ``capacity // num_envs`` steps.
 
     ``add_batch`` appends one step to every row; ``sample`` draws windows of
@@ -433,36 +433,6 @@ class ReplayBuffer(BufferWrites, BufferState, TFAgentsReads):
             draw.table_size,
         )
 
-    def gather_stored(self) -> Any:
-        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.
-
-        Raises:
-            InvalidArgumentError: rows hold different numbers of steps; use
-                :meth:`gather_row` per row.
-        """
-        with self._table.lock:
-            index = self._table.index
-            lo, hi = index.lo, index.hi
-            count = int(hi[0] - lo[0])
-            if not ((hi - lo) == count).all():
-                raise InvalidArgumentError(
-                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); gather them "
-                    "one at a time with gather_row(row)."
-                )
-            times = lo[:, None] + np.arange(count)
-            rows = np.broadcast_to(np.arange(self._num_envs)[:, None], times.shape)
-            leaves = self._storage.gather(rows, times % self._max_length, times=times)
-            return self._flat.unflatten([np.array(leaf) for leaf in leaves])
-
-    def gather_row(self, row: int) -> Any:
-        """All stored steps of env row ``row``: leaves ``[steps, *shape]``, oldest first."""
-        with self._table.lock:
-            index = self._table.index
-            times = np.arange(index.lo[row], index.hi[row], dtype=np.int64)
-            rows = np.full(len(times), row, np.int64)
-            leaves = self._storage.gather(rows, times % self._max_length, times=times)
-            return self._flat.unflatten([np.array(leaf) for leaf in leaves])
-
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Sets the priorities of the windows starting at ``ids`` (prioritized samplers).
 
@@ -474,24 +444,6 @@ class ReplayBuffer(BufferWrites, BufferState, TFAgentsReads):
                 priorities (NaN, inf, negative, overflowing); nothing is changed.
         """
         return self._table.update_priorities(ids, priorities)
-
-    def item_ids(self) -> np.ndarray:
-        """Ids of all stored steps, int64 ``[num_envs, steps_per_row]``, oldest first.
-
-        Raises:
-            InvalidArgumentError: rows hold different numbers of steps.
-        """
-        with self._table.lock:
-            index = self._table.index
-            lo, hi = index.lo, index.hi
-            count = int(hi[0] - lo[0])
-            if not ((hi - lo) == count).all():
-                raise InvalidArgumentError(
-                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); decode ids "
-                    "per row with recollect.ids.encode(row, times)."
-                )
-            times = lo[:, None] + np.arange(count)
-            return encode(np.arange(self._num_envs)[:, None], times, self._table.shard)
 
     def info(self) -> TableInfo:
         """Size, counters, rate limiter and sampler of the buffer's table (:class:`TableInfo`)."""
