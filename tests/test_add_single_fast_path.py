@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import recollect as rc
-import recollect.buffers.replay_buffer as replay_module
+import recollect.buffers.writes as write_path
 from recollect.errors import DTypeError, ShapeError, SpecError
 
 SPEC = {
@@ -43,7 +43,7 @@ def test_exact_steps_skip_conversion(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("convert_step called for an exact step")
 
-    monkeypatch.setattr(replay_module, "convert_step", refuse)
+    monkeypatch.setattr(write_path, "convert_step", refuse)
     step = {"observation": np.ones(3, np.float32), "reward": np.float32(2), "done": np.bool_(1)}
     buf.add(step)
     buf.add({**step, "reward": np.array(3, np.float32)})  # a 0-d array is exact too

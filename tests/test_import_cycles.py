@@ -16,8 +16,6 @@ grimp = pytest.importorskip("grimp")
 # Known cycles, each with its owner. Remove an entry when its cycle is broken; this set
 # must shrink to empty (never add to it: break the new cycle instead).
 ALLOWED_CYCLES: set[frozenset[str]] = {
-    # issue 25: nstep_transitions imports TransitionBuffer for type checking only.
-    frozenset({"recollect.buffers.nstep_transitions", "recollect.buffers.transition_buffer"}),
     # issue 28: the commands import `main` from the package, which imports every command;
     # cli/demo imports cli/demo_distributed inside a function, which imports cli/demo.
     frozenset(

@@ -11,7 +11,7 @@ Sampling runs in ``tf.numpy_function`` inside ``Dataset.map``, drawing a
 chunk of elements per call to amortise the call's overhead (split with
 ``from_tensor_slices``, whose slices share the chunk's memory): one element
 when the buffer was written since the previous call, twice the previous
-count (up to ``MAX_CHUNK``) while it was not, see :mod:`recollect._tf_chunks`.
+count (up to ``MAX_CHUNK``) while it was not (the chunk sampler of this package).
 With ``num_parallel_calls`` several samples are drawn at once: windows are
 drawn under the buffer lock and gathered outside it (numpy releases the GIL
 while gathering), see :func:`recollect.prefetch.sample_concurrent`.

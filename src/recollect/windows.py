@@ -424,8 +424,15 @@ class WindowIndex:
             state["removed_keys"] = self._removed.copy()
         return state
 
+    @staticmethod
+    def cleared_state(state: dict[str, Any], t_clear: np.ndarray) -> dict[str, Any]:
+        """:meth:`state_dict` output ``state`` with the steps before ``t_clear`` (int64
+        ``[num_envs]``, per row) cleared: a memmap reopen drops the steps overwritten after
+        its last flush this way."""
+        return {**state, "t_clear": np.asarray(t_clear, np.int64)}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` output.
+        """Restores :meth:`state_dict` output (also of format 1, without episode ends).
 
         Raises:
             ValueError: arrays of another number of rows, or inconsistent clocks.
@@ -439,7 +446,8 @@ class WindowIndex:
             )
         self._offsets, self._base, self.t_clear = t.copy(), 0, t_clear.copy()
         self.generation += 1
-        self.set_ends(state["end_rows"], state["end_times"])
+        # format-1 states have no episode ends: the owner rebuilds them from its is_last leaf
+        self.set_ends(state.get("end_rows", _EMPTY), state.get("end_times", _EMPTY))
         floor = state.get("removed_floor")
         self._removing = floor is not None
         self._floor = np.zeros(self.num_envs, np.int64)

@@ -35,6 +35,7 @@ from recollect.state.files import read_state, write_in_place
 from recollect.state.manifest import FORMAT_VERSION, MANIFEST
 from recollect.state.npyio import check_npy_length
 from recollect.state.space import create_npy_memmap
+from recollect.windows import WindowIndex
 
 __all__ = ["MemmapState"]
 
@@ -145,14 +146,14 @@ class MemmapState:
 
     def _recovered(self, state: dict[str, Any], written: np.ndarray, max_length: int) -> Any:
         """``state`` without the flushed steps whose slots were rewritten after the flush."""
-        index = dict(state["index"])
+        index = state["index"]
         t = np.asarray(index["t"], np.int64)
         t_clear = np.asarray(index["t_clear"], np.int64)
         lo = np.maximum(t_clear, t - max_length)
         new_clear = np.maximum(t_clear, np.minimum(written - max_length, t))
         new_lo = np.maximum(new_clear, t - max_length)
         self.steps_dropped = int((written - t).sum() + (new_lo - lo).sum())
-        index["t_clear"] = new_clear
+        index = WindowIndex.cleared_state(index, new_clear)
         sampler = dict(state["sampler"])
         if "start" in sampler and "values" in sampler:  # prioritized: unscore dropped windows
             start = np.array(sampler["start"], np.int64)
@@ -191,7 +192,7 @@ class MemmapState:
                     stacklevel=4,
                 )
         else:
-            self._written_clocks(table.index.t)
+            self._written_clocks(table.clocks)
         self.flush(storage, table, lock)
         weakref.finalize(owner, self.flush, storage, table, lock)
 

@@ -20,20 +20,33 @@ transition.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from recollect.nstep import discounted_sum
 
 if TYPE_CHECKING:
-    from recollect.buffers.transition_buffer import TransitionBuffer
+    from recollect.buffers.replay_buffer import ReplayBuffer
 
-__all__ = ["n_step_fields"]
+__all__ = ["ObservationChains", "n_step_fields"]
+
+
+class ObservationChains(Protocol):
+    """What n-step sampling reads of a :class:`~recollect.TransitionBuffer`."""
+
+    @property
+    def replay_buffer(self) -> ReplayBuffer: ...
+
+    def chain_breaks(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray: ...
+
+    def next_observations(
+        self, rows: np.ndarray, times: np.ndarray, out: list[np.ndarray] | None = None
+    ) -> list[np.ndarray]: ...
 
 
 def n_step_fields(
-    tbuf: TransitionBuffer, rows: np.ndarray, times: np.ndarray, n: int, gamma: float
+    tbuf: ObservationChains, rows: np.ndarray, times: np.ndarray, n: int, gamma: float
 ) -> dict[str, Any]:
     """Reward, next observation leaves, flags and discount of n-step transitions.
 
@@ -52,7 +65,7 @@ def n_step_fields(
         row_grid, slots, times=steps, leaf_ids=leaf_ids
     )
     broken = tbuf.chain_breaks(row_grid, slots)
-    stop = terminated | truncated | broken | (steps + 1 >= buffer.table.index.t[rows, None])
+    stop = terminated | truncated | broken | (steps + 1 >= buffer.table.clocks[rows, None])
     k = np.where(stop.any(axis=1), np.argmax(stop, axis=1) + 1, n).astype(np.int64)
     total, discount = discounted_sum(reward, k, gamma)
     batch = np.arange(len(rows))

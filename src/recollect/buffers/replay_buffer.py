@@ -2,62 +2,45 @@
 
 from __future__ import annotations
 
-import os
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import numpy as np
 
+from recollect.buffers.buffer_state import (
+    BufferState,
+    frame_stacks_config,
+    json_safe,
+    sampler_config,
+)
 from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sample import Sample
-from recollect.buffers.saveable import check_saveable
+from recollect.buffers.stored_reads import StoredReads
 from recollect.buffers.tf_agents_api import TFAgentsReads
+from recollect.buffers.writes import BufferWrites
 from recollect.errors import (
-    CheckpointError,
     InvalidArgumentError,
-    RecollectError,
-    ShapeError,
     SpecError,
 )
-from recollect.ids import encode
 from recollect.memory import check_memory, estimate_memory
-from recollect.samplers.base import Sampler, registered_sampler
+from recollect.samplers.base import Sampler
 from recollect.specs import FlatSpec
-from recollect.state.files import Saved, load_consistent, write_checkpoint
-from recollect.state.manifest import describe_spec, rebuild_spec
+from recollect.state.manifest import describe_spec
 from recollect.storage.base import Storage
 from recollect.storage.factory import (
-    block_storage,
     bool_scalar,
     make_storage,
-    prepare_writes,
     resolve_compression,
 )
-from recollect.storage.frame_store import FrameStack, resolve_frame_stacks
+from recollect.storage.frame_store import resolve_frame_stacks
 from recollect.storage.gather import Gatherer
-from recollect.storage.ring import RingStorage
 from recollect.table import Draw, Table, TableInfo
-from recollect.table.rate_limiters import RateLimiter, rate_limiter_from_config
+from recollect.table.rate_limiters import RateLimiter
 from recollect.table.table import RngLike, positive_int
-from recollect.validation import check_structure, convert_step, exact_matcher
 
 __all__ = ["ReplayBuffer", "RngLike"]
 
 
-def frame_stacks_config(frame_stacks: dict[str, Any] | None) -> dict[str, Any]:
-    """JSON description of ``{leaf path: FrameStack}``."""
-    return {path: stack.config() for path, stack in (frame_stacks or {}).items()}
-
-
-def frame_stacks_from_config(config: dict[str, Any]) -> dict[str, FrameStack] | None:
-    """Inverse of :func:`frame_stacks_config`."""
-    stacks = {}
-    for path, c in (config or {}).items():
-        padding = c["padding"] if isinstance(c["padding"], str) else np.asarray(c["padding"])
-        stacks[path] = FrameStack(**{**c, "padding": padding})
-    return stacks or None
-
-
-class ReplayBuffer(TFAgentsReads):
+class ReplayBuffer(BufferWrites, BufferState, StoredReads, TFAgentsReads):
     """A replay buffer of ``num_envs`` rows, each a ring of ``capacity // num_envs`` steps.
 
     ``add_batch`` appends one step to every row; ``sample`` draws windows of
@@ -194,7 +177,7 @@ class ReplayBuffer(TFAgentsReads):
             "num_envs": num_envs,
             "frame_stacks": frame_stacks_config(frame_stacks),
             "sequence_length": self._table.sequence_length,
-            "sampler": {"type": self._table.sampler.name, "config": _sampler_config(sampler)},
+            "sampler": {"type": self._table.sampler.name, "config": sampler_config(sampler)},
             "shard": shard,
             "track_times_sampled": bool(track_times_sampled),
         }
@@ -239,22 +222,12 @@ class ReplayBuffer(TFAgentsReads):
             if self._persist is not None:  # a full disk leaves no half-created directory
                 self._persist.discard_created()
             raise
-        # compressed leaves are compressed before the table lock is taken
-        self._prepare = prepare_writes(self._storage) if codecs else None
-        # add_batch input that needs no conversion (exact dtypes and shapes) skips convert_step
-        self._match_batch = exact_matcher(self._flat, (num_envs,))
-        # no memmap bookkeeping and no rate limiter: writes to every row take the short path
-        self._plain_writes = self._persist is None and self._table.rate_limiter is None
-        # ``add`` (num_envs == 1) writes unbatched leaves straight into a plain numpy ring
-        self._match_step = exact_matcher(self._flat, ())
-        self._ring_writes = (
-            self._plain_writes and type(self._storage) is RingStorage and num_envs == 1
-        )
+        self._setup_writes(bool(codecs))
         if self._persist is not None:
             try:
                 self._persist.attach(self._storage, self._table, self._table.lock, self)
             except BaseException:
-                self._storage = None  # unmap before the files are removed
+                del self._storage  # unmap before the files are removed
                 self._persist.discard_created()
                 raise
 
@@ -356,187 +329,6 @@ class ReplayBuffer(TFAgentsReads):
             f"stored={self.num_frames()}, leaves={self._flat.paths}, "
             f"sampler={type(self.sampler).__name__})"
         )
-
-    # -- writing ----------------------------------------------------------
-    def add(self, step: Any, *, timeout: float | None = None) -> None:
-        """Appends one step (a nest matching the spec, no env dim); only when ``num_envs == 1``.
-
-        ``timeout``: as in :meth:`add_batch`.
-
-        Raises:
-            InvalidArgumentError: the buffer has several env rows.
-            SpecError, ShapeError, DTypeError, CastError: the step does not
-                match the spec; nothing is written.
-        """
-        if self._ring_writes:  # one env row in a plain numpy ring: the short path
-            leaves = self._match_step(step)  # exact dtypes and shapes: nothing to convert
-            if leaves is not None:
-                table = self._table
-                with table.lock:  # the ring's only row takes the unbatched leaves
-                    is_last = self._is_last
-                    is_last = None if is_last is None else np.reshape(leaves[is_last], 1)
-                    if table.write_unbatched(self._storage, leaves, is_last):
-                        return
-        elif self._num_envs != 1:
-            raise InvalidArgumentError(
-                f"`add` takes one step and works only when num_envs == 1; this buffer has "
-                f"num_envs={self._num_envs}. Use add_batch with leaves of leading dim "
-                f"{self._num_envs}."
-            )
-        leaves = convert_step(self._flat, step, (), "add")  # casts, or the error
-        self.write_leaves([leaf[None] for leaf in leaves], timeout=timeout)
-
-    def add_batch(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
-        """Appends one step to every env row, or to the env rows ``rows`` only.
-
-        Each row has its own clock: with ``rows``, only the listed rows advance,
-        so writers of different rows may write at their own pace. Values are
-        cast to the spec's dtype only when safe (``same_kind``, no value lost).
-        The whole batch is validated before anything is written.
-
-        Args:
-            steps: a nest matching the spec; every leaf has leading dim
-                ``num_envs`` (``len(rows)`` with ``rows``).
-            rows: None (every row) or distinct int row indices in ``[0, num_envs)``.
-            timeout: with a rate limiter, seconds to wait while it forbids the
-                insert (None: forever, 0: never); ignored without one.
-
-        Raises:
-            SpecError: a leaf is missing or extra.
-            ShapeError: a leaf's shape is not ``[num_envs, *leaf_shape]``.
-            DTypeError: a dtype cannot be cast safely (e.g. float into an int leaf).
-            CastError: a cast would lose values (out of range, overflow).
-            InvalidArgumentError: ``rows`` empty, repeated, out of range or not integers.
-            RateLimiterTimeout: the rate limiter still forbids the insert after ``timeout``.
-            StateError: the buffer was closed while the insert waited.
-        """
-        if rows is None:
-            leaves = self._match_batch(steps)  # the common case, checked per leaf in one pass
-            if leaves is not None and self._prepare is not None:
-                leaves = self._prepare(leaves)
-            if leaves is not None and self._plain_writes:
-                table = self._table
-                with table.lock:  # every row at one clock: the short path of write_leaves
-                    is_last = None if self._is_last is None else leaves[self._is_last]
-                    if table.write_all(self._storage, leaves, is_last):
-                        return
-            if leaves is None:  # anything unusual: the full check (casts, or the error)
-                leaves = convert_step(self._flat, steps, (self._num_envs,), "add_batch")
-            self.write_leaves(leaves, timeout=timeout)
-            return
-        rows = self._check_rows(rows)
-        leaves = convert_step(self._flat, steps, (len(rows),), "add_batch")
-        self.write_leaves(leaves, rows, timeout=timeout)
-
-    def _check_rows(self, rows: Any) -> np.ndarray:
-        array = np.asarray(rows)
-        if array.ndim != 1 or not len(array) or array.dtype.kind not in "iu":
-            raise InvalidArgumentError(
-                f"`rows` must be a non-empty 1-D sequence of int row indices; got {rows!r}."
-            )
-        array = array.astype(np.int64)
-        bad = (array < 0) | (array >= self._num_envs)
-        if bad.any():
-            raise InvalidArgumentError(
-                f"`rows` must lie in [0, num_envs={self._num_envs}); got {int(array[bad][0])}."
-            )
-        if len(np.unique(array)) != len(array):
-            raise InvalidArgumentError(
-                f"`rows` must be distinct (one step per row per call); got {array.tolist()}."
-            )
-        return array
-
-    def write_leaves(
-        self,
-        leaves: list[np.ndarray],
-        rows: np.ndarray | None = None,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """Writes already validated flat leaves (``recollect.validation.convert_step`` output).
-
-        Leaves have leading dim ``num_envs`` (``len(rows)`` with ``rows``, distinct
-        rows). No check is made: use :meth:`add_batch` for user input. Waits on
-        the rate limiter as :meth:`add_batch` does.
-        """
-        if self._prepare is not None:
-            leaves = self._prepare(leaves)
-        is_last = None if self._is_last is None else leaves[self._is_last]
-        table = self._table
-        with table.lock:
-            if (
-                rows is None
-                and self._plain_writes
-                and table.write_all(self._storage, leaves, is_last)
-            ):
-                return  # the common case: every row at one clock, fewest checks
-            if table.rate_limiter is not None:
-                table.await_insert(self._num_envs if rows is None else len(rows), timeout)
-            times, slots = table.next_steps(rows)  # scalars when every row shares one clock
-            if self._persist is not None:
-                self._persist.before_write(rows, times)
-            self._storage.write(rows, slots, leaves, times=times)
-            table.insert(rows, slots, is_last)
-
-    def extend(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
-        """Appends ``T`` consecutive steps to every env row, or to the rows ``rows`` only.
-
-        Equals ``T`` calls of :meth:`add_batch` with ``steps[:, t]`` (same
-        stored data, ids, windows and later samples), validated as a whole
-        before anything is written, and written with one numpy assignment per
-        leaf for up to ``max_length`` steps at a time. Samplers that track each
-        write without a block hook (``Sampler.on_add_block``; prioritized has one),
-        frame-stack storage and rate-limited tables take the step-by-step path
-        (each step waits on the limiter as :meth:`add_batch`, with ``timeout``).
-
-        Args:
-            steps: a nest matching the spec; every leaf ``[num_envs, T, *shape]``
-                (``[len(rows), T, ...]`` with ``rows``), oldest step first.
-            rows: None (every row) or distinct int row indices in ``[0, num_envs)``.
-
-        Raises:
-            SpecError, ShapeError, DTypeError, CastError: as :meth:`add_batch`;
-                nothing is written.
-            InvalidArgumentError: bad ``rows``.
-        """
-        if rows is not None:
-            rows = self._check_rows(rows)
-        k = self._num_envs if rows is None else len(rows)
-        values = check_structure(self._flat, steps, "extend")
-        count = int(np.shape(values[0])[1]) if np.ndim(values[0]) >= 2 else -1
-        if count < 0:
-            raise ShapeError(
-                f"extend needs leaves [num_envs or len(rows), T, *shape]; leaf "
-                f"'{self._flat.paths[0]}' has shape {np.shape(values[0])}. Use add_batch for "
-                "one step."
-            )
-        leaves = convert_step(self._flat, steps, (k, count), "extend")
-        if not count:
-            return
-        table = self._table
-        block = table.block_writes and table.rate_limiter is None
-        if not (block and block_storage(self._storage)):
-            for j in range(count):  # step by step: the sampler, storage or limiter follows
-                self.write_leaves([leaf[:, j] for leaf in leaves], rows, timeout=timeout)
-            return
-        for start in range(0, count, self._max_length):  # chunks of at most one ring
-            chunk = [leaf[:, start : start + self._max_length] for leaf in leaves]
-            if self._prepare is not None:  # compressed leaves: compressed outside the lock
-                chunk = self._prepare(chunk)
-            self._write_block(chunk, rows)
-
-    def _write_block(self, leaves: list[np.ndarray], rows: np.ndarray | None) -> None:
-        count = leaves[0].shape[1]
-        is_last = None if self._is_last is None else leaves[self._is_last]
-        table = self._table
-        with table.lock:
-            t = table.index.t if rows is None else table.index.t[rows]
-            times = t[:, None] + np.arange(count)
-            slots = times % self._max_length
-            if self._persist is not None:
-                self._persist.before_write(rows, times[:, -1])
-            self._storage.write(rows, slots, leaves, times=times)
-            table.insert_block(rows, slots, count, is_last)
 
     @property
     def recovered_steps_dropped(self) -> int:
@@ -641,36 +433,6 @@ class ReplayBuffer(TFAgentsReads):
             draw.table_size,
         )
 
-    def gather_stored(self) -> Any:
-        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.
-
-        Raises:
-            InvalidArgumentError: rows hold different numbers of steps; use
-                :meth:`gather_row` per row.
-        """
-        with self._table.lock:
-            index = self._table.index
-            lo, hi = index.lo, index.hi
-            count = int(hi[0] - lo[0])
-            if not ((hi - lo) == count).all():
-                raise InvalidArgumentError(
-                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); gather them "
-                    "one at a time with gather_row(row)."
-                )
-            times = lo[:, None] + np.arange(count)
-            rows = np.broadcast_to(np.arange(self._num_envs)[:, None], times.shape)
-            leaves = self._storage.gather(rows, times % self._max_length, times=times)
-            return self._flat.unflatten([np.array(leaf) for leaf in leaves])
-
-    def gather_row(self, row: int) -> Any:
-        """All stored steps of env row ``row``: leaves ``[steps, *shape]``, oldest first."""
-        with self._table.lock:
-            index = self._table.index
-            times = np.arange(index.lo[row], index.hi[row], dtype=np.int64)
-            rows = np.full(len(times), row, np.int64)
-            leaves = self._storage.gather(rows, times % self._max_length, times=times)
-            return self._flat.unflatten([np.array(leaf) for leaf in leaves])
-
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Sets the priorities of the windows starting at ``ids`` (prioritized samplers).
 
@@ -704,219 +466,6 @@ class ReplayBuffer(TFAgentsReads):
         """
         return self._table.delete(ids)
 
-    def item_ids(self) -> np.ndarray:
-        """Ids of all stored steps, int64 ``[num_envs, steps_per_row]``, oldest first.
-
-        Raises:
-            InvalidArgumentError: rows hold different numbers of steps.
-        """
-        with self._table.lock:
-            index = self._table.index
-            lo, hi = index.lo, index.hi
-            count = int(hi[0] - lo[0])
-            if not ((hi - lo) == count).all():
-                raise InvalidArgumentError(
-                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); decode ids "
-                    "per row with recollect.ids.encode(row, times)."
-                )
-            times = lo[:, None] + np.arange(count)
-            return encode(np.arange(self._num_envs)[:, None], times, self._table.shard)
-
     def info(self) -> TableInfo:
         """Size, counters, rate limiter and sampler of the buffer's table (:class:`TableInfo`)."""
         return self._table.info(self._config["sampler"]["config"])
-
-    # -- state ------------------------------------------------------------
-    def config(self) -> dict[str, Any]:
-        """JSON-able construction arguments (spec, geometry, sampler, frame stacks)."""
-        return dict(self._config)
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"storage": ..., "table": ...}``: every array and value that restores the buffer.
-
-        Storage arrays are the live arrays (no copies); hold :attr:`lock` while
-        reading them if writers may run.
-        """
-        with self._table.lock:
-            return {"storage": self._storage.state_dict(), "table": self._table.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
-        """Restores :meth:`state_dict` output of a buffer with the same :meth:`config`.
-
-        Args:
-            state: the state tree (arrays, or column sources of a checkpoint).
-            allow_map: full saved ring columns may be memory-mapped copy-on-write.
-
-        Raises:
-            CheckpointError: the state does not fit this buffer.
-        """
-        with self._table.lock:
-            table = dict(state["table"])
-            index = dict(table["index"])
-            rebuild = "end_rows" not in index
-            if rebuild:
-                index["end_rows"] = index["end_times"] = np.zeros(0, np.int64)
-            table["index"] = index
-            layout = state.get("layout")
-            t = np.asarray(index["t"], np.int64)
-            t_clear = np.asarray(index["t_clear"], np.int64)
-            lo = np.maximum(t_clear, t - self._max_length)
-            if layout is not None and dict(layout) != _layout(lo, t, self._max_length):
-                raise CheckpointError(
-                    f"clocks t={t.tolist()}, t_clear={t_clear.tolist()} do not match "
-                    f"stored_steps={layout.get('stored_steps')}, "
-                    f"slot_offset={layout.get('slot_offset')}."
-                )
-            self._table.load_state_dict(table)
-            self._storage.load_state_dict(state["storage"], allow_map=allow_map)
-            if rebuild and self._is_last is not None:
-                self._rebuild_episode_ends()
-
-    def _rebuild_episode_ends(self) -> None:
-        """Episode ends from the stored ``is_last`` leaf (format-1 checkpoints)."""
-        index = self._table.index
-        counts = index.stored
-        rows = np.repeat(np.arange(self._num_envs), counts)
-        times = np.repeat(index.lo, counts) + (
-            np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
-        )
-        (flag,) = self._storage.gather(
-            rows, times % self._max_length, times=times, leaf_ids=[self._is_last]
-        )
-        index.set_ends(rows[flag], times[flag])
-
-    def save(self, path: str | os.PathLike) -> Any:
-        """Writes a checkpoint directory, atomically (see :mod:`recollect.state.manifest`).
-
-        Only the stored columns of the ring arrays are written when every row
-        shares one stored range; otherwise whole rings. Writers are blocked
-        while the buffer is saved.
-
-        Returns:
-            The absolute checkpoint path.
-
-        Raises:
-            CheckpointError: ``path`` is a non-empty directory that is not a checkpoint, or
-                the checkpoint could not be loaded (see :meth:`check_saveable`).
-            OSError: the disk is full or not writable (the old checkpoint stays).
-        """
-        self.check_saveable()
-        with self._table.lock:
-            return write_checkpoint(
-                path, self.kind, self.config(), self.state_dict(), self.stored_layout()
-            )
-
-    def check_saveable(self) -> None:
-        """Raises :class:`CheckpointError` when a checkpoint of this buffer could not be loaded
-        (a structured-dtype leaf, a sampler that its registered name does not rebuild)."""
-        check_saveable(self._flat, self._table.sampler, self._config["sampler"]["config"])
-
-    def stored_layout(self) -> dict[str, int]:
-        """``{"slot_offset", "stored_steps"}``: the ring columns a checkpoint writes."""
-        index = self._table.index
-        return _layout(index.lo, index.hi, self._max_length)
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any], **kwargs: Any) -> Self:
-        """An empty buffer built from :meth:`config` output (``kwargs`` override arguments).
-
-        Raises:
-            CheckpointError: the configuration is malformed or names an unknown sampler.
-        """
-        try:
-            sampler_cls = registered_sampler(config["sampler"]["type"])
-            sampler = sampler_cls(**config["sampler"]["config"])
-            return cls(
-                rebuild_spec(config["spec"]),
-                config["capacity"],
-                config["num_envs"],
-                sampler=sampler,
-                sequence_length=config.get("sequence_length"),
-                frame_stacks=frame_stacks_from_config(config.get("frame_stacks")),
-                shard=config.get("shard", 0),
-                track_times_sampled=config.get("track_times_sampled", False),
-                **{
-                    "rate_limiter": rate_limiter_from_config(config.get("rate_limiter")),
-                    "max_times_sampled": config.get("max_times_sampled", 0),
-                    "compression": config.get("compression"),
-                    **kwargs,
-                },
-            )
-        except (CheckpointError, MemoryError):
-            raise
-        except (RecollectError, KeyError, TypeError) as err:
-            raise CheckpointError(
-                f"inconsistent buffer description ({err}); the manifest's config was edited or "
-                "damaged. Restore it from a backup."
-            ) from err
-
-    @classmethod
-    def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Self:
-        """Rebuilds a buffer from a state directory (:func:`recollect.state.files.read_state`).
-
-        Raises:
-            CheckpointError: another kind, a malformed configuration or state.
-        """
-        if saved.kind != cls.kind:
-            raise CheckpointError(
-                f"{saved.where}: holds a {saved.kind}, not a {cls.kind}; load it with "
-                f"recollect.{saved.kind}.load."
-            )
-        state = saved.state
-        if "layout" not in state and saved.manifest.get("layout") is not None:
-            state = {**state, "layout": saved.manifest["layout"]}
-        return _restore(cls, saved.config, state, saved.where, mmap)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, *, mmap: bool = False) -> Self:
-        """Restores a buffer written by :meth:`save` (format 1 and 2).
-
-        Args:
-            path: the checkpoint directory.
-            mmap: map full leaf files copy-on-write instead of reading them
-                (the checkpoint files are never modified).
-
-        Raises:
-            CheckpointError: missing or damaged files, a newer format version,
-                or a checkpoint of another buffer kind.
-        """
-        return load_consistent(path, lambda saved: cls.from_saved(saved, mmap=mmap))
-
-
-def _layout(lo: np.ndarray, hi: np.ndarray, max_length: int) -> dict[str, int]:
-    """Stored columns only when every row stores the same range of a partial ring; else all."""
-    count = int(hi[0] - lo[0])
-    if count < max_length and ((hi - lo) == count).all() and (lo == lo[0]).all():
-        return {"slot_offset": int(lo[0]) % max_length, "stored_steps": count}
-    return {"slot_offset": 0, "stored_steps": max_length}
-
-
-def _restore(cls: Any, config: Any, state: Any, where: str, mmap: bool) -> Any:
-    try:
-        buffer = cls.from_config(config, force=mmap)
-    except CheckpointError as err:
-        raise CheckpointError(f"{where}: {err}") from err
-    try:
-        buffer.load_state_dict(state, allow_map=mmap)
-    except CheckpointError as err:
-        raise CheckpointError(f"{where}: {err}") from err
-    except (KeyError, TypeError, ValueError, RecollectError) as err:
-        raise CheckpointError(
-            f"{where}: cannot restore the buffer state ({err}); the checkpoint is damaged or "
-            "was edited. Restore it from a backup or save the buffer again."
-        ) from err
-    return buffer
-
-
-def _sampler_config(sampler: Sampler | None) -> dict[str, Any]:
-    if sampler is None:
-        return {}
-    try:
-        return json_safe(sampler.get_config())
-    except RecollectError:
-        return {}
-
-
-def json_safe(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with numpy scalars as Python numbers (JSON-able)."""
-    return {k: v.item() if isinstance(v, np.generic) else v for k, v in config.items()}

@@ -121,7 +121,7 @@ class Sb3Arrays:
 
     def clock(self) -> int:
         """Steps written per env so far (the step time of the next write)."""
-        return int(self.replay_buffer.table.index.t[0])
+        return int(self.replay_buffer.table.clocks[0])
 
     # -- views --------------------------------------------------------------
     def ring(self) -> RingStorage:

@@ -139,8 +139,6 @@ class Table:
         shape = (max_length, num_envs) if self.track_times_sampled else (0, num_envs)
         self._times_sampled = np.zeros(shape, np.int32)
         self.times_sampled = self._times_sampled.reshape(-1)
-        # a write tells only the index (no counts to reset, no sampler following writes)
-        self._lean_inserts = not (self.track_times_sampled or self._sampler_tracks_writes)
         self._ones: dict[int, np.ndarray] = {}
         self._recheck_clocks()
         #: blocks inserts and draws while the rate limiter forbids them
@@ -152,6 +150,17 @@ class Table:
         """Caches whether all rows share one clock (the cheap write path) and its value."""
         self._uniform = self.index.uniform
         self._clock = int(self.index.t[0])
+
+    @property
+    def clocks(self) -> np.ndarray:
+        """int64 ``[num_envs]``: each row's clock, the step time of its next write (live,
+        read-only: copy it to keep it past the lock)."""
+        return self.index.t
+
+    @property
+    def cleared_before(self) -> np.ndarray:
+        """int64 ``[num_envs]``: steps before these times were cleared (live, read-only)."""
+        return self.index.t_clear
 
     @property
     def nbytes(self) -> int:
@@ -214,66 +223,24 @@ class Table:
 
     def insert(self, rows: np.ndarray | None, slots: Any, is_last: np.ndarray | None) -> None:
         """Records that the steps at ``next_steps(rows)`` were written (storage first)."""
-        if rows is None:
-            if self.track_times_sampled:
-                if isinstance(slots, np.ndarray):  # rows at their own clocks: one slot each
-                    self._times_sampled[slots, self.index.all_rows] = 0
-                else:
-                    self._times_sampled[slots] = 0
-        else:
-            if self.track_times_sampled:
-                self._times_sampled[slots, rows] = 0
-            self._uniform = self._uniform and len(rows) == self.num_envs
-        self._clock += 1
-        self.inserts += self.num_envs if rows is None else len(rows)
-        self.index.advance(rows, is_last)
-        self.sampler.on_add(rows, is_last)
-        if self.waiters:
-            self.cond.notify_all()
-
-    def insert_all(self, slot: int, is_last: np.ndarray | None) -> None:
-        """:meth:`insert` of a write to every row at one clock (the common, cheapest case)."""
         if self.track_times_sampled:
-            self._times_sampled[slot] = 0
+            if rows is not None:
+                self._times_sampled[slots, rows] = 0
+            elif isinstance(slots, np.ndarray):  # rows at their own clocks: one slot each
+                self._times_sampled[slots, self.index.all_rows] = 0
+            else:
+                self._times_sampled[slots] = 0
+        if rows is None:
+            self.inserts += self.num_envs
+        else:
+            self._uniform = self._uniform and len(rows) == self.num_envs
+            self.inserts += len(rows)
         self._clock += 1
-        self.inserts += self.num_envs
-        self.index.advance(None, is_last)
+        self.index.advance(rows, is_last)
         if self._sampler_tracks_writes:
-            self.sampler.on_add(None, is_last)
+            self.sampler.on_add(rows, is_last)
         if self.waiters:
             self.cond.notify_all()
-
-    def write_all(self, storage: Any, leaves: Any, is_last: np.ndarray | None) -> bool:
-        """Writes one step to every row through ``storage`` and records it, when all rows
-        share one clock; returns False (writing nothing) otherwise. The caller holds ``lock``."""
-        if not self._uniform:
-            return False
-        clock = self._clock
-        slot = clock % self.max_length
-        storage.write(None, slot, leaves, times=clock)
-        if self._lean_inserts and not self.waiters:  # insert_all with nothing else to tell
-            self._clock = clock + 1
-            self.inserts += self.num_envs
-            self.index.advance(None, is_last)
-        else:
-            self.insert_all(slot, is_last)
-        return True
-
-    def write_unbatched(self, storage: Any, leaves: Any, is_last: np.ndarray | None) -> bool:
-        """:meth:`write_all` of a table with one env row, ``leaves`` without the env dim
-        (``RingStorage.write_unbatched``); the caller holds ``lock``."""
-        if not self._uniform:
-            return False
-        clock = self._clock
-        slot = clock % self.max_length
-        storage.write_unbatched(slot, leaves)
-        if self._lean_inserts and not self.waiters:
-            self._clock = clock + 1
-            self.inserts += 1
-            self.index.advance(None, is_last)
-        else:
-            self.insert_all(slot, is_last)
-        return True
 
     @property
     def block_writes(self) -> bool:

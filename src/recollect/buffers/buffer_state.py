@@ -1,0 +1,245 @@
+"""Saving and restoring a :class:`~recollect.ReplayBuffer`: its configuration, its state
+dict and the checkpoint directory (format 1 and 2; see :mod:`recollect.state.manifest`)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+import numpy as np
+
+from recollect.buffers.saveable import check_saveable
+from recollect.errors import CheckpointError, RecollectError
+from recollect.samplers.base import Sampler, registered_sampler
+from recollect.state.files import Saved, load_consistent, write_checkpoint
+from recollect.state.manifest import rebuild_spec
+from recollect.storage.frame_store import FrameStack
+from recollect.table.rate_limiters import rate_limiter_from_config
+
+if TYPE_CHECKING:
+    from recollect.specs import FlatSpec
+    from recollect.storage.base import Storage
+    from recollect.table import Table
+
+__all__ = ["BufferState", "frame_stacks_config", "json_safe", "sampler_config"]
+
+
+def frame_stacks_config(frame_stacks: dict[str, Any] | None) -> dict[str, Any]:
+    """JSON description of ``{leaf path: FrameStack}``."""
+    return {path: stack.config() for path, stack in (frame_stacks or {}).items()}
+
+
+def frame_stacks_from_config(config: dict[str, Any]) -> dict[str, FrameStack] | None:
+    """Inverse of :func:`frame_stacks_config`."""
+    stacks = {}
+    for path, c in (config or {}).items():
+        padding = c["padding"] if isinstance(c["padding"], str) else np.asarray(c["padding"])
+        stacks[path] = FrameStack(**{**c, "padding": padding})
+    return stacks or None
+
+
+class BufferState:
+    """Configuration, state dict and checkpoints of :class:`~recollect.ReplayBuffer` (a mixin)."""
+
+    kind: ClassVar[str] = "ReplayBuffer"
+    _flat: FlatSpec
+    _num_envs: int
+    _max_length: int
+    _is_last: int | None
+    _table: Table
+    _storage: Storage
+    _config: dict[str, Any]
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able construction arguments (spec, geometry, sampler, frame stacks)."""
+        return dict(self._config)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"storage": ..., "table": ...}``: every array and value that restores the buffer.
+
+        Storage arrays are the live arrays (no copies); hold :attr:`lock` while
+        reading them if writers may run.
+        """
+        with self._table.lock:
+            return {"storage": self._storage.state_dict(), "table": self._table.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
+        """Restores :meth:`state_dict` output of a buffer with the same :meth:`config`.
+
+        Args:
+            state: the state tree (arrays, or column sources of a checkpoint).
+            allow_map: full saved ring columns may be memory-mapped copy-on-write.
+
+        Raises:
+            CheckpointError: the state does not fit this buffer.
+        """
+        with self._table.lock:
+            table = state["table"]
+            index = table["index"]
+            rebuild = "end_rows" not in index  # format 1: ends rebuilt from is_last below
+            layout = state.get("layout")
+            t = np.asarray(index["t"], np.int64)
+            t_clear = np.asarray(index["t_clear"], np.int64)
+            lo = np.maximum(t_clear, t - self._max_length)
+            if layout is not None and dict(layout) != _layout(lo, t, self._max_length):
+                raise CheckpointError(
+                    f"clocks t={t.tolist()}, t_clear={t_clear.tolist()} do not match "
+                    f"stored_steps={layout.get('stored_steps')}, "
+                    f"slot_offset={layout.get('slot_offset')}."
+                )
+            self._table.load_state_dict(table)
+            self._storage.load_state_dict(state["storage"], allow_map=allow_map)
+            if rebuild and self._is_last is not None:
+                self._rebuild_episode_ends()
+
+    def _rebuild_episode_ends(self) -> None:
+        """Episode ends from the stored ``is_last`` leaf (format-1 checkpoints)."""
+        assert self._is_last is not None  # called only for episode-aware buffers
+        index = self._table.index
+        counts = index.stored
+        rows = np.repeat(np.arange(self._num_envs), counts)
+        times = np.repeat(index.lo, counts) + (
+            np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
+        )
+        (flag,) = self._storage.gather(
+            rows, times % self._max_length, times=times, leaf_ids=[self._is_last]
+        )
+        index.set_ends(rows[flag], times[flag])
+
+    def save(self, path: str | os.PathLike) -> Any:
+        """Writes a checkpoint directory, atomically (see :mod:`recollect.state.manifest`).
+
+        Only the stored columns of the ring arrays are written when every row
+        shares one stored range; otherwise whole rings. Writers are blocked
+        while the buffer is saved.
+
+        Returns:
+            The absolute checkpoint path.
+
+        Raises:
+            CheckpointError: ``path`` is a non-empty directory that is not a checkpoint, or
+                the checkpoint could not be loaded (see :meth:`check_saveable`).
+            OSError: the disk is full or not writable (the old checkpoint stays).
+        """
+        self.check_saveable()
+        with self._table.lock:
+            return write_checkpoint(
+                path, self.kind, self.config(), self.state_dict(), self.stored_layout()
+            )
+
+    def check_saveable(self) -> None:
+        """Raises :class:`CheckpointError` when a checkpoint of this buffer could not be loaded
+        (a structured-dtype leaf, a sampler that its registered name does not rebuild)."""
+        check_saveable(self._flat, self._table.sampler, self._config["sampler"]["config"])
+
+    def stored_layout(self) -> dict[str, int]:
+        """``{"slot_offset", "stored_steps"}``: the ring columns a checkpoint writes."""
+        index = self._table.index
+        return _layout(index.lo, index.hi, self._max_length)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], **kwargs: Any) -> Self:
+        """An empty buffer built from :meth:`config` output (``kwargs`` override arguments).
+
+        Raises:
+            CheckpointError: the configuration is malformed or names an unknown sampler.
+        """
+        try:
+            sampler_cls = registered_sampler(config["sampler"]["type"])
+            sampler = sampler_cls(**config["sampler"]["config"])
+            build: Any = cls  # a ReplayBuffer subclass (this mixin has no constructor)
+            buffer: Self = build(
+                rebuild_spec(config["spec"]),
+                config["capacity"],
+                config["num_envs"],
+                sampler=sampler,
+                sequence_length=config.get("sequence_length"),
+                frame_stacks=frame_stacks_from_config(config.get("frame_stacks") or {}),
+                shard=config.get("shard", 0),
+                track_times_sampled=config.get("track_times_sampled", False),
+                **{
+                    "rate_limiter": rate_limiter_from_config(config.get("rate_limiter")),
+                    "max_times_sampled": config.get("max_times_sampled", 0),
+                    "compression": config.get("compression"),
+                    **kwargs,
+                },
+            )
+        except (CheckpointError, MemoryError):
+            raise
+        except (RecollectError, KeyError, TypeError) as err:
+            raise CheckpointError(
+                f"inconsistent buffer description ({err}); the manifest's config was edited or "
+                "damaged. Restore it from a backup."
+            ) from err
+        return buffer
+
+    @classmethod
+    def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Self:
+        """Rebuilds a buffer from a state directory (:func:`recollect.state.files.read_state`).
+
+        Raises:
+            CheckpointError: another kind, a malformed configuration or state.
+        """
+        if saved.kind != cls.kind:
+            raise CheckpointError(
+                f"{saved.where}: holds a {saved.kind}, not a {cls.kind}; load it with "
+                f"recollect.{saved.kind}.load."
+            )
+        state = saved.state
+        if "layout" not in state and saved.manifest.get("layout") is not None:
+            state = {**state, "layout": saved.manifest["layout"]}
+        return _restore(cls, saved.config, state, saved.where, mmap)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, mmap: bool = False) -> Self:
+        """Restores a buffer written by :meth:`save` (format 1 and 2).
+
+        Args:
+            path: the checkpoint directory.
+            mmap: map full leaf files copy-on-write instead of reading them
+                (the checkpoint files are never modified).
+
+        Raises:
+            CheckpointError: missing or damaged files, a newer format version,
+                or a checkpoint of another buffer kind.
+        """
+        return load_consistent(path, lambda saved: cls.from_saved(saved, mmap=mmap))
+
+
+def _layout(lo: np.ndarray, hi: np.ndarray, max_length: int) -> dict[str, int]:
+    """Stored columns only when every row stores the same range of a partial ring; else all."""
+    count = int(hi[0] - lo[0])
+    if count < max_length and ((hi - lo) == count).all() and (lo == lo[0]).all():
+        return {"slot_offset": int(lo[0]) % max_length, "stored_steps": count}
+    return {"slot_offset": 0, "stored_steps": max_length}
+
+
+def _restore(cls: Any, config: Any, state: Any, where: str, mmap: bool) -> Any:
+    try:
+        buffer = cls.from_config(config, force=mmap)
+    except CheckpointError as err:
+        raise CheckpointError(f"{where}: {err}") from err
+    try:
+        buffer.load_state_dict(state, allow_map=mmap)
+    except CheckpointError as err:
+        raise CheckpointError(f"{where}: {err}") from err
+    except (KeyError, TypeError, ValueError, RecollectError) as err:
+        raise CheckpointError(
+            f"{where}: cannot restore the buffer state ({err}); the checkpoint is damaged or "
+            "was edited. Restore it from a backup or save the buffer again."
+        ) from err
+    return buffer
+
+
+def sampler_config(sampler: Sampler | None) -> dict[str, Any]:
+    if sampler is None:
+        return {}
+    try:
+        return json_safe(sampler.get_config())
+    except RecollectError:
+        return {}
+
+
+def json_safe(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with numpy scalars as Python numbers (JSON-able)."""
+    return {k: v.item() if isinstance(v, np.generic) else v for k, v in config.items()}

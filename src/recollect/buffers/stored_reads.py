@@ -1,0 +1,77 @@
+"""Reading every stored step of a :class:`~recollect.ReplayBuffer` (oldest first), and
+their ids: the export side of the buffer (datasets, inspection), not sampling."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from recollect.errors import InvalidArgumentError
+from recollect.ids import encode
+
+if TYPE_CHECKING:
+    from recollect.specs import FlatSpec
+    from recollect.storage.base import Storage
+    from recollect.table import Table
+
+__all__ = ["StoredReads"]
+
+
+class StoredReads:
+    """``gather_stored``, ``gather_row`` and ``item_ids`` of :class:`~recollect.ReplayBuffer`
+    (a mixin)."""
+
+    _flat: FlatSpec
+    _num_envs: int
+    _max_length: int
+    _table: Table
+    _storage: Storage
+
+    def gather_stored(self) -> Any:
+        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.
+
+        Raises:
+            InvalidArgumentError: rows hold different numbers of steps; use
+                :meth:`gather_row` per row.
+        """
+        with self._table.lock:
+            index = self._table.index
+            lo, hi = index.lo, index.hi
+            count = int(hi[0] - lo[0])
+            if not ((hi - lo) == count).all():
+                raise InvalidArgumentError(
+                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); gather them "
+                    "one at a time with gather_row(row)."
+                )
+            times = lo[:, None] + np.arange(count)
+            rows = np.broadcast_to(np.arange(self._num_envs)[:, None], times.shape)
+            leaves = self._storage.gather(rows, times % self._max_length, times=times)
+            return self._flat.unflatten([np.array(leaf) for leaf in leaves])
+
+    def gather_row(self, row: int) -> Any:
+        """All stored steps of env row ``row``: leaves ``[steps, *shape]``, oldest first."""
+        with self._table.lock:
+            index = self._table.index
+            times = np.arange(index.lo[row], index.hi[row], dtype=np.int64)
+            rows = np.full(len(times), row, np.int64)
+            leaves = self._storage.gather(rows, times % self._max_length, times=times)
+            return self._flat.unflatten([np.array(leaf) for leaf in leaves])
+
+    def item_ids(self) -> np.ndarray:
+        """Ids of all stored steps, int64 ``[num_envs, steps_per_row]``, oldest first.
+
+        Raises:
+            InvalidArgumentError: rows hold different numbers of steps.
+        """
+        with self._table.lock:
+            index = self._table.index
+            lo, hi = index.lo, index.hi
+            count = int(hi[0] - lo[0])
+            if not ((hi - lo) == count).all():
+                raise InvalidArgumentError(
+                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); decode ids "
+                    "per row with recollect.ids.encode(row, times)."
+                )
+            times = lo[:, None] + np.arange(count)
+            return encode(np.arange(self._num_envs)[:, None], times, self._table.shard)

@@ -1,0 +1,247 @@
+"""The write path of :class:`~recollect.ReplayBuffer`: the one owner of writes to its storage.
+
+Every write (``add``, ``add_batch`` with or without ``rows``, ``extend``,
+``write_leaves``, and through them the transition and n-step writers, SB3
+buffers, dataset imports and a served shard's chunks) takes the same three
+stages:
+
+1. validate and convert the input to flat leaves (``exact_matcher`` for input
+   of the exact dtypes and shapes, the fast path; ``convert_step`` otherwise);
+2. prepare them outside the table lock (compressed leaves are compressed here);
+3. under the lock: wait on the rate limiter, ask the table for the slots of
+   the next steps, mark memmap storage dirty, write storage, record the write
+   in the table (:meth:`Table.insert <recollect.table.Table.insert>`, or
+   :meth:`Table.insert_block <recollect.table.Table.insert_block>` for ``extend``).
+
+Nothing is written before stage 3, so bad input never leaves the buffer
+half-written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from recollect.errors import InvalidArgumentError, ShapeError
+from recollect.storage.factory import block_storage, prepare_writes
+from recollect.storage.ring import RingStorage
+from recollect.validation import check_structure, convert_step, exact_matcher
+
+if TYPE_CHECKING:
+    from recollect.buffers.memmap_state import MemmapState
+    from recollect.specs import FlatSpec
+    from recollect.storage.base import Storage
+    from recollect.table import Table
+
+__all__ = ["BufferWrites", "check_rows"]
+
+
+def check_rows(rows: Any, num_envs: int) -> np.ndarray:
+    """``rows`` as distinct int64 row indices in ``[0, num_envs)``.
+
+    Raises:
+        InvalidArgumentError: empty, not 1-D ints, out of range or repeated.
+    """
+    array = np.asarray(rows)
+    if array.ndim != 1 or not len(array) or array.dtype.kind not in "iu":
+        raise InvalidArgumentError(
+            f"`rows` must be a non-empty 1-D sequence of int row indices; got {rows!r}."
+        )
+    array = array.astype(np.int64)
+    bad = (array < 0) | (array >= num_envs)
+    if bad.any():
+        raise InvalidArgumentError(
+            f"`rows` must lie in [0, num_envs={num_envs}); got {int(array[bad][0])}."
+        )
+    if len(np.unique(array)) != len(array):
+        raise InvalidArgumentError(
+            f"`rows` must be distinct (one step per row per call); got {array.tolist()}."
+        )
+    return array
+
+
+class BufferWrites:
+    """The write methods of :class:`~recollect.ReplayBuffer` (a mixin; see the module doc).
+
+    The buffer sets the attributes below, then calls :meth:`_setup_writes`.
+    """
+
+    _flat: FlatSpec
+    _num_envs: int
+    _max_length: int
+    _is_last: int | None
+    _table: Table
+    _storage: Storage
+    _persist: MemmapState | None
+
+    def _setup_writes(self, compressed: bool) -> None:
+        """Chooses the converters and the short paths once the storage is built."""
+        # compressed leaves are compressed before the table lock is taken
+        self._prepare: Callable[[list[np.ndarray]], list[np.ndarray]] | None = (
+            prepare_writes(self._storage) if compressed else None
+        )
+        # input that needs no conversion (exact dtypes and shapes) skips convert_step
+        self._match_batch = exact_matcher(self._flat, (self._num_envs,))
+        self._match_step = exact_matcher(self._flat, ())
+        # ``add`` (num_envs == 1, no memmap bookkeeping, no rate limiter): unbatched leaves
+        # go straight into the plain numpy ring
+        self._ring_writes = (
+            self._persist is None
+            and self._table.rate_limiter is None
+            and type(self._storage) is RingStorage
+            and self._num_envs == 1
+        )
+
+    def add(self, step: Any, *, timeout: float | None = None) -> None:
+        """Appends one step (a nest matching the spec, no env dim); only when ``num_envs == 1``.
+
+        ``timeout``: as in :meth:`add_batch`.
+
+        Raises:
+            InvalidArgumentError: the buffer has several env rows.
+            SpecError, ShapeError, DTypeError, CastError: the step does not
+                match the spec; nothing is written.
+        """
+        if self._ring_writes:  # one env row in a plain numpy ring: the unbatched fast path
+            leaves = self._match_step(step)  # exact dtypes and shapes: nothing to convert
+            if leaves is not None:
+                table = self._table
+                with table.lock:
+                    i = self._is_last
+                    is_last = None if i is None else np.reshape(leaves[i], 1)
+                    _, slot = table.next_steps(None)  # one row: always one clock (ints)
+                    self._storage.write_unbatched(slot, leaves)  # type: ignore[attr-defined]  # RingStorage only (_ring_writes)
+                    table.insert(None, slot, is_last)
+                return
+        elif self._num_envs != 1:
+            raise InvalidArgumentError(
+                f"`add` takes one step and works only when num_envs == 1; this buffer has "
+                f"num_envs={self._num_envs}. Use add_batch with leaves of leading dim "
+                f"{self._num_envs}."
+            )
+        leaves = convert_step(self._flat, step, (), "add")  # casts, or the error
+        self.write_leaves([leaf[None] for leaf in leaves], timeout=timeout)
+
+    def add_batch(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
+        """Appends one step to every env row, or to the env rows ``rows`` only.
+
+        Each row has its own clock: with ``rows``, only the listed rows advance,
+        so writers of different rows may write at their own pace. Values are
+        cast to the spec's dtype only when safe (``same_kind``, no value lost).
+        The whole batch is validated before anything is written.
+
+        Args:
+            steps: a nest matching the spec; every leaf has leading dim
+                ``num_envs`` (``len(rows)`` with ``rows``).
+            rows: None (every row) or distinct int row indices in ``[0, num_envs)``.
+            timeout: with a rate limiter, seconds to wait while it forbids the
+                insert (None: forever, 0: never); ignored without one.
+
+        Raises:
+            SpecError: a leaf is missing or extra.
+            ShapeError: a leaf's shape is not ``[num_envs, *leaf_shape]``.
+            DTypeError: a dtype cannot be cast safely (e.g. float into an int leaf).
+            CastError: a cast would lose values (out of range, overflow).
+            InvalidArgumentError: ``rows`` empty, repeated, out of range or not integers.
+            RateLimiterTimeout: the rate limiter still forbids the insert after ``timeout``.
+            StateError: the buffer was closed while the insert waited.
+        """
+        if rows is None:
+            leaves = self._match_batch(steps)  # the fast path: exact dtypes and shapes
+            if leaves is None:  # anything unusual: the full check (casts, or the error)
+                leaves = convert_step(self._flat, steps, (self._num_envs,), "add_batch")
+            self.write_leaves(leaves, timeout=timeout)
+            return
+        rows = check_rows(rows, self._num_envs)
+        leaves = convert_step(self._flat, steps, (len(rows),), "add_batch")
+        self.write_leaves(leaves, rows, timeout=timeout)
+
+    def write_leaves(
+        self,
+        leaves: list[np.ndarray],
+        rows: np.ndarray | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Writes already validated flat leaves (``recollect.validation.convert_step`` output).
+
+        Leaves have leading dim ``num_envs`` (``len(rows)`` with ``rows``, distinct
+        rows). No check is made: use :meth:`add_batch` for user input. Waits on
+        the rate limiter as :meth:`add_batch` does.
+        """
+        if self._prepare is not None:
+            leaves = self._prepare(leaves)
+        i = self._is_last
+        is_last = None if i is None else leaves[i]
+        table = self._table
+        with table.lock:
+            if table.rate_limiter is not None:
+                table.await_insert(self._num_envs if rows is None else len(rows), timeout)
+            times, slots = table.next_steps(rows)  # scalars when every row shares one clock
+            if self._persist is not None:
+                self._persist.before_write(rows, times)
+            self._storage.write(rows, slots, leaves, times=times)
+            table.insert(rows, slots, is_last)
+
+    def extend(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
+        """Appends ``T`` consecutive steps to every env row, or to the rows ``rows`` only.
+
+        Equals ``T`` calls of :meth:`add_batch` with ``steps[:, t]`` (same
+        stored data, ids, windows and later samples), validated as a whole
+        before anything is written, and written with one numpy assignment per
+        leaf for up to ``max_length`` steps at a time. Samplers that track each
+        write without a block hook (``Sampler.on_add_block``; prioritized has one),
+        frame-stack storage and rate-limited tables take the step-by-step path
+        (each step waits on the limiter as :meth:`add_batch`, with ``timeout``).
+
+        Args:
+            steps: a nest matching the spec; every leaf ``[num_envs, T, *shape]``
+                (``[len(rows), T, ...]`` with ``rows``), oldest step first.
+            rows: None (every row) or distinct int row indices in ``[0, num_envs)``.
+
+        Raises:
+            SpecError, ShapeError, DTypeError, CastError: as :meth:`add_batch`;
+                nothing is written.
+            InvalidArgumentError: bad ``rows``.
+        """
+        if rows is not None:
+            rows = check_rows(rows, self._num_envs)
+        k = self._num_envs if rows is None else len(rows)
+        values = check_structure(self._flat, steps, "extend")
+        count = int(np.shape(values[0])[1]) if np.ndim(values[0]) >= 2 else -1
+        if count < 0:
+            raise ShapeError(
+                f"extend needs leaves [num_envs or len(rows), T, *shape]; leaf "
+                f"'{self._flat.paths[0]}' has shape {np.shape(values[0])}. Use add_batch for "
+                "one step."
+            )
+        leaves = convert_step(self._flat, steps, (k, count), "extend")
+        if not count:
+            return
+        table = self._table
+        block = table.block_writes and table.rate_limiter is None
+        if not (block and block_storage(self._storage)):
+            for j in range(count):  # step by step: the sampler, storage or limiter follows
+                self.write_leaves([leaf[:, j] for leaf in leaves], rows, timeout=timeout)
+            return
+        for start in range(0, count, self._max_length):  # chunks of at most one ring
+            chunk = [leaf[:, start : start + self._max_length] for leaf in leaves]
+            if self._prepare is not None:  # compressed leaves: compressed outside the lock
+                chunk = self._prepare(chunk)
+            self._write_block(chunk, rows)
+
+    def _write_block(self, leaves: list[np.ndarray], rows: np.ndarray | None) -> None:
+        count = leaves[0].shape[1]
+        i = self._is_last
+        is_last = None if i is None else leaves[i]
+        table = self._table
+        with table.lock:
+            clocks = table.clocks if rows is None else table.clocks[rows]
+            times = clocks[:, None] + np.arange(count)
+            slots = times % self._max_length
+            if self._persist is not None:
+                self._persist.before_write(rows, times[:, -1])
+            self._storage.write(rows, slots, leaves, times=times)
+            table.insert_block(rows, slots, count, is_last)
