@@ -98,10 +98,10 @@ def chunked_sample_fn(
     outer = outer_shape(sample_batch_size, num_steps)
     batch = 1 if sample_batch_size is None else int(sample_batch_size)
     info_tail = [] if sample_batch_size is None else [batch]
-    shapes = [[None, *outer, *s] for s in flat.shapes] + [[None, *info_tail]] * 2
+    shapes: list[list[Any]] = [[None, *outer, *s] for s in flat.shapes] + [[None, *info_tail]] * 2
     dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64]
     table = getattr(buffer, "table", None)
-    state = {"generation": None, "size": 0}
+    state: dict[str, Any] = {"generation": None, "size": 0}
 
     def written() -> Any:
         index = getattr(table, "index", None)

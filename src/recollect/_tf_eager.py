@@ -208,8 +208,9 @@ class SampleIterator(iterator_ops.OwnedIterator):
             raise
 
     def __del__(self) -> None:
-        if getattr(self, "_prefetcher", None) is not None:
-            self._prefetcher.close(timeout_s=0.0)
+        prefetcher = getattr(self, "_prefetcher", None)
+        if prefetcher is not None:
+            prefetcher.close(timeout_s=0.0)
         parent = getattr(super(), "__del__", None)
         if parent is not None:
             parent()

@@ -374,5 +374,6 @@ class Prefetcher(Iterator[Any]):
 
     def __del__(self) -> None:
         self._pipeline.stop.set()
-        if getattr(self, "_on_close", None) is not None:
-            self._on_close()
+        on_close = getattr(self, "_on_close", None)
+        if on_close is not None:
+            on_close()

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -385,7 +385,10 @@ def _deterministic_pass(
                 )
             draw = table.make_draw(rows, times, probs, n, time_axis=num_steps is not None)
             sample = buffer.gather(draw)
-        out = [*flat.treedef.flatten_up_to(sample.data), sample.ids, sample.probabilities]
+        out = cast(
+            list[np.ndarray],
+            [*flat.treedef.flatten_up_to(sample.data), sample.ids, sample.probabilities],
+        )
         return [x[0] for x in out] if single else out
 
     inner = [num_steps] if num_steps is not None else []

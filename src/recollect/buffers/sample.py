@@ -71,7 +71,8 @@ class BufferInfo(NamedTuple):
     """
 
     ids: np.ndarray
-    probabilities: np.ndarray
+    # () in TF-Agents' single deterministic pass, which draws no probabilities
+    probabilities: np.ndarray | tuple[()]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,7 +45,7 @@ Deliberate differences from TF-Agents:
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import optree
@@ -336,7 +336,7 @@ class TFUniformReplayBuffer(_Base):
 
         def add_numpy(*arrays: np.ndarray) -> np.ndarray:
             self._buffer.add_batch(self._flat.unflatten(arrays))
-            return np.int64(self._buffer.num_frames())
+            return np.asarray(self._buffer.num_frames(), np.int64)
 
         written = tf.numpy_function(add_numpy, leaves, tf.int64, stateful=True, name="add_batch")
         return self._after_write(written)
@@ -349,7 +349,7 @@ class TFUniformReplayBuffer(_Base):
             return tf.identity(written)
 
     def _info(self, info: BufferInfo, batched: bool, num_steps: int | None, stacked: bool) -> Any:
-        ids = info.ids
+        ids: Any = info.ids  # a tensor, or a tuple of tensors when unstacked
         if num_steps is not None:
             offsets = tf.range(num_steps, dtype=tf.int64)  # the next steps of the same row
             ids = (ids[:, None] if batched else ids[None]) + offsets
@@ -449,7 +449,9 @@ class TFUniformReplayBuffer(_Base):
         """All stored items, tensors ``[batch_size, steps_per_row, ...]``, oldest first."""
 
         def gather_numpy() -> list[np.ndarray]:
-            return self._flat.treedef.flatten_up_to(self._buffer.gather_all())
+            return cast(
+                list[np.ndarray], self._flat.treedef.flatten_up_to(self._buffer.gather_all())
+            )
 
         out = tf.numpy_function(gather_numpy, [], self._dtypes, stateful=True, name="gather_all")
         if not isinstance(out, list | tuple):  # a one-leaf spec gives a tensor, not a list
@@ -475,7 +477,7 @@ class TFUniformReplayBuffer(_Base):
 
         def clear_numpy() -> np.ndarray:
             self._buffer.clear()
-            return np.int64(0)
+            return np.asarray(0, np.int64)
 
         cleared = tf.numpy_function(clear_numpy, [], tf.int64, stateful=True, name="clear")
         return self._after_write(cleared)

@@ -22,7 +22,7 @@ overwritten window raise.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tensorflow as tf
@@ -95,7 +95,12 @@ def list_windows(
         out_starts.append(start + offsets)
         out_lengths.append(lengths)
     if not out_rows:
-        return np.zeros((0, group), np.int64), *(np.zeros(0, np.int64) for _ in range(3))
+        return (
+            np.zeros((0, group), np.int64),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+        )
     return (
         np.concatenate(out_rows),
         np.concatenate(out_counts),
@@ -147,7 +152,7 @@ def deterministic_pass(
             draw = table.make_draw(rows, times, probs, int(length), num_steps is not None)
             sample = buffer.gather(draw)
         ids = sample.ids if num_steps is None else sample.ids[:, None] + np.arange(int(length))
-        out = [*flat.treedef.flatten_up_to(sample.data), ids]
+        out = cast(list[np.ndarray], [*flat.treedef.flatten_up_to(sample.data), ids])
         return [x[0] for x in out] if sample_batch_size is None else out
 
     batch = [] if sample_batch_size is None else [sample_batch_size if drop_remainder else None]
