@@ -7,9 +7,10 @@ from typing import Any
 
 from recollect.buffers import ReplayBuffer
 from recollect.errors import InvalidArgumentError
+from recollect.service.checkpoints import open_shard
 from recollect.service.client import Client
 from recollect.service.endpoint import LocalEndpoint
-from recollect.service.shard import Shard, open_shard
+from recollect.service.shard import Shard
 from recollect.service.split import shard_config
 
 __all__ = ["Server", "check_tables"]
