@@ -8,10 +8,11 @@ chunk, one small acknowledgement back, no scheduler in between.
 
 :class:`ChunkListener` runs in the shard's process: one thread accepts
 connections and reads their handshakes, and one thread per authenticated
-connection stores that connection's chunks in the order they were sent (so a
-lease's chunks need no sequence numbers) and answers each with the shard's
-return value or exception. :class:`ChunkChannel` is the writer's end: one
-connection per writer lease, bounded by the writer's in-flight limit.
+connection stores that connection's chunks in the order they were sent (so
+the shard, which stores a lease's chunks by their numbers, never waits) and
+answers each with the shard's return value or exception. :class:`ChunkChannel`
+is the writer's end: one connection per writer lease, bounded by the writer's
+in-flight limit.
 Messages are pickled (protocol 5) with :mod:`multiprocessing.connection`'s
 length-prefixed framing; a message cut short by a dying writer is never
 unpickled, so a chunk is stored whole or not at all.
@@ -90,9 +91,9 @@ class _Pending:
 class ChunkListener:
     """Accepts writer connections in the shard's process and stores their chunks.
 
-    Each message is ``(lease_id, steps, timeout)``, answered by the pickled
-    return value of ``Shard.extend(lease_id, steps, timeout)`` or a
-    :class:`~recollect.service.endpoint.Raised` of what it raised.
+    Each message is a pickled :class:`~recollect.service.requests.Request`
+    (a writer's ``Extend``), applied to the shard and answered by its pickled
+    return value or a :class:`~recollect.service.endpoint.Raised` of what it raised.
 
     Args:
         shard: the :class:`~recollect.service.shard.Shard` the chunks go to.
