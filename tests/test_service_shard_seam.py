@@ -3,6 +3,7 @@ method is called by name, and the shard (not a transport) stores a lease's chunk
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import inspect
 import os
@@ -135,3 +136,30 @@ def test_a_writer_numbers_its_chunks_from_zero() -> None:
     kinds = [type(r).__name__ for r in endpoint.sent]
     assert kinds == ["Reserve", "Extend", "Extend", "Extend", "Release"]
     assert [r.seq for r in endpoint.sent if isinstance(r, rq.Extend)] == [0, 1, 2]
+
+
+CLIENT_SIDE = [
+    "client",
+    "assemble",
+    "checkpoints",
+    "endpoint",
+    "placement",
+    "priority_updates",
+    "protocol",
+    "replies",
+    "requests",
+    "routing",
+    "table_handle",
+    "writer",
+]
+
+
+@pytest.mark.parametrize("module", CLIENT_SIDE)
+def test_the_client_side_imports_no_server_module(module: str) -> None:
+    tree = ast.parse((SRC / "service" / f"{module}.py").read_text(encoding="utf-8"))
+    imported = {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+    }
+    assert not imported & {"recollect.service.shard", "recollect.service.server"}

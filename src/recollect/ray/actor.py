@@ -15,9 +15,9 @@ from ray import exceptions as ray_errors
 from recollect.buffers import ReplayBuffer
 from recollect.errors import CheckpointError, ShardUnavailableError, StateError
 from recollect.service.channel import TRANSPORT_ERRORS, ChunkChannel, ChunkListener
-from recollect.service.checkpoints import open_shard
 from recollect.service.endpoint import Raised, ShardCalls
 from recollect.service.requests import Request
+from recollect.service.server import open_shard
 
 __all__ = ["ChunkCall", "RayEndpoint", "ShardActor"]
 

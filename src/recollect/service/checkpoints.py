@@ -1,8 +1,8 @@
-"""A service checkpoint: saving every shard's buffer and the service manifest, and
-opening a shard from it (:func:`open_shard`).
+"""A service checkpoint: every shard's buffer checkpoint and the service manifest
+(``recollect.service.server.open_shard`` opens a shard from it).
 
 Layout: ``directory/<table>/shard-<k>/`` (a ``ReplayBuffer`` checkpoint each,
-:func:`~recollect.service.shard.shard_path`) and ``directory/service.json``
+:func:`shard_path`) and ``directory/service.json``
 (:data:`MANIFEST`: ``{"tables": {table: {"num_shards": n}}}``), written last and
 atomically, so a directory with a manifest holds every shard.
 """
@@ -14,17 +14,17 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from recollect.buffers import ReplayBuffer
-from recollect.errors import CheckpointError
-from recollect.service.counters import open_counters
 from recollect.service.endpoint import Endpoint, gather
-from recollect.service.shard import Shard, shard_path
-from recollect.state.atomic import find_checkpoint
 
-__all__ = ["MANIFEST", "open_shard", "save_shards"]
+__all__ = ["MANIFEST", "save_shards", "shard_path"]
 
 #: name of the service manifest in a checkpoint directory
 MANIFEST = "service.json"
+
+
+def shard_path(directory: str | os.PathLike, table: str, shard: int) -> Path:
+    """Checkpoint directory of shard ``shard`` of ``table`` under a service checkpoint."""
+    return Path(directory) / table / f"shard-{shard}"
 
 
 def save_shards(directory: Path, tables: Mapping[str, Sequence[Endpoint]]) -> Path:
@@ -39,35 +39,3 @@ def save_shards(directory: Path, tables: Mapping[str, Sequence[Endpoint]]) -> Pa
     tmp.write_text(json.dumps(manifest, indent=1))
     os.replace(tmp, directory / MANIFEST)
     return directory
-
-
-def open_shard(
-    table: str,
-    buffer: ReplayBuffer,
-    *,
-    checkpoint_dir: str | os.PathLike | None = None,
-    lease_timeout: float = 60.0,
-) -> Shard:
-    """A :class:`Shard` of ``buffer``, restored from ``checkpoint_dir`` when it holds one.
-
-    With a ``checkpoint_dir``, the shard keeps ``[inserts, lost steps]`` in a
-    memory-mapped file next to its checkpoint, written on every insert; a shard
-    restored after a crash counts the inserts made after the checkpoint as lost.
-
-    Raises:
-        CheckpointError: the checkpoint is damaged.
-        InvalidArgumentError: it holds a buffer of another configuration.
-    """
-    if checkpoint_dir is None:
-        return Shard(table, buffer, lease_timeout=lease_timeout)
-    shard = buffer.table.shard
-    path = shard_path(checkpoint_dir, table, shard)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if find_checkpoint(path) is not None:  # also the sibling an interrupted save left
-            saved = ReplayBuffer.load(path)
-            buffer.load_state_dict(saved.state_dict())
-        counters = open_counters(path.parent / f"shard-{shard}.counters", buffer.table.inserts)
-    except CheckpointError as err:
-        raise CheckpointError(f"table {table!r} shard {shard}: {err}") from err
-    return Shard(table, buffer, lease_timeout=lease_timeout, counters=counters)

@@ -24,7 +24,6 @@ import os
 import secrets
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +35,7 @@ from recollect.errors import (
     RateLimiterTimeout,
     StateError,
 )
+from recollect.service.checkpoints import shard_path
 from recollect.service.counters import InsertCounters
 from recollect.service.lease import ChunkOrder, Lease
 from recollect.service.replies import (
@@ -53,6 +53,7 @@ __all__ = [
     "Shard",
     "ShardDescription",
     "concatenate_samples",
+    "shard_path",
 ]
 
 #: seconds between a waiting sample's checks whether its client was closed
@@ -466,8 +467,3 @@ class Shard:
     def close(self) -> None:
         """Wakes waiting inserts and samples with StateError; flushes memmap storage."""
         self.buffer.close()
-
-
-def shard_path(directory: str | os.PathLike, table: str, shard: int) -> Path:
-    """Checkpoint directory of shard ``shard`` of ``table`` under a service checkpoint."""
-    return Path(directory) / table / f"shard-{shard}"
