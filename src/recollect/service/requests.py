@@ -112,6 +112,10 @@ class Extend(Request[int]):
     def apply(self, shard: ShardProtocol) -> int:
         return shard.extend(self.lease_id, self.steps, self.timeout, self.seq)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled as its fields in order (no field names): the per-chunk message stays small
+        return (Extend, (self.lease_id, self.steps, self.timeout, self.seq))
+
     @property
     def stream(self) -> int | None:
         return self.lease_id
