@@ -13,6 +13,7 @@ import pytest
 
 import recollect as rc
 from recollect.errors import StateError
+from recollect.service import requests as rq
 from recollect.service.endpoint import Raised
 
 pytest.importorskip("ray")
@@ -32,8 +33,13 @@ def chunk(k: int) -> dict[str, np.ndarray]:
     return {"seq": seq, "obs": np.repeat(seq[..., None], 3, -1).astype(np.float32)}
 
 
+#: the requests these tests send, by the names they use
+REQUESTS = {"reserve": rq.Reserve, "extend": rq.Extend, "release": rq.Release}
+
+
 def call(actor: ShardActor, method: str, *args, seq: int | None = None):
-    return pickle.loads(actor.call(method, pickle.dumps(args), seq))
+    request = REQUESTS[method](*args) if seq is None else rq.Extend(*args, seq=seq)
+    return pickle.loads(actor.call(pickle.dumps(request)))
 
 
 def arrive(actor: ShardActor, requests: list[tuple]) -> list[concurrent.futures.Future]:

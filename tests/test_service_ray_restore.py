@@ -131,6 +131,7 @@ def test_a_shard_actor_that_cannot_restore_answers_every_call_with_the_checkpoin
     import pickle
 
     from recollect.ray.actor import ShardActor
+    from recollect.service import requests as rq
     from recollect.service.endpoint import Raised
     from recollect.service.split import shard_config
 
@@ -141,11 +142,7 @@ def test_a_shard_actor_that_cannot_restore_answers_every_call_with_the_checkpoin
     actor = ShardActor("t", config, str(tmp_path), 60.0, local_writes=True)
     assert isinstance(actor.failed_restore(), CheckpointError)
     assert actor.chunk_listener() is None  # no socket for a shard without data
-    for method, args in [
-        ("info", ()),
-        ("reserve", (2, "localhost", os.getpid())),
-        ("sample", (4,)),
-    ]:
-        answer = pickle.loads(actor.call(method, pickle.dumps(args)))
+    for request in [rq.Info(), rq.Reserve(2, "localhost", os.getpid()), rq.SampleWindows(4)]:
+        answer = pickle.loads(actor.call(pickle.dumps(request)))
         assert isinstance(answer, Raised) and isinstance(answer.error, CheckpointError)
         assert "table 't' shard 0" in str(answer.error) and "obs.npy" in str(answer.error)

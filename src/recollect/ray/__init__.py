@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -210,7 +210,7 @@ def connect(name: str, *, rng: Any = None) -> Client:
             f"no recollect service named {name!r} runs in this Ray cluster (is this process "
             "connected to the right cluster? ray.init(address=...))."
         ) from err
-    layout = ray.get(directory.layout.remote())
+    layout = cast(dict[str, Any], ray.get(directory.layout.remote()))
     endpoints = {
         table: [
             RayEndpoint(table, k, ray.get_actor(f"{name}/{table}/{k}", namespace=NAMESPACE))
@@ -223,5 +223,6 @@ def connect(name: str, *, rng: Any = None) -> Client:
 
 def shard_locations(client: Client, table: str) -> list[dict[str, Any]]:
     """``[{"node_id", "pid"}]`` of each shard actor of ``table`` (where Ray placed them)."""
-    endpoints = client.endpoints(table)
-    return ray.get([e.actor.where.remote() for e in endpoints])
+    endpoints = cast(list[RayEndpoint], client.endpoints(table))
+    locations: list[dict[str, Any]] = ray.get([e.actor.where.remote() for e in endpoints])
+    return locations

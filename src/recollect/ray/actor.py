@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import os
 import pickle
-import threading
 import time
 from typing import Any
 
@@ -16,8 +15,9 @@ from ray import exceptions as ray_errors
 from recollect.buffers import ReplayBuffer
 from recollect.errors import CheckpointError, ShardUnavailableError, StateError
 from recollect.service.channel import TRANSPORT_ERRORS, ChunkChannel, ChunkListener
-from recollect.service.endpoint import Raised
-from recollect.service.shard import open_shard
+from recollect.service.endpoint import Raised, ShardCalls
+from recollect.service.requests import Request
+from recollect.service.server import open_shard
 
 __all__ = ["ChunkCall", "RayEndpoint", "ShardActor"]
 
@@ -32,10 +32,8 @@ class ShardActor:
     them; a threaded actor takes about 1.5 times the calls per second of an
     asynchronous one, measured with 8 writer processes). A sample or insert
     that waits on the rate limiter blocks only its own thread. Ray starts the
-    calls of a concurrent actor in no guaranteed order, so a writer's chunks in
-    flight could be stored out of order (seen: chunk 1 before chunk 0 of a
-    row). Each ``extend`` carries its number in its lease (set by
-    :class:`RayEndpoint`), and waits until the chunk before it was stored.
+    calls of a concurrent actor in no guaranteed order; the shard stores a
+    writer's chunks in the order of their numbers (``Shard.extend``'s ``seq``).
     Exceptions come back as :class:`Raised` values, so the client raises the
     shard's own error (type and message). With ``local_writes``, writers on the
     actor's node send their chunks over its
@@ -71,59 +69,18 @@ class ShardActor:
             self.restore_error = err
             local_writes = False
         self.listener = ChunkListener(self.shard) if local_writes else None
-        self._turns: dict[int, int] = {}  # lease id -> number of its next extend
-        self._turn_taken = threading.Condition()
-        self._turn_timeout = max(float(lease_timeout), 1.0)  # a chunk waits this for the one before
 
-    def call(self, method: str, args: bytes, seq: int | None = None) -> bytes:
-        """``Shard.<method>(*args)`` with ``args`` and the result pickled (see
-        :class:`RayEndpoint`); ``seq``: the number of an ``extend`` in its lease.
-        An exception is returned as :class:`Raised`."""
+    def call(self, request: bytes) -> bytes:
+        """Applies the pickled :class:`~recollect.service.requests.Request` to the shard;
+        returns its result pickled (an exception as :class:`Raised`)."""
+        value: Any
         try:
             if self.restore_error is not None:
                 raise self.restore_error
-            args = pickle.loads(args)
-            if method == "extend" and seq is not None:
-                value = self._extend_in_turn(args, seq)
-            else:
-                value = getattr(self.shard, method)(*args)
-                if method == "reserve":
-                    with self._turn_taken:
-                        self._turns[value[0]] = 0
-                elif method == "release":
-                    self._take_turn(args[0], None)
+            value = pickle.loads(request).apply(self.shard)
         except Exception as err:  # carried to the client and raised there
             value = Raised(err)
         return pickle.dumps(value, _PROTOCOL)
-
-    def _extend_in_turn(self, args: tuple, seq: int) -> Any:
-        """``Shard.extend(*args)`` once the lease's earlier extends were stored."""
-        lease_id = args[0]
-        with self._turn_taken:
-            if not self._turn_taken.wait_for(
-                lambda: self._turns.get(lease_id, seq) == seq, self._turn_timeout
-            ):
-                raise StateError(
-                    f"table {self.shard.table!r} shard {self.shard.index}: chunk {seq} of writer "
-                    f"lease {lease_id} waited {self._turn_timeout:g} s for chunk "
-                    f"{self._turns.get(lease_id)} of that lease, which never arrived; the "
-                    "writer's earlier chunks were lost. Open a new writer."
-                )
-        try:
-            return self.shard.extend(*args)
-        finally:
-            with self._turn_taken:
-                if lease_id in self._turns:
-                    self._take_turn(lease_id, seq + 1)
-
-    def _take_turn(self, lease_id: int, turn: int | None) -> None:
-        """Sets the number of the lease's next extend (None: the lease is gone)."""
-        with self._turn_taken:
-            if turn is None:
-                self._turns.pop(lease_id, None)
-            else:
-                self._turns[lease_id] = turn
-            self._turn_taken.notify_all()
 
     def failed_restore(self) -> CheckpointError | None:
         """The :class:`CheckpointError` that kept the shard from restoring, or None."""
@@ -164,77 +121,81 @@ _UNAVAILABLE = (ray_errors.RayActorError, ray_errors.ActorUnavailableError)
 
 @dataclasses.dataclass(frozen=True)
 class ChunkCall:
-    """The handle of a chunk of lease ``lease_id`` sent over a :class:`ChunkChannel`."""
+    """The handle of ``request`` sent over a :class:`ChunkChannel` (its ``number`` there)."""
 
     channel: ChunkChannel
     number: int
-    lease_id: int
+    request: Request[Any]
 
 
-class RayEndpoint:
+class RayEndpoint(ShardCalls):
     """A shard hosted by a :class:`ShardActor` (see :class:`~recollect.service.Endpoint`).
 
-    A writer's chunks (``extend``) go over the actor's chunk listener when the
-    caller runs on the actor's node and the shard was served with
-    ``local_writes`` (one Unix socket per lease, see
-    :mod:`recollect.service.channel`); everything else, and chunks from other
+    The requests of a stream (a writer's chunks) go over the actor's chunk
+    listener when the caller runs on the actor's node and the shard was served
+    with ``local_writes`` (one Unix socket per stream, see
+    :mod:`recollect.service.channel`); everything else, and streams from other
     nodes, go as Ray calls. Errors of the actor itself (killed, crashed,
     restarting, unreachable) raise :class:`~recollect.errors.ShardUnavailableError`
     naming table and shard.
     """
 
     def __init__(self, table: str, shard: int, actor: Any) -> None:
+        self._connect(table, shard, actor)
+
+    def _connect(self, table: str, shard: int, actor: Any) -> None:
         self.table = table
         self.shard = shard
         self.actor = actor
-        self._seq: dict[int, int] = {}  # lease id -> number of its next extend over Ray
-        self._channels: dict[int, ChunkChannel | None] = {}  # lease id -> its socket, or Ray
-        self._listener: dict[str, Any] | bool | None = False  # False: not asked yet
+        self._over_ray: set[int] = set()  # streams whose requests went as Ray calls
+        self._channels: dict[int, ChunkChannel | None] = {}  # stream -> its socket, or None: Ray
+        self._listener: dict[str, Any] | None = None  # the actor's, when on this node
+        self._listener_asked = False
 
     def __getstate__(self) -> dict[str, Any]:
         # sockets stay in their process; a copy elsewhere opens its own
         return {"table": self.table, "shard": self.shard, "actor": self.actor}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["table"], state["shard"], state["actor"])
+        self._connect(state["table"], state["shard"], state["actor"])
 
-    def submit(self, method: str, *args: Any) -> Any:
-        seq = None
-        if method == "extend":
-            channel = self._channel(args[0])
+    def send(self, request: Request[Any]) -> Any:
+        stream = request.stream
+        if stream is not None:
+            channel = self._channel(stream)
             if channel is not None:
                 try:
-                    return ChunkCall(channel, channel.send(*args), args[0])
+                    return ChunkCall(channel, channel.send_request(request), request)
                 except TRANSPORT_ERRORS as err:
-                    raise self._channel_lost(args[0], err) from err
-            # numbered, so the actor stores a lease's chunks in order
-            seq = self._seq.get(args[0], 0)
-            self._seq[args[0]] = seq + 1
-        elif method == "release":
-            self._seq.pop(args[0], None)
-            channel = self._channels.pop(args[0], None)
+                    raise self._channel_lost(request, err) from err
+            self._over_ray.add(stream)
+        ended = request.ends_stream
+        if ended is not None:
+            self._over_ray.discard(ended)
+            channel = self._channels.pop(ended, None)
             if channel is not None:
                 channel.close()
         try:
-            return self.actor.call.remote(method, pickle.dumps(args, _PROTOCOL), seq)
+            return self.actor.call.remote(pickle.dumps(request, _PROTOCOL))
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
 
-    def _channel(self, lease_id: int) -> ChunkChannel | None:
-        """The lease's socket to the actor's chunk listener; None: its chunks go over Ray
-        (decided at its first chunk, kept for the lease)."""
-        if lease_id in self._channels:
-            return self._channels[lease_id]
+    def _channel(self, stream: int) -> ChunkChannel | None:
+        """The stream's socket to the actor's chunk listener; None: its requests go over Ray
+        (decided at its first request, kept for the stream)."""
+        if stream in self._channels:
+            return self._channels[stream]
         channel = None
-        if lease_id not in self._seq:
-            if self._listener is False:
+        if stream not in self._over_ray:
+            if not self._listener_asked:
                 self._listener = self._local_listener()
-            if self._listener:
+                self._listener_asked = True
+            if self._listener is not None:
                 try:
                     channel = ChunkChannel(self._listener["address"], self._listener["token"])
                 except TRANSPORT_ERRORS:  # another network namespace, or a restarted actor
-                    self._listener = False
-        self._channels[lease_id] = channel
+                    self._listener_asked = False
+        self._channels[stream] = channel
         return channel
 
     def _local_listener(self) -> dict[str, Any] | None:
@@ -247,15 +208,25 @@ class RayEndpoint:
             return None
         return listener
 
-    def _channel_lost(self, lease_id: int, err: BaseException) -> BaseException:
-        """The error of a lease whose socket broke: asks the actor over Ray, so a restarted
+    def _channel_lost(self, request: Request[Any], err: BaseException) -> BaseException:
+        """The error of a request whose stream's socket broke: sends the request's
+        :meth:`~recollect.service.requests.Request.stream_lost` over Ray, so a restarted
         shard answers as for any chunk of a lease it does not hold (StateError) and a dead
         one as for any call (ShardUnavailableError)."""
-        try:
-            self.result(self.submit("check_lease", lease_id))
-        except (ShardUnavailableError, StateError) as answer:
-            return answer
+        probe = request.stream_lost()
+        if probe is not None:
+            try:
+                self.result(self.actor_call(probe))
+            except (ShardUnavailableError, StateError) as answer:
+                return answer
         return self._unavailable(err)  # alive and holding the lease: the socket itself broke
+
+    def actor_call(self, request: Request[Any]) -> Any:
+        """``request`` as a Ray call to the actor (never over the chunk listener)."""
+        try:
+            return self.actor.call.remote(pickle.dumps(request, _PROTOCOL))
+        except _UNAVAILABLE as err:
+            raise self._unavailable(err) from err
 
     def _unavailable(self, err: BaseException) -> ShardUnavailableError:
         return ShardUnavailableError(
@@ -275,7 +246,7 @@ class RayEndpoint:
             try:
                 ready = handle.channel.ready(handle.number, timeout)
             except TRANSPORT_ERRORS as err:
-                raise self._channel_lost(handle.lease_id, err) from err
+                raise self._channel_lost(handle.request, err) from err
             if not ready:
                 raise self._no_answer(timeout)
             return handle.channel.result(handle.number)

@@ -8,10 +8,11 @@ chunk, one small acknowledgement back, no scheduler in between.
 
 :class:`ChunkListener` runs in the shard's process: one thread accepts
 connections and reads their handshakes, and one thread per authenticated
-connection stores that connection's chunks in the order they were sent (so a
-lease's chunks need no sequence numbers) and answers each with the shard's
-return value or exception. :class:`ChunkChannel` is the writer's end: one
-connection per writer lease, bounded by the writer's in-flight limit.
+connection stores that connection's chunks in the order they were sent (so
+the shard, which stores a lease's chunks by their numbers, never waits) and
+answers each with the shard's return value or exception. :class:`ChunkChannel`
+is the writer's end: one connection per writer lease, bounded by the writer's
+in-flight limit.
 Messages are pickled (protocol 5) with :mod:`multiprocessing.connection`'s
 length-prefixed framing; a message cut short by a dying writer is never
 unpickled, so a chunk is stored whole or not at all.
@@ -48,11 +49,12 @@ import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, cast
 
 from recollect.errors import StateError
 from recollect.service.endpoint import Raised
-from recollect.service.shard import Shard
+from recollect.service.protocol import ShardProtocol
+from recollect.service.requests import Extend, Request
 
 __all__ = ["TRANSPORT_ERRORS", "ChunkChannel", "ChunkListener"]
 
@@ -89,9 +91,9 @@ class _Pending:
 class ChunkListener:
     """Accepts writer connections in the shard's process and stores their chunks.
 
-    Each message is ``(lease_id, steps, timeout)``, answered by the pickled
-    return value of ``Shard.extend(lease_id, steps, timeout)`` or a
-    :class:`~recollect.service.endpoint.Raised` of what it raised.
+    Each message is a pickled :class:`~recollect.service.requests.Request`
+    (a writer's ``Extend``), applied to the shard and answered by its pickled
+    return value or a :class:`~recollect.service.endpoint.Raised` of what it raised.
 
     Args:
         shard: the :class:`~recollect.service.shard.Shard` the chunks go to.
@@ -107,7 +109,7 @@ class ChunkListener:
 
     def __init__(
         self,
-        shard: Shard,
+        shard: ShardProtocol,
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
         max_pending: int = MAX_PENDING,
@@ -180,7 +182,7 @@ class ChunkListener:
                 with contextlib.suppress(OSError):
                     self._wake_read.recv(4096)
             else:
-                self._read_handshake(key.fileobj)
+                self._read_handshake(cast(socket.socket, key.fileobj))
         now = time.monotonic()
         for sock in [s for s, p in self._pending.items() if p.deadline <= now]:
             self._drop(sock)
@@ -258,8 +260,7 @@ class ChunkListener:
                 while True:
                     message = conn.recv_bytes()
                     try:
-                        lease_id, steps, timeout = pickle.loads(message)
-                        value = self.shard.extend(lease_id, steps, timeout)
+                        value = pickle.loads(message).apply(self.shard)
                     except Exception as err:  # carried to the writer and raised there
                         value = Raised(err)
                     conn.send_bytes(_answer(value))
@@ -366,12 +367,21 @@ class ChunkChannel:
         self._answers: dict[int, bytes] = {}
 
     def send(self, lease_id: int, steps: Any, timeout: float | None) -> int:
-        """Sends one chunk; returns its number (for :meth:`ready` and :meth:`result`).
+        """Sends one chunk (``Shard.extend(lease_id, steps, timeout)``); returns its number
+        (for :meth:`ready` and :meth:`result`).
 
         Raises:
             OSError: the listener's process is gone.
         """
-        self._conn.send_bytes(pickle.dumps((lease_id, steps, timeout), _PROTOCOL))
+        return self.send_request(Extend(lease_id, steps, timeout))
+
+    def send_request(self, request: Request[Any]) -> int:
+        """Sends ``request`` (applied to the shard in the order sent); returns its number.
+
+        Raises:
+            OSError: the listener's process is gone.
+        """
+        self._conn.send_bytes(pickle.dumps(request, _PROTOCOL))
         number = self._sent
         self._sent += 1
         return number

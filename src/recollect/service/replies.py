@@ -56,8 +56,8 @@ def concatenate_samples(samples: list[Sample]) -> Sample | None:
 
     return Sample(
         optree.tree_map(lambda *xs: np.concatenate(xs), *[s.data for s in samples]),
-        cat([s.ids for s in samples]),
-        cat([s.probabilities for s in samples]),
+        np.concatenate([s.ids for s in samples]),
+        np.concatenate([s.probabilities for s in samples]),
         None,
         cat([s.priorities for s in samples]),
         cat([s.times_sampled for s in samples]),

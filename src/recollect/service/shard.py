@@ -24,28 +24,26 @@ import os
 import secrets
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from recollect.buffers import ReplayBuffer, Sample
 from recollect.errors import (
-    CheckpointError,
     InvalidArgumentError,
     NoFreeRowsError,
     RateLimiterTimeout,
     StateError,
 )
-from recollect.service.counters import InsertCounters, open_counters
-from recollect.service.lease import Lease
+from recollect.service.checkpoints import shard_path
+from recollect.service.counters import InsertCounters
+from recollect.service.lease import ChunkOrder, Lease
 from recollect.service.replies import (
     PriorityUpdates,
     SampledBatches,
     ShardDescription,
     concatenate_samples,
 )
-from recollect.state.atomic import find_checkpoint
 from recollect.table import TableInfo
 
 __all__ = [
@@ -55,7 +53,7 @@ __all__ = [
     "Shard",
     "ShardDescription",
     "concatenate_samples",
-    "open_shard",
+    "shard_path",
 ]
 
 #: seconds between a waiting sample's checks whether its client was closed
@@ -99,6 +97,8 @@ class Shard:
         # draws waiting for the table lock; inserts let them go first (see _draws_first)
         self._draws_waiting = 0
         self._draws_done = threading.Condition(threading.Lock())
+        # a chunk waits this long for the one before it (see extend's ``seq``)
+        self._order = ChunkOrder(table, self.index, max(self.lease_timeout, 1.0))
 
     # -- description --------------------------------------------------------
     def describe(self) -> ShardDescription:
@@ -145,6 +145,7 @@ class Shard:
             lease_id = self._new_lease_id()
             self._owner[rows] = lease_id
             self._leases[lease_id] = Lease(lease_id, rows, host, int(pid), time.monotonic())
+            self._order.open(lease_id)
         self.buffer.table.end_episodes(rows)
         return lease_id, rows
 
@@ -164,6 +165,7 @@ class Shard:
         lease = self._leases.pop(lease_id, None)
         if lease is not None:
             self._owner[lease.rows] = 0
+            self._order.close(lease_id)
 
     def release(self, lease_id: int) -> None:
         """Frees the rows of ``lease_id`` (unknown ids are ignored: releasing is idempotent)."""
@@ -191,38 +193,45 @@ class Shard:
         return lease
 
     # -- writing --------------------------------------------------------------
-    def extend(self, lease_id: int, steps: Any, timeout: float | None = None) -> int:
+    def extend(
+        self, lease_id: int, steps: Any, timeout: float | None = None, seq: int | None = None
+    ) -> int:
         """Appends ``T`` steps to each leased row (``ReplayBuffer.extend``, validated as a whole).
 
         Args:
             lease_id: from :meth:`reserve`.
             steps: a nest matching the spec, leaves ``[k, T, *shape]``.
             timeout: rate-limiter wait, as in ``ReplayBuffer.add_batch``.
+            seq: the chunk's number in its lease (counted from 0 by the writer), or
+                None. A numbered chunk is stored after the one numbered ``seq - 1``
+                (a transport may deliver them in any order), waiting for it at most
+                ``max(lease_timeout, 1)`` seconds.
 
         Returns:
             Steps written (``k * T``).
 
         Raises:
-            StateError: the lease is not held.
+            StateError: the lease is not held, or chunk ``seq - 1`` never came.
             SpecError, ShapeError, DTypeError, CastError: as ``ReplayBuffer.extend``;
                 nothing is written.
             RateLimiterTimeout: as ``ReplayBuffer.add_batch``.
         """
-        with self._lock:
-            lease = self._lease(lease_id)
-            lease.last_active = time.monotonic()
-            rows = lease.rows
-        if self._draws_waiting:  # a draw waits for the table lock: it goes first
-            with self._draws_done:
-                self._draws_done.wait_for(lambda: not self._draws_waiting, _YIELD_TO_DRAWS_S)
-        before = self.buffer.table.inserts
-        self.buffer.extend(steps, rows, timeout=timeout)
-        with self._lock:
-            written = self.buffer.table.inserts - before
-            self._counters.set_inserts(self.buffer.table.inserts)
-            if lease_id in self._leases:
-                self._leases[lease_id].last_active = time.monotonic()
-        return int(written)
+        with self._order.turn(lease_id, seq):
+            with self._lock:
+                lease = self._lease(lease_id)
+                lease.last_active = time.monotonic()
+                rows = lease.rows
+            if self._draws_waiting:  # a draw waits for the table lock: it goes first
+                with self._draws_done:
+                    self._draws_done.wait_for(lambda: not self._draws_waiting, _YIELD_TO_DRAWS_S)
+            before = self.buffer.table.inserts
+            self.buffer.extend(steps, rows, timeout=timeout)
+            with self._lock:
+                written = self.buffer.table.inserts - before
+                self._counters.set_inserts(self.buffer.table.inserts)
+                if lease_id in self._leases:
+                    self._leases[lease_id].last_active = time.monotonic()
+            return int(written)
 
     # -- sampling -------------------------------------------------------------
     def sampling_weight(
@@ -479,40 +488,3 @@ class Shard:
     def close(self) -> None:
         """Wakes waiting inserts and samples with StateError; flushes memmap storage."""
         self.buffer.close()
-
-
-def shard_path(directory: str | os.PathLike, table: str, shard: int) -> Path:
-    """Checkpoint directory of shard ``shard`` of ``table`` under a service checkpoint."""
-    return Path(directory) / table / f"shard-{shard}"
-
-
-def open_shard(
-    table: str,
-    buffer: ReplayBuffer,
-    *,
-    checkpoint_dir: str | os.PathLike | None = None,
-    lease_timeout: float = 60.0,
-) -> Shard:
-    """A :class:`Shard` of ``buffer``, restored from ``checkpoint_dir`` when it holds one.
-
-    With a ``checkpoint_dir``, the shard keeps ``[inserts, lost steps]`` in a
-    memory-mapped file next to its checkpoint, written on every insert; a shard
-    restored after a crash counts the inserts made after the checkpoint as lost.
-
-    Raises:
-        CheckpointError: the checkpoint is damaged.
-        InvalidArgumentError: it holds a buffer of another configuration.
-    """
-    if checkpoint_dir is None:
-        return Shard(table, buffer, lease_timeout=lease_timeout)
-    shard = buffer.table.shard
-    path = shard_path(checkpoint_dir, table, shard)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if find_checkpoint(path) is not None:  # also the sibling an interrupted save left
-            saved = ReplayBuffer.load(path)
-            buffer.load_state_dict(saved.state_dict())
-        counters = open_counters(path.parent / f"shard-{shard}.counters", buffer.table.inserts)
-    except CheckpointError as err:
-        raise CheckpointError(f"table {table!r} shard {shard}: {err}") from err
-    return Shard(table, buffer, lease_timeout=lease_timeout, counters=counters)

@@ -20,7 +20,7 @@ __all__ = ["Writer"]
 
 def _release(endpoint: Endpoint, lease_id: int) -> None:
     try:
-        endpoint.result(endpoint.submit("release", lease_id), timeout=5.0)
+        endpoint.result(endpoint.release(lease_id), timeout=5.0)
     except Exception:  # best effort (garbage collection); the shard reclaims
         pass
 
@@ -69,11 +69,10 @@ class Writer:
         self.chunk_length = chunk_length
         self.max_in_flight = max_in_flight
         self.timeout = timeout
-        lease = endpoint.result(
-            endpoint.submit("reserve", num_envs, socket.gethostname(), os.getpid())
-        )
+        lease = endpoint.result(endpoint.reserve(num_envs, socket.gethostname(), os.getpid()))
         self.lease_id, self.rows = lease
-        self._in_flight: collections.deque = collections.deque()
+        self._in_flight: collections.deque[Any] = collections.deque()
+        self._sent = 0  # chunks sent: the next one's number (the shard stores them in order)
         self._chunk: list[np.ndarray] = []
         self._pos = 0
         self._closed = False
@@ -154,7 +153,9 @@ class Writer:
         self._new_chunk()
         while len(self._in_flight) >= self.max_in_flight:
             self._endpoint.result(self._in_flight.popleft())
-        self._in_flight.append(self._endpoint.submit("extend", self.lease_id, steps, self.timeout))
+        handle = self._endpoint.extend(self.lease_id, steps, self.timeout, self._sent)
+        self._sent += 1
+        self._in_flight.append(handle)
 
     def flush(self, timeout: float | None = None) -> None:
         """Sends the steps added so far and waits until the shard stored all of them.
