@@ -22,7 +22,7 @@ SRC = ROOT / "src" / "recollect"
 # Files (relative to src/recollect) that still have mypy errors, each owned by an issue at
 # work when mypy was first run in the suite. This set must shrink to empty: remove a file
 # once it is clean, never add one (fix the new error instead).
-NOT_YET_CLEAN = {}
+NOT_YET_CLEAN: set[str] = set()  # empty: mypy is clean on all of src/recollect
 
 ERROR = re.compile(r"^src/recollect/(?P<file>[^:]+\.py):\d+: error: ")
 
