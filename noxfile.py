@@ -61,7 +61,7 @@ def needs(name):
         if name == prefix or name.startswith(prefix + "."):
             return module
     return name.split(".")[0]
-for path in sorted(pathlib.Path("tests").glob("test_*.py")):
+for path in sorted(pathlib.Path("tests").rglob("test_*.py")):
     for node in ast.parse(path.read_text()).body:
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
             [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,9 +54,9 @@ def ray_session():
     if ray.is_initialized():
         ray.shutdown()
     # workers import the test modules that define remote classes
-    path = os.pathsep.join(
-        p for p in (os.path.dirname(__file__), os.environ.get("PYTHONPATH")) if p
-    )
+    here = os.path.dirname(os.path.abspath(__file__))
+    folders = [here, *sorted(str(p) for p in Path(here).iterdir() if p.is_dir())]
+    path = os.pathsep.join(p for p in (*folders, os.environ.get("PYTHONPATH")) if p)
     ray.init(
         runtime_env={"env_vars": {"PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0"}},
         address="local",

@@ -375,7 +375,7 @@ def test_optimize_memory_usage_models_learn_again_after_a_reset():
 
 
 def test_readme_sb3_block_runs(tmp_path, monkeypatch):
-    page = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "sb3.md"
+    page = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "sb3.md"
     body = page.read_text(encoding="utf-8")
     block = re.findall(r"```python\n(.*?)```", body, flags=re.S)[0]
     monkeypatch.chdir(tmp_path)

@@ -15,7 +15,7 @@ from recollect.cli import main
 from recollect.cli.serve import connect_snippet
 from recollect.cli.table_config import ConfigError, load_service_config, parse_service_config
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 EXAMPLE = HERE.parent / "src" / "recollect" / "cli" / "tables.toml"
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("stable_baselines3")
 
 from recollect.sb3 import ReplayBuffer  # noqa: E402
 
-GOLDEN = Path(__file__).parent / "golden" / "sb3_v1"
+GOLDEN = Path(__file__).parents[1] / "golden" / "sb3_v1"
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 ACT = gym.spaces.Discrete(4)
 

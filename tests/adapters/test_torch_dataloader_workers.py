@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from recollect import ArraySpec, ReplayBuffer, errors  # noqa: E402
 from recollect.torch import ReplayDataset  # noqa: E402
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def test_dataloader_workers_raise_saying_to_use_num_workers_0():

@@ -13,12 +13,12 @@ import optree
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_frame_store import DTYPES, StackingEnvs, check_sample, fill
 
 import recollect as rc
 from recollect.errors import InvalidArgumentError, SpecError
 from recollect.storage.arena import ByteArena
 from recollect.storage.codecs import Lz4Codec, ZlibCodec, ZstdCodec
-from test_frame_store import DTYPES, StackingEnvs, check_sample, fill
 
 CODECS = ["zstd", "lz4", "zlib"]
 

@@ -23,7 +23,7 @@ from recollect.service.protocol import ShardProtocol
 from recollect.service.shard import Shard
 from recollect.service.writer import Writer
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "recollect"
+SRC = Path(__file__).resolve().parents[2] / "src" / "recollect"
 SPEC = {"seq": rc.ArraySpec((), np.int64)}
 ENVS, CHUNK = 2, 4
 

@@ -12,7 +12,7 @@ of order. Learners check every sampled item for torn leaves. The resident
 memory of every process (driver, shards, writers, learners) is polled each
 second and must stay bounded after a warm-up.
 
-The run happens in a child process (``python tests/test_service_soak.py``): one
+The run happens in a child process (``python tests/service/test_service_soak.py``): one
 Ray session for the module, bound to 127.0.0.1, inside a loopback-only network
 namespace (``unshare -rn``) where the machine allows it.
 """

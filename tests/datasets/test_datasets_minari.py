@@ -202,7 +202,7 @@ def test_import_recollect_loads_neither_minari_nor_tensorflow():
 
 
 def test_datasets_package_uses_no_private_attributes():
-    src = Path(__file__).resolve().parents[1] / "src" / "recollect"
+    src = Path(__file__).resolve().parents[2] / "src" / "recollect"
     files = [*(src / "datasets").glob("*.py"), src / "cli" / "datasets.py"]
     for path in files:
         hits = re.findall(r"\w+\._[a-z]\w*", path.read_text())

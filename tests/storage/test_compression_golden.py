@@ -6,7 +6,8 @@ values back to back in slot order) and ``lengths`` int32 ``[num_envs, slots]``
 ``storage/compressed_frames`` (frame-stacked leaves). These files pin that
 layout: a change that cannot load them breaks saved buffers.
 
-Regenerate (only when the format version changes): ``python tests/test_compression_golden.py``.
+Regenerate (only when the format version changes):
+``python tests/storage/test_compression_golden.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 import recollect as rc
 
-GOLDEN = Path(__file__).parent / "golden" / "compressed"
+GOLDEN = Path(__file__).parents[1] / "golden" / "compressed"
 SPEC = {
     "observation": rc.ArraySpec((6, 5, 4), np.uint8),
     "image": rc.ArraySpec((4, 3), np.int16),

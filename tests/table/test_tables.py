@@ -205,7 +205,7 @@ def test_readme_rate_limiter_block_runs_after_the_quick_start():
     import re
     from pathlib import Path
 
-    page = Path(__file__).resolve().parents[1] / "docs" / "concepts" / "rate-limiters.md"
+    page = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "rate-limiters.md"
     body = page.read_text(encoding="utf-8")  # blocks[0]: the page's hidden set-up
     blocks = re.findall(r"```python\n(.*?)```", body, flags=re.S)
     namespace: dict = {}

@@ -18,7 +18,7 @@ import pytest
 
 import recollect
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 LINTED = ["src", "tests", "benchmarks"]
 

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("mypy")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "recollect"
 
 # Files (relative to src/recollect) that still have mypy errors, each owned by an issue at

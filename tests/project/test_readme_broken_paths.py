@@ -16,7 +16,7 @@ import pytest
 import recollect as rc
 from recollect.errors import InvalidArgumentError, RateLimiterTimeout
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _python(code: str, *args: str, env: dict | None = None, timeout: float = 120):

@@ -18,7 +18,7 @@ import recollect as rc
 from recollect.errors import CheckpointError
 from recollect.state.manifest import FORMAT_VERSION, MANIFEST, dump_manifest
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 sys.path.insert(0, str(GOLDEN))
 import make_golden  # noqa: E402
 

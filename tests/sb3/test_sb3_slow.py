@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from sb3_cartpole import ZOO_STEPS, run, summary
 
 pytestmark = pytest.mark.slow

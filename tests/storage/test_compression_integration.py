@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import optree
 import pytest
+from test_frame_store import StackingEnvs
 
 import recollect as rc
 from recollect.service import Server
 from recollect.storage import ZstdCodec
-from test_frame_store import StackingEnvs
 
 FIELDS = ("observation", "action", "reward", "next_observation", "terminated", "truncated", "ids")
 

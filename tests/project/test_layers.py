@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "recollect"
 
 # `obj._name` where obj is not self. Each allowed reach-in names the file and why it is needed.
