@@ -64,11 +64,14 @@ def ends_on_close(client: Any, iterator: Iterator) -> float:
     return outcome[1] - closed
 
 
-def recollect_threads() -> list[str]:
-    """Names of the sample-request and prefetch threads still running."""
+def recollect_threads(before: frozenset[threading.Thread] = frozenset()) -> list[str]:
+    """Names of the sample-request and prefetch threads still running, other than those
+    of ``before`` (threads earlier tests left behind)."""
     # (not the process-wide pools of the codecs and the gatherer, which earlier tests start)
     prefixes = ("recollect-sample", "recollect-prefetch")
-    return [t.name for t in threading.enumerate() if t.name.startswith(prefixes)]
+    return [
+        t.name for t in threading.enumerate() if t.name.startswith(prefixes) and t not in before
+    ]
 
 
 def stream_of(client: Any) -> Iterator:
@@ -102,6 +105,7 @@ ADAPTERS: dict[str, Callable[[Any], Iterator]] = {
 def test_closing_an_embedded_servers_client_ends_an_iterator_blocked_on_the_limiter(
     adapter: str,
 ) -> None:
+    earlier = frozenset(threading.enumerate())
     server = Server({"t": blocked_table()})
     try:
         client = server.client()
@@ -109,9 +113,9 @@ def test_closing_an_embedded_servers_client_ends_an_iterator_blocked_on_the_limi
         took = ends_on_close(client, iterator)
         print(f"\n{adapter}: ended {took:.3f} s after client.close()")
         deadline = time.monotonic() + ENDS_WITHIN_S
-        while recollect_threads() and time.monotonic() < deadline:
+        while recollect_threads(earlier) and time.monotonic() < deadline:
             time.sleep(0.05)  # the request's thread ends too, not only the iterator
-        assert not recollect_threads()
+        assert not recollect_threads(earlier)
         # a client of the same server that was not closed still waits on the limiter
         other = server.client()
         with pytest.raises(rc.errors.RateLimiterTimeout):
