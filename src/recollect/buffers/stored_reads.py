@@ -36,15 +36,7 @@ class StoredReads:
                 :meth:`gather_row` per row.
         """
         with self._table.lock:
-            index = self._table.index
-            lo, hi = index.lo, index.hi
-            count = int(hi[0] - lo[0])
-            if not ((hi - lo) == count).all():
-                raise InvalidArgumentError(
-                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); gather them "
-                    "one at a time with gather_row(row)."
-                )
-            times = lo[:, None] + np.arange(count)
+            times = self._stored_times("gather them one at a time with gather_row(row)")
             rows = np.broadcast_to(np.arange(self._num_envs)[:, None], times.shape)
             leaves = self._storage.gather(rows, times % self._max_length, times=times)
             return self._flat.unflatten([np.array(leaf) for leaf in leaves])
@@ -65,13 +57,22 @@ class StoredReads:
             InvalidArgumentError: rows hold different numbers of steps.
         """
         with self._table.lock:
-            index = self._table.index
-            lo, hi = index.lo, index.hi
-            count = int(hi[0] - lo[0])
-            if not ((hi - lo) == count).all():
-                raise InvalidArgumentError(
-                    f"rows hold different numbers of steps ({(hi - lo).tolist()}); decode ids "
-                    "per row with recollect.ids.encode(row, times)."
-                )
-            times = lo[:, None] + np.arange(count)
+            times = self._stored_times("decode ids per row with recollect.ids.encode(row, times)")
             return encode(np.arange(self._num_envs)[:, None], times, self._table.shard)
+
+    def _stored_times(self, what_to_do: str) -> np.ndarray:
+        """int64 ``[num_envs, steps_per_row]``: the stored step times of every row, oldest
+        first (the table lock held).
+
+        Raises:
+            InvalidArgumentError: rows hold different numbers of steps (the message ends
+                with ``what_to_do``).
+        """
+        index = self._table.index
+        lo, hi = index.lo, index.hi
+        count = int(hi[0] - lo[0])
+        if not ((hi - lo) == count).all():
+            raise InvalidArgumentError(
+                f"rows hold different numbers of steps ({(hi - lo).tolist()}); {what_to_do}."
+            )
+        return lo[:, None] + np.arange(count)

@@ -410,20 +410,7 @@ class Table:
             if self.waiters:
                 self.cond.notify_all()
             generation = self.index.generation
-        priorities = w.priorities if w.priorities is not None else self._unit(batch_size)
-        return Draw(
-            rows=w.rows,
-            times=w.times,
-            ids=id_layout.encode(w.rows, w.times, self.shard),
-            probabilities=w.probabilities,
-            table_size=int(w.table_size),
-            priorities=priorities,
-            times_sampled=times_sampled,
-            weights=w.weights,
-            num_steps=n,
-            time_axis=bool(time_axis),
-            generation=generation,
-        )
+        return self._draw_of(w, times_sampled, batch_size, n, bool(time_axis), generation)
 
     def _draw_items(
         self, batch_size: int, n: int, within: bool, time_axis: bool, options: dict[str, Any]
@@ -435,6 +422,19 @@ class Table:
         self.samples += batch_size
         if self.waiters:
             self.cond.notify_all()
+        return self._draw_of(w, times_sampled, batch_size, n, time_axis, self.index.generation)
+
+    def _draw_of(
+        self,
+        w: Any,
+        times_sampled: np.ndarray | None,
+        batch_size: int,
+        n: int,
+        time_axis: bool,
+        generation: int,
+    ) -> Draw:
+        """The :class:`Draw` of selected windows ``w`` (their rows, times, probabilities,
+        table size, priorities and weights)."""
         priorities = w.priorities if w.priorities is not None else self._unit(batch_size)
         return Draw(
             rows=w.rows,
@@ -447,7 +447,7 @@ class Table:
             weights=w.weights,
             num_steps=n,
             time_axis=time_axis,
-            generation=self.index.generation,
+            generation=generation,
         )
 
     def draw_weight(self, draw: Draw) -> float:
