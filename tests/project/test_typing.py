@@ -76,6 +76,7 @@ def test_error_parser_reads_mypy_lines():
     assert sorted(files_with_errors(output)) == ["a.py", "b/c.py"]
 
 
+@pytest.mark.slow  # about 16 s on 2 cores: runs with CI=true / --run-slow
 def test_user_code_with_numpy_dtypes_type_checks(tmp_path):
     """``ArraySpec`` takes any dtype-like (``np.float32``, ``"uint8"``) and any shape sequence."""
     user = tmp_path / "user_code.py"

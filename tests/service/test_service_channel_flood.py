@@ -183,6 +183,7 @@ def test_a_flood_of_idle_and_one_byte_peers_holds_no_thread_and_ends_at_its_dead
     assert threads3 <= threads0 + 1 and fds3 <= fds0 + 1
 
 
+@pytest.mark.slow  # about 14 s on 2 cores: runs with CI=true / --run-slow
 def test_the_listener_keeps_accepting_after_file_descriptors_ran_out() -> None:
     served = Listener(spare_fds=16)  # fewer than max_pending: accept() fails with EMFILE
     try:

@@ -108,6 +108,7 @@ def test_sigkill_during_flush_always_reopens_or_raises_checkpoint_error(tmp_path
     _kill_loop(tmp_path, kills=8, flush_every=1, seed=0, strict=True)
 
 
+@pytest.mark.slow  # about 17 s on 2 cores: runs with CI=true / --run-slow
 def test_sigkill_during_adds_always_reopens_with_recover(tmp_path):
     _kill_loop(tmp_path, kills=20, flush_every=7, seed=1, strict=False)
 
