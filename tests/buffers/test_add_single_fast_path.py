@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import recollect as rc
 import recollect.buffers.writes as write_path
@@ -88,3 +90,59 @@ def test_non_native_byte_order_is_converted_not_matched():
     buf.add({"x": np.float32(1.5)})  # native scalar: converted to the spec's byte order
     assert stored(buf)["x"].dtype == np.dtype(">f4")
     assert stored(buf)["x"].tolist() == [[1.5]]
+
+
+EPISODE_SPEC = {
+    "observation": rc.ArraySpec((2,), np.float32),
+    "reward": rc.ArraySpec((), np.float32),
+    "is_last": rc.ArraySpec((), np.bool_),
+}
+
+
+def _sampler(name: str):
+    return {"uniform": None, "prioritized": rc.Prioritized(0.6, importance_sampling_exponent=0.4)}[name]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ends=st.lists(st.booleans(), min_size=3, max_size=40),
+    capacity=st.integers(3, 12),
+    sampler=st.sampled_from(["uniform", "prioritized"]),
+    max_times_sampled=st.sampled_from([0, 2]),
+)
+def test_add_matches_add_batch_of_one_row(ends, capacity, sampler, max_times_sampled):
+    """The short path (``add`` of exact steps: no [1] arrays, ``Table.insert_one``) leaves
+    the buffer exactly as ``add_batch`` of the same steps with an env dim of 1: stored
+    steps, episode ends (valid windows), priorities, times sampled and later samples."""
+    kwargs = {"rng": 3, "max_times_sampled": max_times_sampled, "sequence_length": 2}
+    short = rc.ReplayBuffer(EPISODE_SPEC, capacity, sampler=_sampler(sampler), **kwargs)
+    general = rc.ReplayBuffer(EPISODE_SPEC, capacity, sampler=_sampler(sampler), **kwargs)
+    for t, end in enumerate(ends):
+        step = {
+            "observation": np.full(2, t, np.float32),
+            "reward": np.float32(t),
+            "is_last": np.bool_(end),
+        }
+        short.add(step)
+        general.add_batch({k: np.asarray(v)[None] for k, v in step.items()})
+        if t % 5 == 4:  # samples between writes: times sampled and priorities move
+            draws = [b.num_frames() and _sample_or_none(b) for b in (short, general)]
+            _assert_same_sample(*draws)
+    for a, b in zip(short.gather_stored().values(), general.gather_stored().values()):
+        np.testing.assert_array_equal(a, b)
+    _assert_same_sample(_sample_or_none(short), _sample_or_none(general))
+
+
+def _sample_or_none(buf: rc.ReplayBuffer):
+    try:
+        return buf.sample(4, num_steps=2)
+    except rc.errors.NotEnoughDataError:
+        return None
+
+
+def _assert_same_sample(a, b) -> None:
+    assert (a is None) == (b is None)
+    if a is not None:
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_array_equal(a.data["observation"], b.data["observation"])
+        np.testing.assert_array_equal(a.probabilities, b.probabilities)

@@ -107,13 +107,12 @@ class BufferWrites:
         if self._ring_writes:  # one env row in a plain numpy ring: the unbatched fast path
             leaves = self._match_step(step)  # exact dtypes and shapes: nothing to convert
             if leaves is not None:
+                i = self._is_last
+                ended = i is not None and bool(leaves[i])  # a 0-d bool: no [1] array built
                 table = self._table
-                with table.lock:
-                    i = self._is_last
-                    is_last = None if i is None else np.reshape(leaves[i], 1)
-                    _, slot = table.next_steps(None)  # one row: always one clock (ints)
-                    self._storage.write_unbatched(slot, leaves)  # type: ignore[attr-defined]  # RingStorage only (_ring_writes)
-                    table.insert(None, slot, is_last)
+                with table.lock:  # one row: always one clock
+                    self._storage.write_unbatched(table.clock % self._max_length, leaves)  # type: ignore[attr-defined]  # RingStorage only (_ring_writes)
+                    table.insert_one(ended)
                 return
         elif self._num_envs != 1:
             raise InvalidArgumentError(

@@ -6,7 +6,7 @@ sampling. Slot ``(row, t % max_length)`` holds step ``t`` of env row ``row``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,12 @@ class RingStorage:
         self._columns = [a.swapaxes(0, 1) for a in self.arrays]
         # one env row: its [max_length, *shape] views take unbatched leaves (write_unbatched)
         self._single = [a[0] for a in self.arrays] if self.num_envs == 1 else None
+        #: ``write_unbatched(slot, leaves)``: writes one step of the only env row
+        #: (``num_envs == 1``): leaves without the env dim (arrays of the leaf shape, or
+        #: numpy scalars of 0-d leaves) at int ``slot``. Rebuilt with the views.
+        self.write_unbatched: Callable[[int, Sequence[Any]], None] = (
+            _unrolled_writer(self._single) if self._single is not None else _no_single_row
+        )
 
     def _allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         del name
@@ -95,14 +101,6 @@ class RingStorage:
             rows = rows[:, None]
         for array, leaf in zip(self.arrays, leaves):  # noqa: B905 - checked by callers
             array[rows, slots] = leaf
-
-    def write_unbatched(self, slot: int, leaves: Sequence[Any]) -> None:
-        """Writes one step of the only env row (``num_envs == 1``): leaves without the env
-        dim (arrays of the leaf shape, or numpy scalars of 0-d leaves) at ``slot``."""
-        single = self._single
-        assert single is not None, "write_unbatched needs num_envs == 1"
-        for array, leaf in zip(single, leaves):  # noqa: B905 - checked by callers
-            array[slot] = leaf  # int index of a contiguous [max_length, ...] view: cheapest
 
     def gather(
         self,
@@ -166,3 +164,23 @@ def load_columns(
                 f"needs shape {dest.shape}, dtype {dest.dtype}."
             )
         dest[...] = source
+
+
+def _unrolled_writer(views: list[np.ndarray]) -> Callable[[int, Sequence[Any]], None]:
+    """``write(slot, leaves)`` doing ``views[i][slot] = leaves[i]`` for every leaf, unrolled
+    (no loop: ~0.3 us less than a ``zip`` loop over 5 leaves, on ``add``'s ~2 us); an int
+    index of a contiguous ``[max_length, ...]`` view is numpy's cheapest setitem. Only leaf
+    numbers are formatted into the source; the views are bound as names."""
+    n = len(views)
+    names: dict[str, Any] = {f"a{i}": view for i, view in enumerate(views)}
+    unpack = "".join(f"v{i}, " for i in range(n))
+    body = "".join(f"    a{i}[slot] = v{i}\n" for i in range(n))
+    source = f"def write(slot, leaves):\n    {unpack} = leaves\n{body}"
+    exec(compile(source, "<recollect write_unbatched>", "exec"), names)  # leaf numbers only
+    writer: Callable[[int, Sequence[Any]], None] = names["write"]
+    return writer
+
+
+def _no_single_row(slot: int, leaves: Sequence[Any]) -> None:
+    del slot, leaves
+    raise AssertionError("write_unbatched needs num_envs == 1")

@@ -30,6 +30,10 @@ from recollect.windows import WindowIndex
 
 __all__ = ["Table", "positive_int"]
 
+# the episode-end flags of one step of a one-row table (Table.insert_one); read-only
+_ENDED, _NOT_ENDED = np.ones(1, np.bool_), np.zeros(1, np.bool_)
+_ENDED.flags.writeable = _NOT_ENDED.flags.writeable = False
+
 RngLike = int | np.random.Generator | np.random.SeedSequence | None
 
 
@@ -152,6 +156,12 @@ class Table:
         self._clock = int(self.index.t[0])
 
     @property
+    def clock(self) -> int:
+        """The clock every row shares, the step time of the next write; only while the rows
+        share one clock (always with ``num_envs == 1``; see :meth:`next_steps`)."""
+        return self._clock
+
+    @property
     def clocks(self) -> np.ndarray:
         """int64 ``[num_envs]``: each row's clock, the step time of its next write (live,
         read-only: copy it to keep it past the lock)."""
@@ -239,6 +249,20 @@ class Table:
         self.index.advance(rows, is_last)
         if self._sampler_tracks_writes:
             self.sampler.on_add(rows, is_last)
+        if self.waiters:
+            self.cond.notify_all()
+
+    def insert_one(self, ended: bool) -> None:
+        """:meth:`insert` of one step of a one-row table (``num_envs == 1``), its episode end
+        as a bool: the single-step ``add`` path, which builds no array. The caller wrote
+        storage at ``next_steps(None)[1]`` first and holds ``lock``."""
+        if self.track_times_sampled:
+            self._times_sampled[self._clock % self.max_length] = 0
+        self.inserts += 1
+        self._clock += 1
+        self.index.advance(None, _ENDED if ended else None)
+        if self._sampler_tracks_writes:
+            self.sampler.on_add(None, _ENDED if ended else _NOT_ENDED)
         if self.waiters:
             self.cond.notify_all()
 
