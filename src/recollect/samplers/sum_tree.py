@@ -96,7 +96,8 @@ class SumTree:
 
     @staticmethod
     def estimate_nbytes(capacity: int, branching: int = 16, *, track_min: bool = False) -> int:
-        """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`), before building it."""
+        """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`), before building it
+        (``track_min`` adds none: the minimum is two numbers, its rescan a transient chunk)."""
         b = int(branching)
         return 8 * (sum(level_sizes(int(capacity), b)) + b * b + 2 * b)
 
