@@ -56,12 +56,27 @@ def test_weights_follow_the_formula_with_the_smallest_stored_priority():
     assert (s.weights <= 1.0 + 1e-12).all()
 
 
+def test_weights_follow_the_minimum_when_it_rises_or_is_overwritten():
+    buf = hundred("buffer")  # item 0: priority 0.01, items 1-99: 1 (alpha 1, epsilon 0)
+    ids = buf.item_ids().reshape(-1)
+    buf.update_priorities(ids[1:2], [0.02])
+    buf.update_priorities(ids[:1], [0.5])  # the minimum rises: 0.02 is the smallest now
+    assert buf.sampler.min_sampling_value() == 0.02
+    s = buf.sample(64, importance_sampling_exponent=0.5)
+    values = s.probabilities * (0.5 + 0.02 + 98)
+    np.testing.assert_allclose(s.weights, (values / 0.02) ** -0.5, rtol=1e-10)
+    buf.add({"x": 100})
+    buf.add({"x": 101})  # the ring overwrites items 0 and 1: every priority is 1 again
+    assert buf.sampler.min_sampling_value() == 1.0
+    np.testing.assert_allclose(buf.sample(64, importance_sampling_exponent=0.5).weights, 1.0)
+
+
 def test_unknown_rule_is_refused():
     with pytest.raises(rc.errors.InvalidArgumentError, match=r'"buffer" .* or "batch" .*got'):
         rc.Prioritized(weight_normalization="max")
 
 
-def test_rule_and_min_tree_survive_a_checkpoint(tmp_path):
+def test_rule_and_minimum_survive_a_checkpoint(tmp_path):
     buf = hundred("buffer")
     buf.save(tmp_path / "per")
     restored = rc.ReplayBuffer.load(tmp_path / "per")
