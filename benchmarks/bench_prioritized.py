@@ -14,13 +14,19 @@ Rows measured in the same process:
 * ``limit: copy``             ``np.copyto`` of the same bytes as one gather.
 * ``naive numpy PER``         ``rng.choice(N, 256, p=p)`` + ``p[idx] = ...`` (O(N) per step).
 * ``  batch-normalised``      the learner step with ``weight_normalization="batch"``
-  (no min tree beside the sum tree: what the default ``"buffer"`` costs extra).
+  (the tree keeps no minimum): the line below the table prints what the default
+  ``"buffer"`` costs extra, the median over the repeats of each repeat's CPU-time
+  ratio of the two rows (they run next to each other, so load hits both alike).
 * ``cpprb PER``               (when cpprb is installed; ``--no-peers`` skips it)
   ``cpprb.PrioritizedReplayBuffer(alpha=0.6)`` on the same data, its default way
   (next observations a second copy): ``sample(256, beta=0.4)`` + ``update_priorities``.
 
 Rows are timed interleaved (one repeat of every row, then the next repeat), so
 load from other processes hits all rows alike; ratios are to rows of this run.
+
+``--add`` appends an actor step to every learner step of the recollect and cpprb
+rows: ``add_batch`` of one transition per env row (8), so the ring overwrites the
+oldest windows (zeroing them in the tree) while the learner samples and updates.
 
 ``--heap`` measures the heap selectors instead (issue 26, item 7): a
 ``MaxHeap`` table of 131,072 windows, one learner step = ``sample(256)`` +
@@ -29,7 +35,8 @@ table) and with distinct priorities, without and with ``max_times_sampled=1``
 (then 256 distinct windows, best first, and an insert of 256 keeps the size);
 the limit row is a numpy ``argmax`` + set over the priorities.
 
-Usage: ``python benchmarks/bench_prioritized.py [--quick] [--repeats 5] [--no-peers] [--heap]``.
+Usage: ``python benchmarks/bench_prioritized.py [--quick] [--repeats 5] [--no-peers] [--add]
+[--heap]``.
 """
 
 from __future__ import annotations
@@ -83,13 +90,17 @@ def cpprb_fill(capacity: int) -> Any:
 
 
 def rates(
-    fns: list[Callable[[], object]], calls: list[int], repeats: int
+    fns: list[Callable[[], object]],
+    calls: list[int],
+    repeats: int,
+    cpu_runs: list[list[float]] | None = None,
 ) -> list[tuple[float, float]]:
     """Median calls/s of each ``fns[k]`` over ``repeats`` runs of ``calls[k]`` calls, by wall
     clock and by CPU time, the functions interleaved (one run of each per repeat).
 
     The CPU-time rate (``time.process_time``) is what an idle machine would give
     a single-threaded loop; on a shared machine the wall-clock rate is lower.
+    ``cpu_runs``, when given, receives each function's CPU-time rate of every repeat.
     """
     for fn, n in zip(fns, calls, strict=True):
         for _ in range(max(1, n // 10)):
@@ -103,6 +114,8 @@ def rates(
                 fn()
             wall[k].append(n / (time.perf_counter() - start))
             cpu[k].append(n / max(time.process_time() - start_cpu, 1e-9))
+    if cpu_runs is not None:
+        cpu_runs[:] = cpu
     return [(statistics.median(w), statistics.median(c)) for w, c in zip(wall, cpu, strict=True)]
 
 
@@ -112,16 +125,23 @@ def rows(
     repeats: int,
     per: Any = None,
     batch_buf: rc.ReplayBuffer | None = None,
+    add: bool = False,
+    cpu_runs: list[list[float]] | None = None,
 ) -> list[tuple[str, tuple[float, float]]]:
     rng = np.random.default_rng(1)
     capacity = buf.capacity
     prios = [rng.random(BATCH) * 2 for _ in range(64)]
     k = [0]
+    # --add: one transition per env row after each learner step (as 8 actors would)
+    plus = " + add 8" if add else ""
+    new = [{n: rng.random((8, *s.shape)).astype(s.dtype) for n, s in SPEC.items()} for _ in prios]
 
     def learner_step() -> None:
         s = buf.sample(BATCH, importance_sampling_exponent=0.4)
         k[0] = (k[0] + 1) % 64
         buf.update_priorities(s.ids, prios[k[0]])
+        if add:
+            buf.add_batch(new[k[0]])
 
     sampler = buf.sampler
 
@@ -156,7 +176,7 @@ def rows(
         p[idx] = prios[2] / capacity
 
     table = [
-        ("recollect W3 (sample 256 + weights + update 256)", learner_step, calls),
+        (f"recollect W3 (sample 256 + weights + update 256{plus})", learner_step, calls),
         ("  sampler only (no data gather)", sampler_step, calls),
         ("  sum tree only (find 256 + set 256)", tree_step, calls),
         ("limit: gather (uniform idx, store[idx] per field)", gather, calls),
@@ -169,17 +189,31 @@ def rows(
             s = batch_buf.sample(BATCH, importance_sampling_exponent=0.4)
             k[0] = (k[0] + 1) % 64
             batch_buf.update_priorities(s.ids, prios[k[0]])
+            if add:
+                batch_buf.add_batch(new[k[0]])
 
-        table.insert(1, ("  batch-normalised (no min tree)", batch_step, calls))
+        table.insert(1, (f"  batch-normalised (no minimum kept){plus}", batch_step, calls))
     if per is not None:
+        peer_new = [
+            {
+                "obs": t["observation"],
+                "act": t["action"],
+                "rew": t["reward"][:, None],
+                "next_obs": t["next_observation"],
+                "done": t["done"][:, None].astype(np.float32),
+            }
+            for t in new
+        ]
 
         def cpprb_step() -> None:
             s = per.sample(BATCH, beta=0.4)
             k[0] = (k[0] + 1) % 64
             per.update_priorities(s["indexes"], prios[k[0]])
+            if add:
+                per.add(**peer_new[k[0]])
 
-        table.append(("cpprb PER (sample 256 + weights + update 256)", cpprb_step, calls))
-    measured = rates([fn for _, fn, _ in table], [n for _, _, n in table], repeats)
+        table.append((f"cpprb PER (sample 256 + weights + update 256{plus})", cpprb_step, calls))
+    measured = rates([fn for _, fn, _ in table], [n for _, _, n in table], repeats, cpu_runs)
     return [(name, r) for (name, _, _), r in zip(table, measured, strict=True)]
 
 
@@ -253,6 +287,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--capacity", type=int, default=None)
     parser.add_argument("--no-peers", action="store_true", help="skip the cpprb row")
+    parser.add_argument("--add", action="store_true", help="add 8 transitions per learner step")
     parser.add_argument("--heap", action="store_true", help="the MaxHeap rows instead")
     args = parser.parse_args()
     if args.heap:
@@ -265,24 +300,33 @@ def main() -> None:
     fill_s = time.perf_counter() - start
     batch_buf = fill(capacity, weight_normalization="batch")
     per = None if args.no_peers else cpprb_fill(capacity)
-    results = rows(buf, calls, args.repeats, per, batch_buf)
+    cpu_runs: list[list[float]] = []
+    results = rows(buf, calls, args.repeats, per, batch_buf, args.add, cpu_runs)
     gather, copy = results[4][1], results[5][1]
-    print(f"W3 prioritized, capacity {capacity:,}, batch {BATCH}, alpha 0.6, beta 0.4")
+    actor = " + add 8 per learner step" if args.add else ""
+    print(f"W3 prioritized, capacity {capacity:,}, batch {BATCH}, alpha 0.6, beta 0.4{actor}")
     print(
         f"fill: {capacity:,} transitions in batches of 8 in {fill_s:.1f} s "
         f"({capacity / fill_s:,.0f} transitions/s)"
     )
     print(f"median of {args.repeats} repeats x {calls} calls; cpu = rate by process CPU time")
     print(
-        f"{'row':52s} {'steps/s':>10s} {'x gather':>9s} {'x copy':>8s} {'x cpprb':>8s} "
+        f"{'row':58s} {'steps/s':>10s} {'x gather':>9s} {'x copy':>8s} {'x cpprb':>8s} "
         f"{'cpu steps/s':>12s} {'cpu x gather':>12s} {'cpu x cpprb':>12s}"
     )
     peer = results[-1][1] if per is not None else (math.nan, math.nan)
     for name, (wall, cpu) in results:
         print(
-            f"{name:52s} {wall:10,.0f} {wall / gather[0]:9.3f} {wall / copy[0]:8.4f} "
+            f"{name:58s} {wall:10,.0f} {wall / gather[0]:9.3f} {wall / copy[0]:8.4f} "
             f"{wall / peer[0]:8.2f} {cpu:12,.0f} {cpu / gather[1]:12.3f} {cpu / peer[1]:12.2f}"
         )
+    # rows 0 and 1: buffer- and batch-normalised learner steps, timed next to each other
+    paired = statistics.median(b / a for a, b in zip(cpu_runs[0], cpu_runs[1], strict=True))
+    print(
+        f'"buffer" weight normalisation (the tree\'s minimum) costs {paired - 1:+.1%} CPU time '
+        f'per learner step vs "batch" (median of the {args.repeats} paired repeats; '
+        f"{1e6 / results[0][1][1]:.0f} vs {1e6 / results[1][1][1]:.0f} us)"
+    )
 
 
 if __name__ == "__main__":

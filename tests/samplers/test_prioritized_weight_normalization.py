@@ -56,12 +56,27 @@ def test_weights_follow_the_formula_with_the_smallest_stored_priority():
     assert (s.weights <= 1.0 + 1e-12).all()
 
 
+def test_weights_follow_the_minimum_when_it_rises_or_is_overwritten():
+    buf = hundred("buffer")  # item 0: priority 0.01, items 1-99: 1 (alpha 1, epsilon 0)
+    ids = buf.item_ids().reshape(-1)
+    buf.update_priorities(ids[1:2], [0.02])
+    buf.update_priorities(ids[:1], [0.5])  # the minimum rises: 0.02 is the smallest now
+    assert buf.sampler.min_sampling_value() == 0.02
+    s = buf.sample(64, importance_sampling_exponent=0.5)
+    values = s.probabilities * (0.5 + 0.02 + 98)
+    np.testing.assert_allclose(s.weights, (values / 0.02) ** -0.5, rtol=1e-10)
+    buf.add({"x": 100})
+    buf.add({"x": 101})  # the ring overwrites items 0 and 1: every priority is 1 again
+    assert buf.sampler.min_sampling_value() == 1.0
+    np.testing.assert_allclose(buf.sample(64, importance_sampling_exponent=0.5).weights, 1.0)
+
+
 def test_unknown_rule_is_refused():
     with pytest.raises(rc.errors.InvalidArgumentError, match=r'"buffer" .* or "batch" .*got'):
         rc.Prioritized(weight_normalization="max")
 
 
-def test_rule_and_min_tree_survive_a_checkpoint(tmp_path):
+def test_rule_and_minimum_survive_a_checkpoint(tmp_path):
     buf = hundred("buffer")
     buf.save(tmp_path / "per")
     restored = rc.ReplayBuffer.load(tmp_path / "per")
@@ -92,25 +107,58 @@ def test_buffer_weights_over_four_shards_use_the_global_smallest_priority():
     server.close()
 
 
-@settings(max_examples=80, deadline=None)
+def smallest_positive(leaves: np.ndarray) -> float:
+    """The slow twin of ``SumTree.min``."""
+    positive = leaves[leaves > 0]
+    return float(positive.min()) if len(positive) else np.inf
+
+
+# the minimum's own leaves are the ones a lazy minimum can get wrong: raise, zero or
+# re-set them (ties included), and read the minimum only now and then, so that several
+# changes pile up between two reads
+MIN_VALUES = np.array([0.0, 1e-9, 0.5, 1.0, 2.0])
+MIN_OPS = ["set", "set", "set", "raise_min", "zero_min", "raise_one_min", "keep_min", "fill"]
+
+
+def min_tree_writes(op: str, leaves: np.ndarray, rng: np.random.Generator):
+    """``(keys, values)`` of one write (``op`` of MIN_OPS but fill); a key may repeat."""
+    low = np.flatnonzero(leaves == smallest_positive(leaves))
+    if op == "set" or not len(low):  # random keys and values, repeats and ties likely
+        keys = rng.integers(0, len(leaves), rng.integers(1, 50))
+        return keys, rng.choice(MIN_VALUES, len(keys))
+    keys = low[:1] if op == "raise_one_min" else low
+    first, then = {  # each key written twice: the second write wins
+        "raise_min": (0.0, 3.0),
+        "raise_one_min": (0.0, 3.0),
+        "zero_min": (5.0, 0.0),
+        "keep_min": (7.0, leaves[low[0]]),
+    }[op]
+    return np.r_[keys, keys], np.r_[np.full(len(keys), first), np.full(len(keys), then)]
+
+
+@settings(max_examples=200, deadline=None)
 @given(
     capacity=st.integers(1, 1200),
-    data=st.data(),
+    branching=st.sampled_from([2, 3, 16]),
+    ops=st.lists(st.tuples(st.sampled_from(MIN_OPS), st.booleans()), min_size=1, max_size=12),
+    seed=st.integers(0, 2**16),
 )
-def test_sum_tree_min_is_the_smallest_positive_leaf(capacity, data):
-    tree = SumTree(capacity, track_min=True)
+def test_sum_tree_min_is_the_smallest_positive_leaf(capacity, branching, ops, seed):
+    rng = np.random.default_rng(seed)
+    tree = SumTree(capacity, branching, track_min=True)
     leaves = np.zeros(capacity)
-    for _ in range(data.draw(st.integers(1, 5))):
-        keys = np.array(data.draw(st.lists(st.integers(0, capacity - 1), min_size=1, max_size=50)))
-        values = np.array([data.draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 1e-9])) for _ in keys])
-        tree.set(keys, values)
-        for k, v in zip(keys, values, strict=True):  # the last write of a key wins
-            leaves[k] = v
-        positive = leaves[leaves > 0]
-        assert tree.min == (positive.min() if len(positive) else np.inf)
-    tree.fill(leaves[::-1].copy())
-    positive = leaves[leaves > 0]
-    assert tree.min == (positive.min() if len(positive) else np.inf)
+    for op, read in ops:
+        if op == "fill":
+            leaves = rng.choice(MIN_VALUES, capacity)
+            tree.fill(leaves.copy())
+        else:
+            keys, values = min_tree_writes(op, leaves, rng)
+            tree.set(keys, values)
+            for k, v in zip(keys, values, strict=True):  # the last write of a key wins
+                leaves[k] = v
+        if read:
+            assert tree.min == smallest_positive(leaves)
+    assert tree.min == smallest_positive(leaves)
     tree.clear()
     assert tree.min == np.inf
 

@@ -106,3 +106,30 @@ def test_invalid_construction_raises():
         SumTree(0)
     with pytest.raises(ValueError, match="branching=1"):
         SumTree(10, 1)
+
+
+def test_min_rescan_spans_chunks_and_counts_ties_across_them():
+    n = 200_003  # several rescan chunks, the last one partial
+    rng = np.random.default_rng(2)
+    values = rng.random(n) + 0.5
+    values[[7, 70_000, 199_999]] = 0.25  # one tie in three chunks
+    values[rng.random(n) < 0.2] = 0.0
+    values[[7, 70_000, 199_999]] = 0.25
+    tree = SumTree(n, track_min=True)
+    tree.fill(values)
+    assert tree.min == 0.25
+    for key, rest in ((70_000, 0.25), (199_999, 0.25), (7, values[values > 0.25].min())):
+        tree.set(np.array([key]), np.array([3.0]))  # the ties rise one by one
+        assert tree.min == rest
+    tree.set(np.array([123_456, 5]), np.array([0.125, 0.125]))
+    tree.set(np.array([123_456]), np.array([0.0]))
+    assert tree.min == 0.125
+    tree.set(np.array([5]), np.array([-0.0]))  # a signed zero is no positive leaf
+    assert tree.min == values[values > 0.25].min()
+    tree.fill(np.zeros(n))
+    assert tree.min == np.inf
+
+
+def test_min_needs_track_min():
+    with pytest.raises(ValueError, match="track_min=True"):
+        _ = SumTree(10).min

@@ -12,18 +12,13 @@ window can get, ``(N * P_min)^-beta`` (``weight_normalization="buffer"``: cpprb,
 OpenAI baselines, TorchRL, Tianshou), or by their max over the batch
 (``"batch"``: Dopamine, Reverb-based Acme agents): ``beta = 0`` gives weights
 1 (no correction), ``beta = 1`` fully corrects the bias. ``P_min`` comes from
-the min tree the :class:`SumTree` keeps beside its sums.
+the smallest positive leaf the :class:`SumTree` keeps beside its sums.
 
-Windows are keyed by the storage slot of their first step,
-``row * max_length + time % max_length``, in a :class:`SumTree` holding
-``(p + epsilon)^alpha``. One bool per slot says whether its window is valid;
-its start time needs no storage: it is the one time of that slot still stored
-(in ``[t - max_length, t)`` of the row's clock ``t``), since a window loses its
-value when its first step is overwritten. A window gets a value when it becomes complete and
-valid (current max priority), and loses it (zero) when its first step is
-overwritten or the buffer is cleared. Windows containing an episode end
-before their last step never get a value. So invalid windows have zero
-probability, always, by construction.
+The sampler is composed of one module per responsibility: which windows hold
+a value, as the table writes (:mod:`~recollect.samplers.window_values`), the
+checkpoint state (:mod:`~recollect.samplers.prioritized_state`) and the
+argument checks (:mod:`~recollect.samplers.priority_checks`); this module draws
+windows and updates their priorities.
 """
 
 from __future__ import annotations
@@ -36,20 +31,16 @@ import numpy as np
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.ids import MAX_TIME, ROW_BITS, ROW_SHIFT
 from recollect.samplers.base import Sampler, WindowDraw, importance_weights
+from recollect.samplers.prioritized_state import PrioritizedState
+from recollect.samplers.priority_checks import check_exponent, check_sum_finite, check_update
 from recollect.samplers.sum_tree import SumTree
+from recollect.samplers.window_values import WindowValues
 from recollect.windows import WindowIndex
 
 __all__ = ["Prioritized", "check_update"]
 
 
-def _check_exponent(name: str, value: Any) -> float:
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise InvalidArgumentError(f"`{name}` must be a finite float >= 0; got {name}={value!r}.")
-    return value
-
-
-class Prioritized(Sampler):
+class Prioritized(WindowValues, PrioritizedState, Sampler):
     """Proportional prioritized sampling over windows of a fixed length.
 
     Args:
@@ -92,9 +83,9 @@ class Prioritized(Sampler):
                 f"{weight_normalization!r}."
             )
         self.weight_normalization = weight_normalization
-        self.priority_exponent = _check_exponent("priority_exponent", priority_exponent)
-        self.epsilon = _check_exponent("epsilon", epsilon)
-        self.importance_sampling_exponent = _check_exponent(
+        self.priority_exponent = check_exponent("priority_exponent", priority_exponent)
+        self.epsilon = check_exponent("epsilon", epsilon)
+        self.importance_sampling_exponent = check_exponent(
             "importance_sampling_exponent", importance_sampling_exponent
         )
         self.initial_max_priority = float(initial_max_priority)
@@ -141,7 +132,7 @@ class Prioritized(Sampler):
         super().bind(index, sequence_length)
         self._length = index.max_length
         size = index.num_envs * index.max_length
-        # buffer-wide weights need P_min: a min tree beside the sums
+        # buffer-wide weights need P_min: the tree keeps its smallest positive leaf
         self._tree = SumTree(size, track_min=self.weight_normalization == "buffer")
         # whether the window keyed by each slot is valid (its start: see _start_times)
         self._valid = np.zeros(size, bool)
@@ -151,124 +142,19 @@ class Prioritized(Sampler):
         self._row_base = self._all_rows * index.max_length
         self._last_end = index.last_end.copy()
 
-    def _set(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Sets the sampling values of ``keys`` in the sum tree (and its min tree)."""
-        self._tree.set(keys, values)
-        self._values_set(keys, values)
-
-    def _values_set(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Called after :meth:`_set` (raw priorities already stored); heaps keep their keys."""
-
     def min_sampling_value(self) -> float:
         """The smallest positive ``(p_i + epsilon)^alpha`` of a valid window (``inf`` when
-        none; NaN with ``weight_normalization="batch"``, which keeps no min tree).
+        none; NaN with ``weight_normalization="batch"``, which keeps no minimum).
         ``P_min = min_sampling_value() / sampling_weight()[0]``."""
         return self._tree.min if self._tree.track_min else math.nan
 
     def _value(self, priorities: np.ndarray) -> np.ndarray:
-        """``(p + epsilon) ** alpha`` of priorities whose largest passed :meth:`_check_finite`."""
+        """``(p + epsilon) ** alpha`` of priorities whose largest passed ``check_sum_finite``."""
         return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
-
-    def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
-        """Zeroes the windows whose first step was just overwritten; scores the new windows."""
-        if self.episode_aware is None:
-            self.episode_aware = is_last is not None
-        index, n = self.index, self.sequence_length
-        assert n is not None  # bind refuses None
-        # lo = max(t_clear, t - max_length) and n <= max_length: only t_clear can cut the window
-        where: slice | np.ndarray
-        if rows is None:  # every row: whole arrays, no fancy indexing
-            t, base, cleared = index.t, self._row_base, index.t_clear
-            last_end, where = self._last_end, slice(None)
-        else:
-            where = rows
-            t, base, cleared = index.t[rows], self._row_base[rows], index.t_clear[rows]
-            last_end = self._last_end[rows]
-        # step t - 1 was just written to each row
-        gone = base + (t - 1) % self._length
-        start = t - n
-        ok = start >= cleared
-        if is_last is not None:
-            ok &= last_end < start  # no episode end before the window's last step
-            self._last_end[where] = index.last_end[where]
-        self.num_valid -= int(np.count_nonzero(self._valid[gone]))
-        self._valid[gone] = False
-        value = (self.max_priority + self.epsilon) ** self.priority_exponent  # finite: checked
-        if n == 1:  # the new window is keyed by the overwritten slot: set each key once
-            self._valid[gone[ok]] = True
-            if len(self._priority):
-                self._priority[gone[ok]] = self.max_priority
-            self.num_valid += int(np.count_nonzero(ok))
-            self._set(gone, np.where(ok, value, 0.0))
-            return
-        new = (base + start % self._length)[ok]
-        self._valid[new] = True
-        if len(self._priority):
-            self._priority[new] = self.max_priority
-        self.num_valid += len(new)
-        values = np.concatenate([np.zeros(len(gone)), np.full(len(new), value)])
-        self._set(np.concatenate([gone, new]), values)
-
-    def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
-        """:meth:`on_add` of ``count`` (<= ``max_length``) steps per row, in one pass.
-
-        Equals ``count`` calls of :meth:`on_add`: every overwritten slot loses its
-        window, then every window completed by the block is scored, except those
-        crossing an episode end, cleared, or whose first step the block overwrote.
-        """
-        if self.episode_aware is None:
-            self.episode_aware = is_last is not None
-        index, n, length = self.index, self.sequence_length, self._length
-        assert n is not None  # bind refuses None
-        row_ids = self._all_rows if rows is None else rows
-        t = index.t[row_ids]  # after the block
-        times = (t - count)[:, None] + np.arange(count)  # [k, count] the written times
-        base = self._row_base[row_ids][:, None]
-        gone = (base + times % length).reshape(-1)
-        start = times - (n - 1)  # the window each written step completes
-        ok = (start >= index.t_clear[row_ids][:, None]) & (start >= (t - length)[:, None])
-        if is_last is not None:  # the newest end before each written step
-            ends = np.where(is_last, times, -1)
-            before = np.empty_like(ends)
-            before[:, 0] = self._last_end[row_ids]
-            np.maximum.accumulate(ends[:, :-1], axis=1, out=before[:, 1:])
-            np.maximum(before[:, 1:], before[:, :1], out=before[:, 1:])
-            ok &= before < start
-            self._last_end[row_ids] = index.last_end[row_ids]
-        self.num_valid -= int(np.count_nonzero(self._valid[gone]))
-        self._valid[gone] = False
-        self._set(gone, np.zeros(len(gone)))
-        new = (base + start % length).T[ok.T]  # time-major: a heap's insert order, as on_add
-        self._valid[new] = True
-        if len(self._priority):
-            self._priority[new] = self.max_priority
-        self.num_valid += len(new)
-        value = (self.max_priority + self.epsilon) ** self.priority_exponent
-        self._set(new, np.full(len(new), value))
-
-    def on_end_episodes(self, rows: np.ndarray) -> None:
-        """Windows of later writes to ``rows`` start after the newly ended episode."""
-        self._last_end[rows] = self.index.last_end[rows]
 
     def sampling_weight(self, num_steps: int, within_episode: bool) -> tuple[float, int]:
         """``(sum of (p_i + epsilon)^alpha, number of valid windows)`` (see the base class)."""
         return float(self._tree.total), int(self.num_valid)
-
-    def on_remove(self, rows: np.ndarray, times: np.ndarray) -> None:
-        """Zeroes the removed windows (each keyed by its first step's slot)."""
-        keys = np.unique(rows * self._length + times % self._length)
-        keys = keys[self._valid[keys]]
-        self.num_valid -= len(keys)
-        self._valid[keys] = False
-        if len(self._priority):
-            self._priority[keys] = 0.0
-        self._set(keys, np.zeros(len(keys)))
-
-    def on_clear(self) -> None:
-        self._tree.clear()
-        self._valid[:] = False
-        self.num_valid = 0
-        self._last_end = self.index.last_end.copy()
 
     # -- sampling ---------------------------------------------------------
     def sample(
@@ -291,7 +177,7 @@ class Prioritized(Sampler):
         self._check_request(within_episode, kwargs)
         beta = self.importance_sampling_exponent
         if importance_sampling_exponent is not None:
-            beta = _check_exponent("importance_sampling_exponent", importance_sampling_exponent)
+            beta = check_exponent("importance_sampling_exponent", importance_sampling_exponent)
         total = self._tree.total
         if total <= 0:
             raise NotEnoughDataError(
@@ -379,7 +265,9 @@ class Prioritized(Sampler):
             keys, priorities = keys[live], priorities[live]
             largest = float(priorities.max()) if len(keys) else -1.0
         if len(keys):
-            self._check_finite(largest, priorities, keys)
+            check_sum_finite(
+                self._tree, keys, priorities, largest, self.epsilon, self.priority_exponent
+            )
             values = self._value(priorities)
             if len(self._priority):  # before _set: a heap reads the raw priorities there
                 self._priority[keys] = priorities
@@ -387,129 +275,5 @@ class Prioritized(Sampler):
             self.max_priority = max(self.max_priority, largest)
         return skipped
 
-    def _check_finite(self, largest: float, priorities: np.ndarray, keys: np.ndarray) -> None:
-        """Refuses priorities whose ``(p + epsilon) ** alpha`` or whose sum with the tree overflows.
-
-        Python float arithmetic on the largest priority decides it without a numpy
-        overflow warning: the new sum is at most ``total + len(keys) * top``.
-        """
-        try:
-            top = (largest + self.epsilon) ** self.priority_exponent
-        except OverflowError:
-            top = math.inf
-        if self._tree.total + len(keys) * top < math.inf:
-            return
-        with np.errstate(over="ignore"):  # the exact check, only near the float64 range
-            values = self._value(priorities)
-            total = self._tree.total - float(self._tree[keys].sum()) + float(values.sum())
-        bad = ~np.isfinite(values)
-        if not bad.any() and np.isfinite(total):
-            return
-        first = int(np.flatnonzero(bad)[0]) if bad.any() else int(np.argmax(priorities))
-        raise InvalidArgumentError(
-            f"priority {float(priorities[first])} overflows: (p + epsilon) ** alpha with alpha="
-            f"{self.priority_exponent} (or the sum of all priorities) is not a finite float64. "
-            "Nothing was updated; clip or rescale the priorities (e.g. np.minimum(p, 1e6))."
-        )
-
     def _check_update(self, ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
         return check_update(ids, priorities)
-
-    # -- checkpoints ------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Leaf values, validity and scalars (plain numpy arrays and floats, no pickle)."""
-        return {
-            "values": self._tree.values.copy(),
-            "start": self._start_state(),
-            "last_end": self._last_end.copy(),
-            "max_priority": self.max_priority,
-            "priority_exponent": self.priority_exponent,
-            "epsilon": self.epsilon,
-            "num_valid": self.num_valid,
-            "episode_aware": -1 if self.episode_aware is None else int(self.episode_aware),
-            **({"priority": self._priority.copy()} if len(self._priority) else {}),
-        }
-
-    def _start_state(self) -> np.ndarray:
-        """int64 ``[size]``: start time of the valid window of each slot, -1 where none
-        (the checkpoint field ``start``, as format 1 stored it)."""
-        start = np.full(len(self._valid), -1, np.int64)
-        keys = np.flatnonzero(self._valid)
-        start[keys] = self._start_times(keys)[1]
-        return start
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` output (the buffer must have the same shape).
-
-        The window index must be restored first: start times are derived from its clocks.
-        """
-        values = np.asarray(state["values"], dtype=np.float64)
-        if values.shape != (self._tree.capacity,):
-            raise InvalidArgumentError(
-                f"prioritized sampler state has {values.shape} priorities; this buffer needs "
-                f"({self._tree.capacity},). Load it into a buffer of the same capacity."
-            )
-        _check_state_values(state, values)
-        self._tree.fill(values)
-        self._valid[:] = np.asarray(state["start"], dtype=np.int64) >= 0
-        if len(self._priority):  # alpha == 0: raw priorities are state of their own
-            raw = state.get("priority")
-            self._priority[:] = np.where(self._valid, 1.0, 0.0) if raw is None else raw
-        self._last_end = np.asarray(state["last_end"], dtype=np.int64).copy()
-        self.max_priority = float(state["max_priority"])
-        self.priority_exponent = float(state["priority_exponent"])
-        self.epsilon = float(state["epsilon"])
-        self.num_valid = int(state["num_valid"])
-        aware = int(state["episode_aware"])
-        self.episode_aware = None if aware < 0 else bool(aware)
-
-
-def _check_state_values(state: dict[str, Any], values: np.ndarray) -> None:
-    """Refuses a sampler state with NaN, inf or negative priorities or exponents."""
-    scalars = {k: float(state[k]) for k in ("max_priority", "priority_exponent", "epsilon")}
-    raw = np.asarray(state.get("priority", np.zeros(0)), dtype=np.float64)
-    for name, array in (("values", values), ("priority", raw), *scalars.items()):
-        array = np.asarray(array)
-        if not np.isfinite(array).all() or (array < 0).any():
-            raise InvalidArgumentError(
-                f"prioritized sampler state field {name!r} holds NaN, inf or negative values; "
-                "the state is damaged. Restore it from a backup or save the buffer again."
-            )
-
-
-def check_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
-    """The checks :meth:`Prioritized.update_priorities` makes of its arguments alone (1-D,
-    one length, integer ids, finite priorities >= 0), with its messages; a served table's
-    client makes them when it holds an update back, so a bad call fails where it was made.
-
-    Returns:
-        ``(ids, priorities, largest)``: int64 and float64 ``[K]`` and the largest priority.
-
-    Raises:
-        InvalidArgumentError: as ``Prioritized.update_priorities``.
-    """
-    ids = np.asarray(ids)
-    priorities = np.asarray(priorities, dtype=np.float64)
-    if ids.size == 0 and ids.ndim == 1 and priorities.shape == ids.shape:
-        return np.zeros(0, np.int64), priorities, 0.0
-    if ids.ndim != 1 or ids.shape != priorities.shape:
-        raise InvalidArgumentError(
-            f"update_priorities needs 1-D ids and priorities of the same shape; got ids "
-            f"shape {ids.shape}, priorities shape {priorities.shape}."
-        )
-    if ids.dtype.kind not in "iu":
-        raise InvalidArgumentError(
-            f"update_priorities needs integer ids (Sample.ids); got dtype {ids.dtype}."
-        )
-    largest = float(priorities.max()) if len(priorities) else 0.0
-    if math.isfinite(largest) and (priorities >= 0).all():  # fast path: no nan, inf, < 0
-        return ids.astype(np.int64, copy=False), priorities, largest
-    bad = ~np.isfinite(priorities) | (priorities < 0)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        raise InvalidArgumentError(
-            f"priorities must be finite and >= 0; got {float(priorities[first])} at position "
-            f"{first} ({int(bad.sum())} bad value(s)). Nothing was updated; pass e.g. "
-            "np.abs(td_error) and check the loss for NaN."
-        )
-    return ids.astype(np.int64, copy=False), priorities, largest
