@@ -4,7 +4,7 @@ With ``Prioritized(weight_normalization="buffer")`` a weight is
 ``(N P_i)^-beta / (N P_min)^-beta`` (cpprb, OpenAI baselines): ``P_min`` is
 the smallest probability of any stored window of the whole table, the
 smallest of the shards' smallest sampling values ``(p + epsilon)^alpha`` (each
-shard's min tree) over the sum of the shards' sampling weights.
+shard's exact smallest leaf, ``SumTree.min``) over the sum of the shards' sampling weights.
 """
 
 from __future__ import annotations
