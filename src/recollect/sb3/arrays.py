@@ -21,6 +21,7 @@ from recollect.buffers import ReplayBuffer as CoreReplayBuffer
 from recollect.errors import CheckpointError
 from recollect.samplers import Prioritized
 from recollect.specs import ArraySpec
+from recollect.state.files import Saved
 from recollect.storage.ring import RingStorage
 
 __all__ = ["FIELDS", "Sb3Arrays"]
@@ -198,10 +199,29 @@ class Sb3Arrays:
         Raises:
             CheckpointError: damaged files, or a buffer without SB3's fields.
         """
-        buffer = CoreReplayBuffer.load(path)
+        return cls.wrap(CoreReplayBuffer.load(path), str(path))
+
+    @classmethod
+    def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Sb3Arrays:
+        """Restores the core buffer's ``config()`` and ``state_dict()`` held in ``saved``
+        (a pickled SB3 buffer's storage, see :mod:`recollect.sb3.persistence`); ``mmap``
+        as ``ReplayBuffer.from_saved``.
+
+        Raises:
+            CheckpointError: a malformed state, or a buffer without SB3's fields.
+        """
+        return cls.wrap(CoreReplayBuffer.from_saved(saved, mmap=mmap), saved.where)
+
+    @classmethod
+    def wrap(cls, buffer: CoreReplayBuffer, where: str) -> Sb3Arrays:
+        """SB3's arrays of a restored core ``buffer``.
+
+        Raises:
+            CheckpointError: ``buffer`` does not hold SB3's fields.
+        """
         spec = buffer.data_spec
         if not isinstance(spec, dict) or set(spec) | {"timeouts"} != set(FIELDS):
-            raise CheckpointError(f"{path}: not the SB3 arrays of a recollect.sb3 buffer.")
+            raise CheckpointError(f"{where}: not the SB3 arrays of a recollect.sb3 buffer.")
         return cls(buffer.max_length, buffer.num_envs, buffer=buffer)
 
 

@@ -1,8 +1,11 @@
 """Saving the SB3 buffers: pickle (SB3's ``save_replay_buffer``) and a pickle-free checkpoint.
 
 Pickle: SB3 pickles the whole buffer object. The recollect buffer inside holds
-locks and is not picklable itself, so it travels as the bytes of its own
-checkpoint directory (:func:`checkpoint_files` / :func:`transitions_from_files`).
+locks and is not picklable itself, so it travels as its kind, ``config()`` and
+``state_dict()`` (:func:`storage_state` / :func:`storage_from_state`): the live
+storage arrays, which pickle writes as they are, without a copy in memory or on
+disk (as SB3's own arrays). Pickles of earlier versions hold the bytes of the
+storage's checkpoint directory instead (:func:`transitions_from_files`).
 
 Checkpoint (``buf.save_checkpoint(path)``), a directory::
 
@@ -29,14 +32,17 @@ import numpy as np
 
 from recollect.buffers import TransitionBuffer
 from recollect.errors import CheckpointError
+from recollect.state.files import Saved
 
 __all__ = [
     "CONFIG",
     "FORMAT",
     "FORMAT_VERSION",
-    "checkpoint_files",
+    "UnpickledColumn",
     "read_checkpoint",
     "read_config",
+    "storage_from_state",
+    "storage_state",
     "transitions_from_files",
     "write_checkpoint",
 ]
@@ -47,21 +53,90 @@ CONFIG = "sb3.json"
 TRANSITIONS = "transitions"
 
 
-def checkpoint_files(transitions: Any) -> dict[str, bytes]:
-    """The files of ``transitions``' checkpoint, ``{relative path: bytes}``."""
-    with tempfile.TemporaryDirectory(prefix="recollect-sb3-") as tmp:
-        root = Path(tmp) / TRANSITIONS
-        transitions.save(root)
-        return {
-            str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
-        }
+def storage_state(storage: Any) -> dict[str, Any]:
+    """What a pickle holds of ``storage`` (a core ``ReplayBuffer`` or ``TransitionBuffer``):
+    ``{"kind", "config", "state"}``, the state's arrays the live ones (not copies).
+
+    Pickle them while no ``add`` runs (SB3 saves between steps).
+    """
+    return {"kind": storage.kind, "config": storage.config(), "state": storage.state_dict()}
+
+
+def storage_from_state(saved: dict[str, Any], load: Callable[..., Any]) -> Any:
+    """Restores :func:`storage_state` output with ``load`` (``TransitionBuffer.from_saved``
+    or ``Sb3Arrays.from_saved``).
+
+    The unpickled ring arrays become the storage's arrays (no second copy), so a
+    loaded buffer holds its data once, as SB3's own.
+
+    Raises:
+        CheckpointError: the state is malformed or of another kind.
+    """
+    try:
+        kind, config, state = saved["kind"], saved["config"], _adopt(saved["state"])
+    except (KeyError, TypeError) as err:
+        raise CheckpointError(f"a pickled replay buffer lacks its storage state ({err}).") from err
+    # mmap=True: take the ring columns as they are (UnpickledColumn.map) and skip the
+    # MemAvailable check, as the data is already in memory
+    return load(Saved(kind, config, state, {}, "pickled replay buffer"), mmap=True)
+
+
+class UnpickledColumn:
+    """A ring column of a pickled buffer, as a :class:`~recollect.storage.base.ColumnSource`:
+    :meth:`map` hands the unpickled array itself to the restored storage (nothing else
+    holds it)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def read_into(self, dest: np.ndarray) -> None:
+        """Copies the column into ``dest``.
+
+        Raises:
+            CheckpointError: the column has another shape or dtype than ``dest``.
+        """
+        self.check(dest.shape, dest.dtype)
+        dest[...] = self.array
+
+    def map(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        """The array itself when it is a writable C-contiguous ``shape``/``dtype`` array, else None.
+
+        Raises:
+            CheckpointError: the column has another shape or dtype.
+        """
+        self.check(shape, dtype)
+        a = self.array
+        return a if a.flags.writeable and a.flags.c_contiguous else None
+
+    def check(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        a = self.array
+        if a.shape != tuple(shape) or a.dtype != dtype:
+            raise CheckpointError(
+                f"a pickled replay buffer holds a column of shape {a.shape}, dtype {a.dtype}; "
+                f"its storage needs shape {tuple(shape)}, dtype {dtype}. The pickle is damaged."
+            )
+
+
+def _adopt(tree: Any) -> Any:
+    """``tree`` with the arrays of every ``"columns"`` dict as :class:`UnpickledColumn`."""
+    if not isinstance(tree, dict):
+        return tree
+    out = {}
+    for key, value in tree.items():
+        if key == "columns" and isinstance(value, dict):
+            value = {
+                name: UnpickledColumn(a) if isinstance(a, np.ndarray) else a
+                for name, a in value.items()
+            }
+        out[key] = _adopt(value)
+    return out
 
 
 def transitions_from_files(
     files: dict[str, bytes], load: Callable[[Path], Any] = TransitionBuffer.load
 ) -> Any:
-    """Restores the storage from :func:`checkpoint_files` output with ``load`` (a
-    ``TransitionBuffer.load`` or ``Sb3Arrays.load``).
+    """Restores the storage of a pickle of an earlier version (``{relative path: bytes}``
+    of its checkpoint directory) with ``load`` (``TransitionBuffer.load`` or ``Sb3Arrays.load``).
 
     Raises:
         CheckpointError: the files do not form a valid checkpoint.

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import TYPE_CHECKING, Any, Self
 
@@ -154,17 +155,31 @@ class Saving:
             buf.stack_starts.has_previous[...] = arrays["has_previous"]
         return buf
 
+    def __copy__(self) -> Self:
+        """A copy with its own storage (as ``copy.deepcopy``): a pickle's state holds the
+        live storage arrays, which a shallow copy would otherwise share."""
+        return copy.deepcopy(self)
+
     def __getstate__(self) -> dict[str, Any]:
+        """SB3's ``save_replay_buffer`` pickle: the attributes, the storage as its kind,
+        config and live state arrays (see :mod:`recollect.sb3.persistence`)."""
         state = self.__dict__.copy()
-        state["transitions"] = persistence.checkpoint_files(self.transitions)
+        transitions = state.pop("transitions")
+        core = transitions.replay_buffer if isinstance(transitions, Sb3Arrays) else transitions
+        state["storage_state"] = persistence.storage_state(core)
         state.pop("write_leaves", None)  # a method of the storage: set again by attach
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state = dict(state)
         state.pop("dones", None)  # pickles of older versions: now a property
-        load = Sb3Arrays.load if state.get("sb3_layout") else TransitionBuffer.load
-        transitions = persistence.transitions_from_files(state.pop("transitions"), load)
+        sb3_layout = state.get("sb3_layout")
+        if "storage_state" in state:
+            restore = Sb3Arrays.from_saved if sb3_layout else TransitionBuffer.from_saved
+            transitions = persistence.storage_from_state(state.pop("storage_state"), restore)
+        else:  # pickles of earlier versions: the files of the storage's checkpoint
+            load = Sb3Arrays.load if sb3_layout else TransitionBuffer.load
+            transitions = persistence.transitions_from_files(state.pop("transitions"), load)
         self.__dict__.update(state)
         self.attach(transitions)
 
