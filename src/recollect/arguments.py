@@ -13,7 +13,7 @@ type and use the predicate :func:`is_int`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError
 __all__ = ["check_int", "is_int", "is_number", "no_options", "positive_int"]
 
 
-def is_int(value: Any, minimum: int | None = None) -> bool:
+def is_int(value: Any, minimum: int | None = None) -> TypeGuard[int | np.integer]:
     """True when ``value`` is an int (Python or numpy; bools excluded), ``>= minimum`` if given."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         return False
@@ -42,6 +42,7 @@ def check_int(
     maximum: int | None = None,
     meaning: str | None = None,
     show_name: bool = True,
+    owner: str | None = None,
 ) -> int:
     """``value`` as a Python int within ``[minimum, maximum]`` (either bound optional).
 
@@ -52,6 +53,7 @@ def check_int(
         maximum: largest allowed value (None: no upper bound).
         meaning: what the number counts, shown after the bound ("batches kept ready").
         show_name: the received value is shown as ``name=value`` (False: ``value``).
+        owner: what takes the argument, shown first ("zstd `level` must be ...").
 
     Raises:
         InvalidArgumentTypeError: not an int (bools excluded).
@@ -68,12 +70,13 @@ def check_int(
     if meaning:
         expected = f"{expected} ({meaning})"
     got = f"{name}={value!r}" if show_name else repr(value)
+    what = f"{owner} `{name}`" if owner else f"`{name}`"
     if not is_int(value):
         raise InvalidArgumentTypeError(
-            f"`{name}` must be {expected}; got {got} ({type(value).__name__})."
+            f"{what} must be {expected}; got {got} ({type(value).__name__})."
         )
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise InvalidArgumentError(f"`{name}` must be {expected}; got {got}.")
+        raise InvalidArgumentError(f"{what} must be {expected}; got {got}.")
     return int(value)
 
 

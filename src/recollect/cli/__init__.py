@@ -7,8 +7,11 @@ missing (torch, gymnasium, Ray) fails with the extra to install, not a traceback
 
 from __future__ import annotations
 
-# Each command module registers its subcommand on ``main`` when imported.
-from recollect.cli import datasets, demo, inspect, populate, serve  # noqa: F401
+# The group first: without click it raises MissingExtraError (naming the cli extra).
 from recollect.cli.group import main
+
+# isort: split
+# Each command module registers its subcommand on ``main`` when imported (in this order).
+from recollect.cli import demo, populate, inspect, datasets, serve  # noqa: F401, I001
 
 __all__ = ["main"]

@@ -98,7 +98,7 @@ def _check_keys(
 def _int(key: str, value: Any, minimum: int) -> int:
     if not is_int(value, minimum):
         raise _fail(key, f"an integer >= {minimum}", value)
-    return value
+    return int(value)
 
 
 def _leaf(key: str, value: dict) -> ArraySpec:

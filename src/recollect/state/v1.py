@@ -23,7 +23,7 @@ def _int(section: Any, key: str, where: str, minimum: int = 0) -> int:
     value = section.get(key) if isinstance(section, dict) else None
     if not is_int(value, minimum):
         raise CheckpointError(f"{where}: field {key} must be an int >= {minimum}; got {value!r}.")
-    return value
+    return int(value)
 
 
 def _tree(reader: Any, value: Any) -> Any:

@@ -53,17 +53,18 @@ from typing import Any
 
 import optree
 
-from recollect.buffers.sample import BufferInfo
 from recollect.extras import missing_extra
+
+try:  # first, so that a missing TensorFlow names the extra to install
+    import tensorflow as tf
+except ImportError as err:
+    raise missing_extra(err, "recollect.tf_agents") from None
+
+from recollect.buffers.sample import BufferInfo
 from recollect.specs import ArraySpec
 from recollect.tf_agents.empty import EmptyBufferError
 from recollect.tf_agents.py_uniform import PyUniformReplayBuffer
 from recollect.tf_agents.tf_uniform import TFUniformReplayBuffer
-
-try:
-    import tensorflow as tf
-except ImportError as err:
-    raise missing_extra(err, "recollect.tf_agents") from None
 
 __all__ = [
     "EmptyBufferError",
