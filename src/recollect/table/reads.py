@@ -52,7 +52,7 @@ class TableReads:
     _draw_weight: float
     _ones: dict[int, np.ndarray]
 
-    if TYPE_CHECKING:  # defined by Table and the other mixin
+    if TYPE_CHECKING:  # defined by Table
 
         def resolve_window(
             self, num_steps: int | None, within_episode: bool | None = None
