@@ -17,6 +17,16 @@ class InvalidArgumentError(RecollectError, ValueError):
     """An argument or a combination of arguments is invalid."""
 
 
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type (e.g. a float or a bool where an int is asked for),
+    or a keyword or option the callee does not take.
+
+    Also a :class:`InvalidArgumentError` (so ``except ValueError`` keeps catching every
+    bad argument) and a ``TypeError`` (as Python raises for a wrong type). A value of the
+    right type that is out of range raises a plain :class:`InvalidArgumentError`.
+    """
+
+
 class NoFreeRowsError(InvalidArgumentError):
     """A replay-service shard has fewer free rows than a new writer asked for.
 

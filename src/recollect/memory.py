@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import positive_int
 from recollect.errors import InsufficientMemoryError, InvalidArgumentError
 from recollect.specs import FlatSpec
 from recollect.storage.compressed import slots_nbytes
@@ -87,7 +88,9 @@ def estimate_memory(
         28232000384
     """
     check_storage(storage)
-    if capacity < 1 or num_envs < 1 or capacity % num_envs:
+    capacity = positive_int("capacity", capacity)
+    num_envs = positive_int("num_envs", num_envs)
+    if capacity % num_envs:
         raise InvalidArgumentError(
             f"`capacity` must be a positive multiple of `num_envs`; got capacity={capacity}, "
             f"num_envs={num_envs}."

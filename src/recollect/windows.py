@@ -1,4 +1,4 @@
-"""Valid-window bookkeeping: which ``num_steps`` windows of which rows may be sampled.
+"""Valid-window bookkeeping, this module's one responsibility: which windows may be sampled.
 
 Every env row has its own clock: ``t[r]`` counts the steps written to row
 ``r`` (``add_batch`` advances every row, ``add_batch(..., rows=...)`` only the

@@ -1,4 +1,9 @@
-"""ReplayBuffer: a table (window index + sampler) over a storage, behind one facade."""
+"""ReplayBuffer: a table (window index + sampler) over a storage, behind one facade.
+
+This module builds the buffer and holds its properties and lifecycle; writes
+(:mod:`.writes`), sampling (:mod:`.sampling`), checkpoints (:mod:`.buffer_state`)
+and stored reads (:mod:`.stored_reads`) come from mixins.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from recollect.arguments import positive_int
 from recollect.buffers.buffer_state import (
     BufferState,
     frame_stacks_config,
@@ -13,7 +19,7 @@ from recollect.buffers.buffer_state import (
     sampler_config,
 )
 from recollect.buffers.memmap_state import MemmapState
-from recollect.buffers.sample import Sample
+from recollect.buffers.sampling import BufferSampling
 from recollect.buffers.stored_reads import StoredReads
 from recollect.buffers.tf_agents_api import TFAgentsReads
 from recollect.buffers.writes import BufferWrites
@@ -33,14 +39,14 @@ from recollect.storage.factory import (
 )
 from recollect.storage.frame_store import resolve_frame_stacks
 from recollect.storage.gather import Gatherer
-from recollect.table import Draw, Table, TableInfo
+from recollect.table import Table
 from recollect.table.rate_limiters import RateLimiter
-from recollect.table.table import RngLike, positive_int
+from recollect.table.table import RngLike
 
 __all__ = ["ReplayBuffer", "RngLike"]
 
 
-class ReplayBuffer(BufferWrites, BufferState, StoredReads, TFAgentsReads):
+class ReplayBuffer(BufferWrites, BufferSampling, BufferState, StoredReads, TFAgentsReads):
     """A replay buffer of ``num_envs`` rows, each a ring of ``capacity // num_envs`` steps.
 
     ``add_batch`` appends one step to every row; ``sample`` draws windows of
@@ -360,112 +366,3 @@ class ReplayBuffer(BufferWrites, BufferState, StoredReads, TFAgentsReads):
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
-
-    # -- reading ----------------------------------------------------------
-    def sample(
-        self,
-        batch_size: int,
-        num_steps: int | None = None,
-        *,
-        within_episode: bool | None = None,
-        timeout: float | None = None,
-        **sampler_options: Any,
-    ) -> Sample:
-        """Draws ``batch_size`` windows of ``num_steps`` consecutive steps of one row.
-
-        Args:
-            batch_size: windows to draw (with replacement), >= 1.
-            num_steps: window length; None gives one step per item and drops
-                the time axis, or, when the buffer fixes ``sequence_length`` > 1,
-                windows of that length with a time axis (as Reverb items).
-            within_episode: override of episode-aware mode (default: on when
-                the spec has ``is_last``).
-            timeout: with a rate limiter, seconds to wait while it forbids the
-                sample (None: forever, 0: never); ignored without one.
-            **sampler_options: passed to the sampler (e.g. the prioritized
-                sampler's ``importance_sampling_exponent``).
-
-        Returns:
-            :class:`Sample` with ``data`` leaves ``[batch_size, num_steps, *shape]``
-            (``[batch_size, *shape]`` for ``num_steps=None``), ``ids`` int64,
-            ``probabilities`` float64, ``priorities``, ``times_sampled``,
-            ``table_size`` and (prioritized) ``weights`` float64.
-
-        Raises:
-            InvalidArgumentError: ``batch_size`` or ``num_steps`` < 1,
-                ``num_steps`` > ``max_length``, or ``within_episode=True``
-                without an ``is_last`` leaf.
-            NotEnoughDataError: no valid window of that length is stored (no rate limiter).
-            RateLimiterTimeout: the rate limiter still forbids it after ``timeout``.
-            StateError: the buffer was closed while the sample waited.
-        """
-        with self._table.lock:
-            draw = self._table.draw(
-                batch_size,
-                num_steps,
-                within_episode=within_episode,
-                timeout=timeout,
-                **sampler_options,
-            )
-            return self.gather(draw)
-
-    def gather(self, draw: Draw) -> Sample:
-        """The :class:`Sample` of a :meth:`Table.draw <recollect.table.Table.draw>` of this
-        buffer, gathered now.
-
-        Without the lock held, a concurrent write may overwrite drawn steps
-        meanwhile: check ``buf.table.is_stale(draw)`` afterwards and draw again
-        when it is (the protocol the adapters use to gather outside the lock).
-        """
-        if draw.time_axis:
-            rows, slots, times = draw.steps(self._max_length)
-        else:
-            rows, times = draw.rows, draw.times
-            slots = times % self._max_length
-        leaves = self._storage.gather(rows, slots, times=times)
-        return Sample(
-            self._flat.unflatten(leaves),
-            draw.ids,
-            draw.probabilities,
-            draw.weights,
-            draw.priorities,
-            draw.times_sampled,
-            draw.table_size,
-        )
-
-    def update_priorities(self, ids: Any, priorities: Any) -> int:
-        """Sets the priorities of the windows starting at ``ids`` (prioritized samplers).
-
-        Returns:
-            The number of ids skipped because their steps were overwritten.
-
-        Raises:
-            InvalidArgumentError: the sampler does not use priorities, or bad
-                priorities (NaN, inf, negative, overflowing); nothing is changed.
-        """
-        return self._table.update_priorities(ids, priorities)
-
-    def delete(self, ids: Any) -> int:
-        """Deletes the windows starting at ``ids`` (Reverb: ``mutate_priorities`` deletes).
-
-        A deleted window is never sampled again; ``info().size`` drops and
-        ``info().deletes`` counts it; a rate limiter sees the smaller size (a
-        delete can let an insert through and block a sample, as in Reverb). The
-        steps stay stored (windows starting elsewhere may still contain them).
-
-        Args:
-            ids: int ``[K]`` window ids (``Sample.ids``, ``item_ids()``).
-
-        Returns:
-            The number of ids skipped, as :meth:`update_priorities` counts them:
-            overwritten, not (yet) a complete window, of another shard, or
-            deleted already.
-
-        Raises:
-            InvalidArgumentError: ``ids`` is not 1-D integers; nothing is deleted.
-        """
-        return self._table.delete(ids)
-
-    def info(self) -> TableInfo:
-        """Size, counters, rate limiter and sampler of the buffer's table (:class:`TableInfo`)."""
-        return self._table.info(self._config["sampler"]["config"])

@@ -16,6 +16,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
+from recollect.arguments import positive_int
 from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.transition_reads import TransitionReads
@@ -25,7 +26,6 @@ from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
 from recollect.storage.frame_store import FrameStack
-from recollect.table.table import positive_int
 from recollect.validation import convert_step
 
 __all__ = ["TransitionBuffer", "TransitionSample"]

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from recollect import ids as id_layout
+from recollect.arguments import positive_int
 from recollect.buffers.nstep_transitions import n_step_fields
 from recollect.buffers.transition_sample import TransitionSample, n_step_args
 from recollect.errors import InvalidArgumentError
 from recollect.samplers.prioritized import Prioritized
-from recollect.table.table import positive_int
 
 if TYPE_CHECKING:
     from recollect.buffers.final_observations import FinalObservations

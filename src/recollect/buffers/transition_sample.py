@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import positive_int
 from recollect.buffers.sample import nest_repr
 from recollect.errors import InvalidArgumentError
 from recollect.nstep import check_discount
-from recollect.table.table import positive_int
 
 __all__ = ["TransitionSample", "n_step_args"]
 

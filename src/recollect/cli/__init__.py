@@ -1,4 +1,5 @@
-"""The ``recollect`` command line (click). Each subcommand lives in its own module.
+"""The ``recollect`` command line (click): wiring only. The group is in :mod:`.group`;
+each subcommand lives in its own module and registers itself on it when imported.
 
 Needs the ``cli`` extra (click, tqdm, matplotlib); a subcommand whose framework is
 missing (torch, gymnasium, Ray) fails with the extra to install, not a traceback.
@@ -6,37 +7,11 @@ missing (torch, gymnasium, Ray) fails with the extra to install, not a traceback
 
 from __future__ import annotations
 
-from typing import Any
+# The group first: without click it raises MissingExtraError (naming the cli extra).
+from recollect.cli.group import main
 
-from recollect.extras import missing_extra
-
-try:
-    import click
-except ImportError as err:
-    raise missing_extra(err, "the recollect command line") from None
+# isort: split
+# Each command module registers its subcommand on ``main`` when imported (in this order).
+from recollect.cli import demo, populate, inspect, datasets, serve  # noqa: F401, I001
 
 __all__ = ["main"]
-
-
-class _Commands(click.Group):
-    """A click group whose commands turn a missing optional module into a usage error
-    naming the extra that installs it."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except ModuleNotFoundError as err:
-            error = missing_extra(err, f"recollect {ctx.invoked_subcommand or ''}".strip())
-            if error is err:
-                raise
-            raise click.ClickException(str(error)) from None
-
-
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="recollect")
-def main() -> None:
-    """recollect: experience replay for reinforcement learning."""
-
-
-# Last, as each command module imports ``main`` to register its subcommand (in this order).
-from recollect.cli import demo, populate, inspect, datasets, serve  # noqa: E402, F401, I001

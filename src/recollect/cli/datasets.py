@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from recollect.cli import main
+from recollect.cli.group import main
 from recollect.errors import RecollectError
 
 __all__ = ["export_buffer", "import_dataset", "seed_from_dataset"]

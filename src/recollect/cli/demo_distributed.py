@@ -13,7 +13,7 @@ from typing import Any
 import click
 import numpy as np
 
-from recollect.cli.demo import Progress, out_summary, report, write_outputs
+from recollect.cli.demo_outputs import Progress, out_summary, report, write_outputs
 from recollect.cli.ray_session import import_ray, init_ray
 from recollect.errors import RecollectError
 

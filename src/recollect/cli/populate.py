@@ -24,7 +24,7 @@ from typing import Any
 import click
 import numpy as np
 
-from recollect.cli import main
+from recollect.cli.group import main
 from recollect.errors import RecollectError
 from recollect.specs import ArraySpec, spec_from_space
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from recollect.cli import main
+from recollect.cli.group import main
 from recollect.cli.ray_session import init_ray
 from recollect.cli.table_config import ConfigError, load_service_config
 from recollect.errors import RecollectError

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import is_int, is_number
 from recollect.buffers import ReplayBuffer
 from recollect.errors import InvalidArgumentError, RecollectError
 from recollect.samplers import registered_sampler
@@ -95,17 +96,15 @@ def _check_keys(
 
 
 def _int(key: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value, minimum):
         raise _fail(key, f"an integer >= {minimum}", value)
-    return value
+    return int(value)
 
 
 def _leaf(key: str, value: dict) -> ArraySpec:
     _check_keys(key, value, {"shape", "dtype"}, {"shape", "dtype"})
     shape, dtype = value["shape"], value["dtype"]
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
+    if not isinstance(shape, list) or not all(is_int(d, minimum=0) for d in shape):
         raise _fail(f"{key}.shape", "a list of integers >= 0 (e.g. [84, 84] or [])", shape)
     try:
         if not isinstance(dtype, str):
@@ -130,10 +129,10 @@ def _component(key: str, value: Any, build: Any) -> Any:
     args = {k: v for k, v in value.items() if k != "type"}
     try:
         return build(value["type"], args)
+    except RecollectError as err:  # first: a wrong-type argument is also a TypeError
+        raise ConfigError(f"`{key}`: {err}") from None
     except TypeError as err:  # an unknown or missing constructor argument
         raise ConfigError(f"`{key}` (type {value['type']!r}): {err}.") from None
-    except RecollectError as err:
-        raise ConfigError(f"`{key}`: {err}") from None
 
 
 def _table(key: str, value: Any) -> tuple[ReplayBuffer, int | None]:
@@ -184,7 +183,7 @@ def parse_service_config(doc: dict[str, Any]) -> ServiceConfig:
     if max_restarts != -1:
         max_restarts = _int("service.max_restarts", max_restarts, 0)
     lease = service.get("lease_timeout_s", 60.0)
-    if isinstance(lease, bool) or not isinstance(lease, int | float) or lease <= 0:
+    if not is_number(lease) or lease <= 0:
         raise _fail("service.lease_timeout_s", "a number > 0 (seconds)", lease)
     default_shards = _int("service.num_shards", service.get("num_shards", 1), 1)
     tables = doc["tables"]

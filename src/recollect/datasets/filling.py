@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import positive_int
 from recollect.buffers import ReplayBuffer
 from recollect.errors import InvalidArgumentError
 from recollect.specs import FlatSpec
@@ -33,12 +34,10 @@ def row_length(capacity: int | None, num_envs: int) -> int | None:
     Raises:
         InvalidArgumentError: not positive ints, or ``capacity`` not a multiple of ``num_envs``.
     """
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
-        raise InvalidArgumentError(f"`num_envs` must be an int >= 1; got num_envs={num_envs!r}.")
+    num_envs = positive_int("num_envs", num_envs)
     if capacity is None:
         return None
-    if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer) or capacity < 1:
-        raise InvalidArgumentError(f"`capacity` must be an int >= 1; got capacity={capacity!r}.")
+    capacity = positive_int("capacity", capacity)
     if capacity % num_envs:
         raise InvalidArgumentError(
             f"`capacity` must be a multiple of `num_envs`; got capacity={capacity}, "

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import no_options
 from recollect.samplers.base import Sampler, WindowDraw
 from recollect.windows import Segments
 
@@ -87,10 +88,7 @@ class _Ordered(Sampler):
         rng: np.random.Generator,
         **kwargs: Any,
     ) -> WindowDraw:
-        if kwargs:
-            raise TypeError(
-                f"{type(self).__name__} sampling takes no options; got {sorted(kwargs)}."
-            )
+        no_options(f"{type(self).__name__} sampling", kwargs)
         seg = self.index.segments(num_steps, within_episode)
         k = min(batch_size, seg.total)
         rows, times = self._pick(seg, k)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import no_options
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.base import WindowDraw
 from recollect.samplers.heap_tree import TopTree
@@ -104,10 +105,7 @@ class _Heap(Prioritized):
     ) -> WindowDraw:
         if importance_sampling_exponent is not None:  # no weights: an option as any other
             kwargs["importance_sampling_exponent"] = importance_sampling_exponent
-        if kwargs:
-            raise InvalidArgumentError(
-                f"{type(self).__name__} sampling takes no options; got {sorted(kwargs)}."
-            )
+        no_options(f"{type(self).__name__} sampling", kwargs)
         self._check_request(within_episode, {})
         if not self.num_valid:
             raise NotEnoughDataError(

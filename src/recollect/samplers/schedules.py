@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from recollect.arguments import check_int
 from recollect.errors import InvalidArgumentError
 
 __all__ = ["LinearSchedule"]
@@ -40,10 +41,7 @@ class LinearSchedule:
     num_steps: int = 100_000
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_steps, bool) or not isinstance(self.num_steps, int | np.integer):
-            raise InvalidArgumentError(f"`num_steps` must be an int >= 1; got {self.num_steps!r}.")
-        if self.num_steps < 1:
-            raise InvalidArgumentError(f"`num_steps` must be an int >= 1; got {self.num_steps!r}.")
+        check_int("num_steps", self.num_steps, minimum=1, show_name=False)
         if not (np.isfinite(self.start) and np.isfinite(self.end)):
             raise InvalidArgumentError(
                 f"`start` and `end` must be finite; got start={self.start!r}, end={self.end!r}."

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import no_options
 from recollect.samplers.base import Sampler, WindowDraw
 
 __all__ = ["Uniform"]
@@ -28,8 +29,7 @@ class Uniform(Sampler):
         rng: np.random.Generator,
         **kwargs: Any,
     ) -> WindowDraw:
-        if kwargs:
-            raise TypeError(f"Uniform sampling takes no options; got {sorted(kwargs)}.")
+        no_options("Uniform sampling", kwargs)
         segments = self.index.segments(num_steps, within_episode)
         total = segments.total
         rows, times = segments.locate(rng.integers(0, total, size=batch_size))

@@ -1,4 +1,4 @@
-"""recollect replay buffers behind Stable-Baselines3's ``ReplayBuffer`` interface.
+"""This module's one responsibility: recollect buffers behind SB3's ``ReplayBuffer`` interface.
 
 SB3 builds its buffer as ``cls(buffer_size, observation_space, action_space,
 device=, n_envs=, optimize_memory_usage=, **replay_buffer_kwargs)``, calls

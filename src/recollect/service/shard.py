@@ -1,4 +1,4 @@
-"""Shard: one part of a served table (a ReplayBuffer) plus the row leases of its writers.
+"""Shard, this module's one responsibility: a served table's part plus its writers' row leases.
 
 A table served by a :class:`~recollect.service.Server` or by ``recollect.ray.serve``
 is split into shards; each holds ``num_envs / num_shards`` rows and the same share

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from recollect.arguments import positive_int
 from recollect.errors import InvalidArgumentError
 
 __all__ = ["SHARDABLE_SAMPLERS", "shard_config"]
@@ -24,8 +25,7 @@ def shard_config(config: dict[str, Any], num_shards: int, shard: int, table: str
         InvalidArgumentError: ``num_envs`` not a multiple of ``num_shards``, or a
             sampler whose draw cannot be split over shards (FIFO, LIFO, heaps).
     """
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-        raise InvalidArgumentError(f"`num_shards` must be an int >= 1; got {num_shards!r}.")
+    num_shards = positive_int("num_shards", num_shards)
     if num_shards == 1:
         return {**config, "shard": shard}
     num_envs = config["num_envs"]

@@ -7,6 +7,7 @@ import concurrent.futures
 from collections.abc import Iterator
 from typing import Any
 
+from recollect.arguments import positive_int
 from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError
 from recollect.service.client import TableHandle
@@ -20,12 +21,7 @@ def check_max_in_flight(max_in_flight: Any) -> int:
     Raises:
         InvalidArgumentError: not an int, or < 1.
     """
-    if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
-        raise InvalidArgumentError(
-            f"`max_in_flight` must be an int >= 1 (sample requests outstanding); got "
-            f"max_in_flight={max_in_flight!r}."
-        )
-    return max_in_flight
+    return positive_int("max_in_flight", max_in_flight, "sample requests outstanding")
 
 
 def check_batches_per_request(batches_per_request: Any) -> int:
@@ -34,13 +30,9 @@ def check_batches_per_request(batches_per_request: Any) -> int:
     Raises:
         InvalidArgumentError: not an int, or < 1.
     """
-    value = batches_per_request
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(
-            f"`batches_per_request` must be an int >= 1 (batches each sample request asks "
-            f"for); got batches_per_request={value!r}."
-        )
-    return value
+    return positive_int(
+        "batches_per_request", batches_per_request, "batches each sample request asks for"
+    )
 
 
 class SampleStream(Iterator[Sample]):

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import positive_int
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.service.endpoint import Endpoint
 from recollect.specs import FlatSpec
@@ -58,9 +59,8 @@ class Writer:
         max_in_flight: int = 4,
         timeout: float | None = None,
     ) -> None:
-        for name, value in (("chunk_length", chunk_length), ("max_in_flight", max_in_flight)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"`{name}` must be an int >= 1; got {value!r}.")
+        chunk_length = positive_int("chunk_length", chunk_length)
+        max_in_flight = positive_int("max_in_flight", max_in_flight)
         self._endpoint = endpoint
         self._flat = FlatSpec(data_spec)
         self.table = endpoint.table

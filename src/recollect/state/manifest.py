@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import is_int
 from recollect.errors import CheckpointError
 from recollect.specs import ArraySpec
 
@@ -211,7 +212,7 @@ def parse_manifest(path: Path) -> dict[str, Any]:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise CheckpointError(f"{file}: not a recollect checkpoint manifest.")
     version = manifest.get("format_version")
-    if not isinstance(version, int) or version < 1:
+    if not is_int(version, minimum=1):
         raise CheckpointError(f"{file}: invalid format_version {version!r}.")
     if version > FORMAT_VERSION:
         raise CheckpointError(

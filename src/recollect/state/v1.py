@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import is_int
 from recollect.errors import CheckpointError
 from recollect.specs import leaf_names
 
@@ -20,9 +21,9 @@ __all__ = ["upgrade"]
 
 def _int(section: Any, key: str, where: str, minimum: int = 0) -> int:
     value = section.get(key) if isinstance(section, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value, minimum):
         raise CheckpointError(f"{where}: field {key} must be an int >= {minimum}; got {value!r}.")
-    return value
+    return int(value)
 
 
 def _tree(reader: Any, value: Any) -> Any:

@@ -27,6 +27,7 @@ import math
 import warnings
 from typing import Any, ClassVar
 
+from recollect.arguments import positive_int
 from recollect.errors import InvalidArgumentError
 
 __all__ = [
@@ -43,11 +44,7 @@ _BIG = float(2**62)  # "unbounded" diff bounds (Reverb: the largest float)
 
 
 def _min_size(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(
-            f"`min_size_to_sample` must be an int >= 1; got min_size_to_sample={value!r}."
-        )
-    return int(value)
+    return positive_int("min_size_to_sample", value)
 
 
 def _number(name: str, value: Any) -> float:
@@ -282,9 +279,7 @@ class Queue(RateLimiter):
     """
 
     def __init__(self, size: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise InvalidArgumentError(f"`size` must be an int >= 1; got size={size!r}.")
-        self.size = int(size)
+        self.size = positive_int("size", size)
         super().__init__(1.0, 1, 0.0, float(size))
 
     def get_config(self) -> dict[str, Any]:
