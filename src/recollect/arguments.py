@@ -90,11 +90,19 @@ def positive_int(name: str, value: Any, meaning: str | None = None) -> int:
     return check_int(name, value, minimum=1, meaning=meaning)
 
 
-def no_options(what: str, options: Mapping[str, Any]) -> None:
-    """Raises when ``options`` (a callee's ``**kwargs``) is not empty.
+def no_options(what: str, options: Mapping[str, Any], takes: str | None = None) -> None:
+    """Raises when ``options`` (a callee's ``**kwargs`` left after the ones it takes) is
+    not empty.
+
+    Args:
+        what: the callee, first in the message ("Fifo sampling").
+        options: the options left over.
+        takes: the options the callee does take, named in the message (None: it takes none).
 
     Raises:
-        InvalidArgumentTypeError: "``what`` takes no options; got [names]."
+        InvalidArgumentTypeError: "``what`` takes no options; got [names]." (with ``takes``:
+            "``what`` takes only ``takes``; got [names].")
     """
     if options:
-        raise InvalidArgumentTypeError(f"{what} takes no options; got {sorted(options)}.")
+        allowed = "no options" if takes is None else f"only {takes}"
+        raise InvalidArgumentTypeError(f"{what} takes {allowed}; got {sorted(options)}.")

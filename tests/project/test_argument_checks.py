@@ -22,12 +22,6 @@ HELPER = "arguments.py"
 PENDING: dict[str, int] = {
     "prefetch.py": 4,  # prefetch, num_threads (SampleSource work in progress there)
     "tf_data.py": 2,  # the optional ints of as_dataset
-    "samplers/prioritized.py": 1,  # the options of Prioritized.sample
-    "samplers/sum_tree.py": 1,  # capacity
-    "sb3/buffers.py": 4,  # the int options, n_step
-    "sb3/persistence.py": 1,  # the saved format version
-    "sb3/spaces.py": 1,  # frame_stack
-    "service/shard.py": 2,  # reserve(num_envs)
     "storage/codecs.py": 3,  # zstd / lz4 / zlib levels
     "storage/frame_stack.py": 1,  # stack_size
 }

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import no_options
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.ids import MAX_TIME, ROW_BITS, ROW_SHIFT
 from recollect.samplers.base import Sampler, WindowDraw, importance_weights
@@ -215,11 +216,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         return np.maximum(raw, 0.0, out=raw)
 
     def _check_request(self, within_episode: bool, kwargs: dict) -> None:
-        if kwargs:
-            raise InvalidArgumentError(
-                f"Prioritized sampling takes only importance_sampling_exponent; got "
-                f"{sorted(kwargs)}."
-            )
+        no_options("Prioritized sampling", kwargs, takes="importance_sampling_exponent")
         if within_episode != bool(self.episode_aware):
             raise InvalidArgumentError(
                 f"Prioritized sampling decides window validity at write time (episode-aware="

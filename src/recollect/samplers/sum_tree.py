@@ -54,6 +54,9 @@ import math
 
 import numpy as np
 
+from recollect.arguments import is_int
+from recollect.errors import InvalidArgumentError
+
 __all__ = ["SumTree", "level_sizes"]
 
 
@@ -76,10 +79,10 @@ class SumTree:
     """
 
     def __init__(self, capacity: int, branching: int = 16, *, track_min: bool = False) -> None:
-        if capacity < 1 or branching < 2:
-            raise ValueError(
-                f"SumTree needs capacity >= 1 and branching >= 2; got capacity={capacity}, "
-                f"branching={branching}."
+        if not (is_int(capacity, 1) and is_int(branching, 2)):
+            raise InvalidArgumentError(
+                f"SumTree needs capacity >= 1 and branching >= 2; got capacity={capacity!r}, "
+                f"branching={branching!r}."
             )
         self.capacity = int(capacity)
         self.branching = b = int(branching)

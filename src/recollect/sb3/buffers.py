@@ -33,6 +33,7 @@ from stable_baselines3.common.buffers import ReplayBuffer as Sb3ReplayBuffer
 from stable_baselines3.common.preprocessing import get_obs_shape
 
 from recollect import ids as id_layout
+from recollect.arguments import positive_int
 from recollect.buffers import TransitionBuffer
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
@@ -53,7 +54,6 @@ from recollect.sb3.spaces import (
 from recollect.sb3.stack_starts import StackStarts
 from recollect.specs import ArraySpec
 from recollect.storage.frame_store import FrameStack
-from recollect.table.table import positive_int
 
 __all__ = ["ReplayBuffer"]
 
@@ -124,9 +124,8 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
         n_steps: int | None = None,
         compression: Any = None,
     ) -> None:
-        for name, value in (("buffer_size", buffer_size), ("n_envs", n_envs)):
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise InvalidArgumentError(f"`{name}` must be an int >= 1; got {name}={value!r}.")
+        positive_int("buffer_size", buffer_size)
+        positive_int("n_envs", n_envs)
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs)
         self.buffer_size = max(buffer_size // n_envs, 1)
         self.optimize_memory_usage = bool(optimize_memory_usage)
@@ -444,9 +443,7 @@ def _n_step(n_step: Any, n_steps: Any) -> int:
             f"n_steps={n_steps}."
         )
     n = n_step if n_step is not None else (n_steps if n_steps is not None else 1)
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
-        raise InvalidArgumentError(f"`n_step` must be an int >= 1; got n_step={n!r}.")
-    return int(n)
+    return positive_int("n_step", n)
 
 
 def _obs_spec(space: spaces.Space) -> Any:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import is_int
 from recollect.buffers import TransitionBuffer
 from recollect.errors import CheckpointError
 from recollect.state.files import Saved
@@ -222,7 +223,7 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"{path / CONFIG} is not a {FORMAT} checkpoint manifest.")
     version = config.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not is_int(version) or version > FORMAT_VERSION:
         raise CheckpointError(
             f"{path} has format_version={version!r}; this recollect reads <= {FORMAT_VERSION}. "
             "Upgrade recollect."

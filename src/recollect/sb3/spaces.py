@@ -15,7 +15,8 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 
-from recollect.errors import InvalidArgumentError
+from recollect.arguments import is_int
+from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError
 from recollect.storage.frame_store import FrameStack
 
 FLOAT32 = np.dtype(np.float32)
@@ -99,8 +100,8 @@ def resolve_frame_stack(frame_stack: Any, space: spaces.Space) -> FrameStack | N
         )
     if isinstance(frame_stack, FrameStack):
         return frame_stack
-    if isinstance(frame_stack, bool) or not isinstance(frame_stack, int | np.integer):
-        raise InvalidArgumentError(
+    if not is_int(frame_stack):
+        raise InvalidArgumentTypeError(
             f"`frame_stack` must be None, an int (VecFrameStack's n_stack) or a "
             f"recollect.FrameStack; got {frame_stack!r}."
         )

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import positive_int
 from recollect.buffers import ReplayBuffer, Sample
 from recollect.errors import (
     InvalidArgumentError,
@@ -128,8 +129,7 @@ class Shard:
             NoFreeRowsError: more than free rows (after reclaiming the leases of
                 dead writers).
         """
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
-            raise InvalidArgumentError(f"`num_envs` must be an int >= 1; got {num_envs!r}.")
+        positive_int("num_envs", num_envs)
         with self._lock:
             free = np.flatnonzero(self._owner == 0)
             if len(free) < num_envs:
