@@ -100,7 +100,9 @@ EPISODE_SPEC = {
 
 
 def _sampler(name: str):
-    return {"uniform": None, "prioritized": rc.Prioritized(0.6, importance_sampling_exponent=0.4)}[name]
+    return {"uniform": None, "prioritized": rc.Prioritized(0.6, importance_sampling_exponent=0.4)}[
+        name
+    ]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
