@@ -100,9 +100,9 @@ EPISODE_SPEC = {
 
 
 def _sampler(name: str):
-    return {"uniform": None, "prioritized": rc.Prioritized(0.6, importance_sampling_exponent=0.4)}[
-        name
-    ]
+    if name == "uniform":
+        return None
+    return rc.Prioritized(0.6, importance_sampling_exponent=0.4)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
