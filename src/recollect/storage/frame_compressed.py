@@ -69,8 +69,10 @@ class CompressedFrameRing:
         if word is None or stacked.dtype != self.dtype or not stacked.flags.c_contiguous:
             return np.take(stacked, self.k - 1, axis=1 + self.axis)
         words = stacked.view(word)[..., 0]
-        top = words >> word.type((self.k - 1) * 8 * self.dtype.itemsize)
-        return top.astype(f"u{self.dtype.itemsize}").view(self.dtype)
+        top = np.empty(words.shape, f"u{self.dtype.itemsize}")  # shift and narrow in one pass
+        shift = word.type((self.k - 1) * 8 * self.dtype.itemsize)
+        np.right_shift(words, shift, out=top, casting="unsafe")
+        return top.view(self.dtype)
 
     def encode_stacked(self, stacked: Any) -> Encoded:
         """Compresses the newest frame of each stack (call it outside the table lock)."""
