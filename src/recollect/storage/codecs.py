@@ -246,11 +246,11 @@ class ZstdCodec:
         if self.dictionary is None:
             context = z.ZstdCompressor(level=self.level) if kind == "c" else z.ZstdDecompressor()
         elif kind == "c":
-            prepared = z.ZstdCompressionDict(self.dictionary, dict_type=z.DICT_TYPE_FULLDICT)
+            prepared = z.ZstdCompressionDict(self.dictionary, dict_type=z.DICT_TYPE_AUTO)
             prepared.precompute_compress(level=self.level)
             context = z.ZstdCompressor(level=self.level, dict_data=prepared, write_dict_id=False)
         else:
-            prepared = z.ZstdCompressionDict(self.dictionary, dict_type=z.DICT_TYPE_FULLDICT)
+            prepared = z.ZstdCompressionDict(self.dictionary, dict_type=z.DICT_TYPE_AUTO)
             context = z.ZstdDecompressor(dict_data=prepared)
         setattr(local, kind, context)
         return context
