@@ -59,7 +59,7 @@ def trim_heap() -> None:
     """
     try:
         trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
+    except (OSError, AttributeError, TypeError):  # not glibc (or no CDLL(None): Windows)
         return
     trim(0)
 
