@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import recollect as rc
 from recollect.errors import CheckpointError, InvalidArgumentError
+from recollect.storage import compressed as compressed_module
 from recollect.storage.codecs import ZstdCodec, codec_from_config, resolve
 from recollect.storage.compressed import CompressedSlots
 
@@ -23,8 +24,8 @@ pytest.importorskip("zstandard")
 
 
 class EagerDictionary(ZstdCodec):
-    """Trains after 16 values and keeps a raw-content dictionary whatever it gains
-    (so that small random test values take the dictionary path too)."""
+    """Trains after 16 values on a raw-content dictionary (with ``MIN_DICTIONARY_GAIN``
+    lowered, small random test values take the dictionary path too)."""
 
     def __init__(self) -> None:
         super().__init__(train_values=16)
@@ -250,6 +251,14 @@ def test_dictionary_stores_sample_like_an_uncompressed_twin(
     }
     stacks = {"observation": rc.FrameStack(4, axis=-1)}
     comp = {"observation": EagerDictionary(), "image": EagerDictionary()}
+    gain, compressed_module.MIN_DICTIONARY_GAIN = compressed_module.MIN_DICTIONARY_GAIN, -1e9
+    try:
+        _twins(num_envs, max_length, steps, per_row, extend_at, clear_at, seed, spec, stacks, comp)
+    finally:
+        compressed_module.MIN_DICTIONARY_GAIN = gain
+
+
+def _twins(num_envs, max_length, steps, per_row, extend_at, clear_at, seed, spec, stacks, comp):
     cap = num_envs * max_length
     a = rc.ReplayBuffer(spec, cap, num_envs, rng=3, frame_stacks=stacks, compression=comp)
     b = rc.ReplayBuffer(spec, cap, num_envs, rng=3, frame_stacks=stacks)

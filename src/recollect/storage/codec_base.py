@@ -44,7 +44,7 @@ class DictionaryCodec(Codec, Protocol):
         """Whether a store of values of ``size`` bytes should train a dictionary."""
 
     def train(self, values: np.ndarray) -> bytes | None:
-        """A dictionary for values like ``values`` uint8 ``[n, size]``, or None (no gain)."""
+        """A dictionary for values like ``values`` uint8 ``[n, size]``, or None (cannot train)."""
 
     def with_dictionary(self, dictionary: bytes) -> Codec:
         """A codec that encodes and decodes with ``dictionary``."""

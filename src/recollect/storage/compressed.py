@@ -29,6 +29,8 @@ __all__ = ["CompressedSlots", "Encoded", "block_bytes", "slots_nbytes"]
 BLOCK_BYTES = 1 << 20
 #: Values re-encoded per chunk when a dictionary is trained (bounds the decoded copy).
 REENCODE_VALUES = 512
+#: A trained dictionary is kept only when it shrinks the stored values by this fraction.
+MIN_DICTIONARY_GAIN = 0.1
 
 
 def block_bytes(codec: Codec, size: int) -> int:
@@ -213,26 +215,30 @@ class CompressedSlots:
             self._train(codec)
 
     def _train(self, codec: DictionaryCodec) -> None:
-        """Trains a dictionary on the stored values and re-encodes them all with it."""
+        """Trains a dictionary on the stored values and re-encodes them all with it; keeps
+        it when they shrink by ``MIN_DICTIONARY_GAIN`` (their plain lengths are known)."""
         self._untrained = None  # one try: values after these are like these
         keys = np.flatnonzero(self.offsets.reshape(-1) >= 0)
         sample = self._decode_keys_raw(self._index, keys[: codec.train_values])
         dictionary = codec.train(sample)
         del sample
         if dictionary is not None:
-            self._reencode(codec.with_dictionary(dictionary), keys)
+            new = self._reencoded(codec.with_dictionary(dictionary), keys)
+            plain = int(self.lengths.reshape(-1)[keys].astype(np.int64).sum())
+            if int(new.lengths.sum()) <= (1 - MIN_DICTIONARY_GAIN) * plain:
+                self._index = new  # one swap: readers outside the lock keep the old index
+            del new
         trim_heap()  # the training's tens of MB of freed temporaries
 
-    def _reencode(self, codec: Codec, keys: np.ndarray) -> None:
-        """Re-encodes the values at ``keys`` with ``codec`` into a new arena, then swaps
-        the whole index (readers outside the lock keep the old one alive)."""
+    def _reencoded(self, codec: Codec, keys: np.ndarray) -> _Index:
+        """A new index (and arena) holding the values at ``keys`` re-encoded with ``codec``."""
         old, new = self._index, self._empty_index(codec)
         for start in range(0, len(keys), REENCODE_VALUES):  # loop over chunks of values
             part = keys[start : start + REENCODE_VALUES]
             data, lengths = codec.encode(self._decode_keys_raw(old, part))
             new.offsets.reshape(-1)[part] = new.arena.append(data, lengths)
             new.lengths.reshape(-1)[part] = lengths
-        self._index = new
+        return new
 
     def _decode_keys_raw(self, index: _Index, keys: np.ndarray) -> np.ndarray:
         """Raw bytes ``[len(keys), size]`` of the (written) values at flat ``keys``."""

@@ -9,6 +9,7 @@ stacks decodes every distinct frame of the batch once (a window of 2 steps of
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -98,7 +99,7 @@ class CompressedFrameRing:
         table = self.slots.decode_unique(unique[lead:], lead)  # row 0: padding, if used
         if lead:
             table[0] = self.pad
-        flat = table.reshape(len(table), -1)  # rows of one frame: the gatherer copies them
+        flat = table.reshape(len(table), math.prod(self.frame_shape))  # rows: one frame each
         out = self.gatherer.gather([flat], inverse.reshape(keys.shape))[0]
         return out.reshape(*keys.shape, *self.frame_shape)
 
