@@ -70,7 +70,7 @@ def memory_rows(games: list[Frames], capacity: int, codec: str) -> dict[str, rc.
     print(f"\n## W1 memory, compressed frame store ({codec}), real ALE frames, 8 envs")
     print(f"capacity {capacity:,} steps; recording of {games[0].steps:,} steps x 8 envs per game")
     head = f"{'game':<16}{'RSS B/step':>12}{'nbytes B/step':>15}{'codec B/frame':>15}"
-    head += f"{'estimate B/step':>17}{'fill steps/s':>14}"
+    head += f"{'estimate B/step':>17}{'fill steps/s':>14}{'dictionary B':>14}"
     print(head + "\n" + "-" * len(head))
     bufs, per_step = {}, []
     for g in games:
@@ -89,9 +89,11 @@ def memory_rows(games: list[Frames], capacity: int, codec: str) -> dict[str, rc.
         print(
             f"{g.game:<16}{delta / capacity:>12,.0f}{buf.nbytes / capacity:>15,.0f}"
             f"{per_frame:>15,.0f}{estimate / capacity:>17,.0f}{capacity / seconds:>14,.0f}"
+            f"{len(slots.dictionary or b''):>14,}"
         )
         bufs[f"{codec} {g.game}"] = buf
     print(f"{'mean':<16}{np.mean(per_step):>12,.0f}   (target <= 900; MsPacman <= 1,600)")
+    print("estimate: rc.estimate_memory from one add_batch, without a trained dictionary")
     return bufs
 
 

@@ -378,3 +378,15 @@ def test_codec_batches_round_trip_on_one_and_several_threads(codec):
         out = np.empty((n, 500), np.uint8)
         codec.decode_into(arena, offsets[order], lengths[order], out)
         np.testing.assert_array_equal(out, values[order])
+
+
+def test_a_row_never_written_gathers_empty_stacks_like_the_uncompressed_store():
+    spec = {"observation": rc.ArraySpec((4, 3, 4), np.uint8), "is_last": rc.ArraySpec((), bool)}
+    stacks = {"observation": rc.FrameStack(4)}
+    a = rc.ReplayBuffer(spec, 20, 2, frame_stacks=stacks, compression={"observation": "zstd"})
+    b = rc.ReplayBuffer(spec, 20, 2, frame_stacks=stacks)
+    step = {"observation": np.ones((1, 4, 3, 4), np.uint8), "is_last": np.zeros(1, bool)}
+    for buf in (a, b):
+        buf.add_batch(step, rows=[0])
+    for row in (0, 1):
+        _leaves_equal(a.gather_row(row), b.gather_row(row))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import recollect as rc
+from recollect.storage import ZstdCodec
 
 NUM_ENVS = 2
 STEPS = 1200  # per env: several episodes (time limit 300), the ring wraps twice
@@ -32,8 +33,12 @@ def _make_env(game):
     return FrameStackObservation(AtariPreprocessing(env, frame_skip=1), 4)
 
 
-@pytest.mark.parametrize(("game", "axis"), [("Pong", -1), ("MsPacman", 0)])
-def test_compressed_atari_stacks_are_exact(game, axis):
+@pytest.mark.parametrize(
+    ("game", "axis", "train_values"), [("Pong", -1, 2048), ("MsPacman", 0, 512), ("Pong", 0, 256)]
+)
+def test_compressed_atari_stacks_are_exact(game, axis, train_values):
+    """``train_values`` 2048 never trains (1,006 frame slots); 256 and 512 train a dictionary
+    mid-run (then every frame stored so far is re-encoded with it)."""
     envs = [_make_env(game) for _ in range(NUM_ENVS)]
     shape = (84, 84, 4) if axis == -1 else (4, 84, 84)
     spec = {
@@ -48,7 +53,7 @@ def test_compressed_atari_stacks_are_exact(game, axis):
         NUM_ENVS,
         rng=0,
         frame_stacks={"observation": rc.FrameStack(4, axis=axis)},
-        compression={"observation": "zstd"},
+        compression={"observation": ZstdCodec(train_values=train_values)},
     )
     obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
     for e, env in enumerate(envs):
@@ -78,3 +83,5 @@ def test_compressed_atari_stacks_are_exact(game, axis):
             np.testing.assert_array_equal(s.data["observation"][b, j], recorded[int(item) + j])
     raw_frames = NUM_ENVS * MAX_LENGTH * 84 * 84
     assert buf.nbytes < raw_frames / 2  # zstd: 171 (Pong) to 1,184 (MsPacman) B per frame
+    slots = next(iter(buf.storage.compressed_rings().values())).slots
+    assert (slots.dictionary is not None) == (train_values < 1006)

@@ -9,7 +9,7 @@ import recollect as rc
 from recollect.errors import DTypeError, ShapeError, SpecError
 from recollect.specs import FlatSpec
 from recollect.storage import gather as gather_module
-from recollect.storage.gather import Gatherer
+from recollect.storage.gather import ChunkPool, Gatherer
 from recollect.validation import _convert_leaves, convert_step
 
 DTYPES = [np.float32, np.int32, np.uint8, np.bool_, np.float16]
@@ -43,6 +43,26 @@ def test_split_gather_equals_fancy_indexing(monkeypatch):
         index = rng.integers(0, 300, (64, 2))
         for got, view in zip(gatherer.gather(views, index), views, strict=True):
             np.testing.assert_array_equal(got, view[index])
+
+
+def test_chunk_pool_runs_every_chunk_once_and_reraises_errors():
+    pool = ChunkPool(3)
+    for n in (1, 2, 7, 100):
+        seen = np.zeros(n, np.int64)
+
+        def mark(a, b, seen=seen):
+            seen[a:b] += 1
+
+        pool.run(mark, [n * k // 5 for k in range(6)])
+        np.testing.assert_array_equal(seen, 1)
+
+    def fail(a, b):
+        if a > 0:
+            raise ValueError(f"chunk at {a}")
+
+    with pytest.raises(ValueError, match="chunk at"):
+        pool.run(fail, [0, 1, 2, 3])
+    pool.stop()
 
 
 def test_recycled_blocks_never_overwrite_a_sample_still_held():

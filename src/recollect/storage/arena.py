@@ -76,6 +76,12 @@ class ByteArena:
         raw = np.frombuffer(data, np.uint8)
         ends = np.cumsum(lengths)
         starts = ends - lengths
+        if len(raw) <= self.block_bytes - self._cursor:  # the common case: all fit the block
+            at = self._block * self.block_bytes + self._cursor
+            self.data[at : at + len(raw)] = raw
+            self.live[self._block] += len(lengths)
+            self._cursor += len(raw)
+            return starts + at
         offsets = np.empty(len(lengths), np.int64)
         done = 0
         while done < len(lengths):
@@ -101,13 +107,14 @@ class ByteArena:
 
     def release(self, offsets: np.ndarray) -> None:
         """Marks the values at ``offsets`` (int64, any shape; < 0 ignored) as dead."""
-        offsets = offsets[offsets >= 0]
-        if not len(offsets):
+        blocks = offsets[offsets >= 0] // self.block_bytes
+        if not len(blocks):
             return
-        touched, counts = np.unique(offsets // self.block_bytes, return_counts=True)
-        self.live[touched] -= counts
-        empty = touched[(self.live[touched] == 0) & (touched != self._block)]
-        self._free.extend(empty.tolist())
+        np.subtract.at(self.live, blocks, 1)  # no sort: a write touches one or two blocks
+        emptied = blocks[self.live[blocks] == 0]
+        if len(emptied):  # rare: a block's last value went
+            emptied = np.unique(emptied)
+            self._free.extend(emptied[emptied != self._block].tolist())
 
     def clear(self) -> None:
         """Forgets every value (blocks stay allocated and are reused)."""

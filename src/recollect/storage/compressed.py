@@ -13,19 +13,24 @@ store later (:meth:`CompressedSlots.store`).
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from recollect.errors import CheckpointError
 from recollect.storage.arena import ByteArena
-from recollect.storage.codecs import Codec
+from recollect.storage.codecs import Codec, DictionaryCodec
 
 __all__ = ["CompressedSlots", "Encoded", "block_bytes", "slots_nbytes"]
 
 BLOCK_BYTES = 1 << 20
+#: Values re-encoded per chunk when a dictionary is trained (bounds the decoded copy).
+REENCODE_VALUES = 512
+#: A trained dictionary is kept only when it shrinks the stored values by this fraction.
+MIN_DICTIONARY_GAIN = 0.1
 
 
 def block_bytes(codec: Codec, size: int) -> int:
@@ -47,13 +52,28 @@ def slots_nbytes(codec: Codec, values: int, size: int, mean_bytes: float | None 
     return index + (-(-int(values * mean_bytes) // block) + 1) * block
 
 
+def trim_heap() -> None:
+    """Hands freed heap memory back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+
+    glibc keeps freed chunks below its dynamic trim threshold (tens of MB once
+    numpy has freed large arrays), so the temporaries of a dictionary training
+    would otherwise stay in the process's RSS for good.
+    """
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc (or no CDLL(None): Windows)
+        return
+    trim(0)
+
+
 class Encoded:
-    """Values already compressed: their bytes joined and int64 ``lengths`` ``[*lead]``."""
+    """Values already compressed: their bytes joined, int64 ``lengths`` ``[*lead]``, and
+    the codec that encoded them (a store re-encodes them if it has changed since)."""
 
-    __slots__ = ("data", "lengths")
+    __slots__ = ("codec", "data", "lengths")
 
-    def __init__(self, data: bytes, lengths: np.ndarray) -> None:
-        self.data, self.lengths = data, lengths
+    def __init__(self, data: bytes, lengths: np.ndarray, codec: Codec) -> None:
+        self.data, self.lengths, self.codec = data, lengths, codec
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -61,11 +81,25 @@ class Encoded:
         return self.lengths.shape
 
 
+class _Index(NamedTuple):
+    """Where the values are, and the codec that reads them: replaced as one object when a
+    dictionary is trained, so a read outside the lock sees one consistent version."""
+
+    codec: Codec
+    arena: ByteArena
+    offsets: np.ndarray  # int64 [num_envs, slots], -1: never written
+    lengths: np.ndarray  # int32 [num_envs, slots]
+
+
 class CompressedSlots:
     """One leaf's values ``[num_envs, slots, *shape]``, each stored compressed.
 
     Args:
-        codec: the :class:`~recollect.storage.codecs.Codec`.
+        codec: the :class:`~recollect.storage.codecs.Codec`. A
+            :class:`~recollect.storage.codecs.DictionaryCodec` (zstd) gets a
+            dictionary trained on the first ``codec.train_values`` values stored
+            (they are then re-encoded with it); a store restored with at least
+            that many values and no dictionary keeps none.
         num_envs, slots: the index geometry.
         shape, dtype: one value's shape and dtype.
     """
@@ -76,19 +110,47 @@ class CompressedSlots:
         self.codec, self.shape, self.dtype = codec, tuple(shape), np.dtype(dtype)
         self.num_envs, self.slots = num_envs, slots
         self.size = math.prod(self.shape) * self.dtype.itemsize
-        self.offsets = np.full((num_envs, slots), -1, np.int64)
-        self.lengths = np.zeros((num_envs, slots), np.int32)
-        bound = codec.bound(max(1, self.size))
-        block = block_bytes(codec, self.size)
-        # the worst case (incompressible values) fits without growing; only touched pages count
-        self.arena = ByteArena(num_envs * slots * bound + (num_envs + 2) * block, block)
+        self._index = self._empty_index(codec)
+        trains = isinstance(codec, DictionaryCodec) and codec.trains(self.size)
+        self._untrained: int | None = 0 if trains else None  # live values, while waiting to train
         self._all_rows = np.arange(num_envs, dtype=np.int64)
         self._scratch = threading.local()  # decoded values of the last read, per thread
 
+    def _empty_index(self, codec: Codec) -> _Index:
+        bound = codec.bound(max(1, self.size))
+        block = block_bytes(codec, self.size)
+        # the worst case (incompressible values) fits without growing; only touched pages count
+        arena = ByteArena(self.num_envs * self.slots * bound + (self.num_envs + 2) * block, block)
+        offsets = np.full((self.num_envs, self.slots), -1, np.int64)
+        return _Index(codec, arena, offsets, np.zeros((self.num_envs, self.slots), np.int32))
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """int64 ``[num_envs, slots]``: each value's offset in the arena (-1: never written)."""
+        return self._index.offsets
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """int32 ``[num_envs, slots]``: each value's compressed length."""
+        return self._index.lengths
+
+    @property
+    def arena(self) -> ByteArena:
+        """The blocks holding the compressed bytes."""
+        return self._index.arena
+
+    @property
+    def dictionary(self) -> bytes | None:
+        """The trained (or restored) dictionary the values are encoded with, if any."""
+        codec = self._index.codec
+        return codec.dictionary if isinstance(codec, DictionaryCodec) else None
+
     @property
     def nbytes(self) -> int:
-        """Bytes held: arena blocks handed out plus the offset/length index."""
-        return self.arena.nbytes + self.offsets.nbytes + self.lengths.nbytes
+        """Bytes held: arena blocks handed out, the offset/length index and the dictionary."""
+        index = self._index
+        extra = len(self.dictionary or b"")
+        return index.arena.nbytes + index.offsets.nbytes + index.lengths.nbytes + extra
 
     @property
     def stored_bytes(self) -> int:
@@ -102,8 +164,20 @@ class CompressedSlots:
         values = np.ascontiguousarray(values, self.dtype)
         lead = values.shape[: values.ndim - len(self.shape)]
         raw = values.reshape(-1).view(np.uint8).reshape(-1, self.size)
-        data, lengths = self.codec.encode(raw)
-        return Encoded(data, lengths.reshape(lead))
+        codec = self._index.codec
+        data, lengths = codec.encode(raw)
+        return Encoded(data, lengths.reshape(lead), codec)
+
+    def _current(self, encoded: Encoded) -> Encoded:
+        """``encoded``, re-encoded if a dictionary was trained after it was encoded."""
+        if encoded.codec is self._index.codec:
+            return encoded
+        lengths = encoded.lengths.reshape(-1).astype(np.int64)
+        raw = np.empty((len(lengths), self.size), np.uint8)
+        data = np.frombuffer(encoded.data, np.uint8)
+        encoded.codec.decode_into(data, np.cumsum(lengths) - lengths, lengths, raw)
+        values = raw.view(self.dtype).reshape(*encoded.lengths.shape, *self.shape)
+        return self.encode(values)
 
     def store(self, rows: np.ndarray | None, slots: Any, values: Any) -> None:
         """Stores values (array or :class:`Encoded`) at ``(rows, slots)`` (broadcasting).
@@ -111,21 +185,69 @@ class CompressedSlots:
         ``rows`` None means every row. A block write has ``rows`` ``[k, 1]`` and
         ``slots`` ``[k, T]``.
         """
-        encoded = self.encode(values)
+        encoded = self._current(self.encode(values))
+        index = self._index
         lengths = encoded.lengths.reshape(-1)
         if rows is None and np.ndim(slots) == 0:  # every row at one slot: column views
-            column = self.offsets[:, int(slots)]
-            self.arena.release(column)
-            column[:] = self.arena.append(encoded.data, lengths)
-            self.lengths[:, int(slots)] = lengths
-            return
-        rows = self._all_rows if rows is None else rows
-        rows, slots = np.broadcast_arrays(rows, np.asarray(slots))
-        self.arena.release(self.offsets[rows, slots].reshape(-1))
-        offsets = self.arena.append(encoded.data, lengths)
-        self.offsets[rows, slots] = offsets.reshape(rows.shape)
-        self.lengths[rows, slots] = lengths.reshape(rows.shape)
+            column = index.offsets[:, int(slots)]
+            fresh = np.count_nonzero(column < 0) if self._untrained is not None else 0
+            index.arena.release(column)
+            column[:] = index.arena.append(encoded.data, lengths)
+            index.lengths[:, int(slots)] = lengths
+        else:
+            rows = self._all_rows if rows is None else rows
+            rows, slots = np.broadcast_arrays(rows, np.asarray(slots))
+            old = index.offsets[rows, slots].reshape(-1)
+            fresh = np.count_nonzero(old < 0) if self._untrained is not None else 0
+            index.arena.release(old)
+            offsets = index.arena.append(encoded.data, lengths)
+            index.offsets[rows, slots] = offsets.reshape(rows.shape)
+            index.lengths[rows, slots] = lengths.reshape(rows.shape)
+        if self._untrained is not None:
+            self._count(int(fresh))
 
+    # -- dictionaries -----------------------------------------------------------
+    def _count(self, fresh: int) -> None:
+        """Counts newly written slots; trains once there are ``train_values`` of them."""
+        codec = self.codec
+        self._untrained = (self._untrained or 0) + fresh
+        if isinstance(codec, DictionaryCodec) and self._untrained >= codec.train_values:
+            self._train(codec)
+
+    def _train(self, codec: DictionaryCodec) -> None:
+        """Trains a dictionary on the stored values and re-encodes them all with it; keeps
+        it when they shrink by ``MIN_DICTIONARY_GAIN`` (their plain lengths are known)."""
+        self._untrained = None  # one try: values after these are like these
+        keys = np.flatnonzero(self.offsets.reshape(-1) >= 0)
+        sample = self._decode_keys_raw(self._index, keys[: codec.train_values])
+        dictionary = codec.train(sample)
+        del sample
+        if dictionary is not None:
+            new = self._reencoded(codec.with_dictionary(dictionary), keys)
+            plain = int(self.lengths.reshape(-1)[keys].astype(np.int64).sum())
+            if int(new.lengths.sum()) <= (1 - MIN_DICTIONARY_GAIN) * plain:
+                self._index = new  # one swap: readers outside the lock keep the old index
+            del new
+        trim_heap()  # the training's tens of MB of freed temporaries
+
+    def _reencoded(self, codec: Codec, keys: np.ndarray) -> _Index:
+        """A new index (and arena) holding the values at ``keys`` re-encoded with ``codec``."""
+        old, new = self._index, self._empty_index(codec)
+        for start in range(0, len(keys), REENCODE_VALUES):  # loop over chunks of values
+            part = keys[start : start + REENCODE_VALUES]
+            data, lengths = codec.encode(self._decode_keys_raw(old, part))
+            new.offsets.reshape(-1)[part] = new.arena.append(data, lengths)
+            new.lengths.reshape(-1)[part] = lengths
+        return new
+
+    def _decode_keys_raw(self, index: _Index, keys: np.ndarray) -> np.ndarray:
+        """Raw bytes ``[len(keys), size]`` of the (written) values at flat ``keys``."""
+        out = np.empty((len(keys), self.size), np.uint8)
+        offsets, lengths = index.offsets.reshape(-1)[keys], index.lengths.reshape(-1)[keys]
+        index.codec.decode_into(index.arena.data, offsets, lengths, out)
+        return out
+
+    # -- reading ----------------------------------------------------------------
     def decode_keys(self, keys: np.ndarray) -> np.ndarray:
         """Values ``[*keys.shape, *shape]`` at keys ``row * slots + slot``, each decoded once."""
         unique, inverse = np.unique(keys, return_inverse=True)
@@ -143,19 +265,22 @@ class CompressedSlots:
         if scratch is None or len(scratch) < n:
             scratch = self._scratch.array = np.empty((max(n, 64), self.size), np.uint8)
         raw = scratch[lead:n]
-        offsets = self.offsets.reshape(-1)[keys]
-        lengths = self.lengths.reshape(-1)[keys]
+        index = self._index  # one consistent version, even outside the lock
+        offsets = index.offsets.reshape(-1)[keys]
+        lengths = index.lengths.reshape(-1)[keys]
         written = offsets >= 0
         if written.all():
-            self._decode(offsets, lengths, raw)
+            self._decode(index, offsets, lengths, raw)
         else:
             raw[~written] = 0
             part = np.empty((int(written.sum()), self.size), np.uint8)
-            self._decode(offsets[written], lengths[written], part)
+            self._decode(index, offsets[written], lengths[written], part)
             raw[written] = part
         return scratch[:n].view(self.dtype).reshape(n, *self.shape)
 
-    def _decode(self, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
+    def _decode(
+        self, index: _Index, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
+    ) -> None:
         """``codec.decode_into``; a value that fails to decode comes back as zeros.
 
         Under the table lock every stored value decodes. A gather outside the
@@ -163,14 +288,13 @@ class CompressedSlots:
         replaces it; that draw is stale and is drawn again, so its values only
         need to not raise. The fallback decodes value by value (rare path).
         """
+        data, codec = index.arena.data, index.codec
         try:
-            self.codec.decode_into(self.arena.data, offsets, lengths, out)
+            codec.decode_into(data, offsets, lengths, out)
         except Exception:
             for j in range(len(offsets)):  # fallback only: one value at a time
                 try:
-                    self.codec.decode_into(
-                        self.arena.data, offsets[j : j + 1], lengths[j : j + 1], out[j : j + 1]
-                    )
+                    codec.decode_into(data, offsets[j : j + 1], lengths[j : j + 1], out[j : j + 1])
                 except Exception:
                     out[j] = 0
 
@@ -179,32 +303,42 @@ class CompressedSlots:
         return self.decode_keys(np.asarray(rows) * self.slots + np.asarray(slots))
 
     def clear(self) -> None:
-        """Forgets every value."""
-        self.offsets[:] = -1
-        self.lengths[:] = 0
-        self.arena.clear()
+        """Forgets every value (a trained dictionary is kept)."""
+        index = self._index
+        index.offsets[:] = -1
+        index.lengths[:] = 0
+        index.arena.clear()
+        if self.dictionary is None and isinstance(self.codec, DictionaryCodec):
+            self._untrained = 0 if self.codec.trains(self.size) else None
 
     # -- state ----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """``{"bytes": uint8 [total], "lengths": int32 [num_envs, slots], "codec": name}``.
+        """``{"bytes": uint8 [total], "lengths": int32 [num_envs, slots], "codec": name}``,
+        plus ``"dictionary"`` uint8 when the values are encoded with one.
 
         ``bytes`` holds the stored values' compressed bytes back to back in slot
         order (row-major), without the arena's free space.
         """
-        flat_off, flat_len = self.offsets.reshape(-1), self.lengths.reshape(-1).astype(np.int64)
+        index = self._index
+        flat_off, flat_len = index.offsets.reshape(-1), index.lengths.reshape(-1).astype(np.int64)
         keep = np.flatnonzero(flat_off >= 0)
         ends = flat_off[keep] + flat_len[keep]
-        view = self.arena.data.data  # a memoryview; one join of the segments: no index per byte
+        view = index.arena.data.data  # a memoryview; one join of the segments: no index per byte
         joined = b"".join(map(view.__getitem__, map(slice, flat_off[keep].tolist(), ends.tolist())))
         data = np.frombuffer(joined, np.uint8)
-        lengths = np.where(self.offsets >= 0, self.lengths, -1).astype(np.int32)
-        return {"bytes": data, "lengths": lengths, "codec": self.codec.name}
+        lengths = np.where(index.offsets >= 0, index.lengths, -1).astype(np.int32)
+        state: dict[str, Any] = {"bytes": data, "lengths": lengths, "codec": self.codec.name}
+        dictionary = self.dictionary
+        if dictionary is not None:
+            state["dictionary"] = np.frombuffer(dictionary, np.uint8).copy()
+        return state
 
     def load_state_dict(self, state: Any, name: str) -> None:
         """Restores :meth:`state_dict` output (bytes copied into fresh blocks).
 
         Raises:
-            CheckpointError: missing entries, another shape, codec or byte count.
+            CheckpointError: missing entries, another shape, codec or byte count, or a
+                dictionary this codec cannot use.
         """
         if not isinstance(state, dict) or {"bytes", "lengths"} - set(state):
             raise CheckpointError(f"saved compressed {name} lacks its bytes or lengths.")
@@ -222,7 +356,25 @@ class CompressedSlots:
         written = lengths >= 0
         if int(lengths[written].astype(np.int64).sum()) != len(data):
             raise CheckpointError(f"saved compressed {name}: lengths do not add up to its bytes.")
-        self.clear()
-        offsets = self.arena.append(data, lengths[written].astype(np.int64))
-        self.offsets[written] = offsets
-        self.lengths[written] = lengths[written]
+        codec = self._restored_codec(state.get("dictionary"), name)
+        index = self._index = self._empty_index(codec)
+        offsets = index.arena.append(data, lengths[written].astype(np.int64))
+        index.offsets[written] = offsets
+        index.lengths[written] = lengths[written]
+        live = int(np.count_nonzero(written))
+        base, self._untrained = self.codec, None
+        if codec is base and isinstance(base, DictionaryCodec) and base.trains(self.size):
+            self._untrained = live if live < base.train_values else None
+
+    def _restored_codec(self, dictionary: Any, name: str) -> Codec:
+        if dictionary is None:
+            return self.codec
+        dictionary = np.asarray(dictionary)
+        if not isinstance(self.codec, DictionaryCodec):
+            raise CheckpointError(
+                f"saved compressed {name} was encoded with a dictionary; this buffer's codec "
+                f"{self.codec.name!r} takes none."
+            )
+        if dictionary.dtype != np.uint8 or dictionary.ndim != 1 or not len(dictionary):
+            raise CheckpointError(f"saved compressed {name}: its dictionary is not uint8 bytes.")
+        return self.codec.with_dictionary(dictionary.tobytes())

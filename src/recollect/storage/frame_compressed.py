@@ -9,6 +9,7 @@ stacks decodes every distinct frame of the batch once (a window of 2 steps of
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -69,8 +70,10 @@ class CompressedFrameRing:
         if word is None or stacked.dtype != self.dtype or not stacked.flags.c_contiguous:
             return np.take(stacked, self.k - 1, axis=1 + self.axis)
         words = stacked.view(word)[..., 0]
-        top = words >> word.type((self.k - 1) * 8 * self.dtype.itemsize)
-        return top.astype(f"u{self.dtype.itemsize}").view(self.dtype)
+        top = np.empty(words.shape, f"u{self.dtype.itemsize}")  # shift and narrow in one pass
+        shift = word.type((self.k - 1) * 8 * self.dtype.itemsize)
+        np.right_shift(words, shift, out=top, casting="unsafe")
+        return top.view(self.dtype)
 
     def encode_stacked(self, stacked: Any) -> Encoded:
         """Compresses the newest frame of each stack (call it outside the table lock)."""
@@ -96,7 +99,7 @@ class CompressedFrameRing:
         table = self.slots.decode_unique(unique[lead:], lead)  # row 0: padding, if used
         if lead:
             table[0] = self.pad
-        flat = table.reshape(len(table), -1)  # rows of one frame: the gatherer copies them
+        flat = table.reshape(len(table), math.prod(self.frame_shape))  # rows: one frame each
         out = self.gatherer.gather([flat], inverse.reshape(keys.shape))[0]
         return out.reshape(*keys.shape, *self.frame_shape)
 

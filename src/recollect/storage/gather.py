@@ -39,10 +39,11 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["ALIGN_BYTES", "PARALLEL_MIN_BYTES", "Gatherer", "ThreadChooser"]
+__all__ = ["ALIGN_BYTES", "PARALLEL_MIN_BYTES", "ChunkPool", "Gatherer", "ThreadChooser"]
 
 #: Leaf gathers moving at least this many bytes may be split over threads.
 PARALLEL_MIN_BYTES = 1 << 22
@@ -62,15 +63,12 @@ def _thread_count() -> int:
     return max(1, min(cpus, 4))
 
 
-#: what a finished job's arrays are set to (a stale queue entry then pins no array)
-_RELEASED = np.empty(0)
-
-
 class _Job:
-    """One split gather: chunks ``[bounds[k], bounds[k + 1])`` claimed under a lock."""
+    """One split task: chunks ``[bounds[k], bounds[k + 1])`` claimed under a lock."""
 
-    def __init__(self, src: np.ndarray, index: np.ndarray, out: np.ndarray, bounds: list[int]):
-        self.src, self.index, self.out, self.bounds = src, index, out, bounds
+    def __init__(self, fn: Callable[[int, int], object], bounds: list[int]) -> None:
+        self.fn: Callable[[int, int], object] | None = fn
+        self.bounds = bounds
         self.chunks = len(bounds) - 1
         self.claimed = 0
         self.left = self.chunks
@@ -81,13 +79,12 @@ class _Job:
     def run(self) -> None:
         while True:
             with self.lock:
-                k = self.claimed
-                if k >= self.chunks:
+                k, fn = self.claimed, self.fn
+                if k >= self.chunks or fn is None:
                     return
                 self.claimed = k + 1
-            a, b = self.bounds[k], self.bounds[k + 1]
-            try:  # indices are internal and in range: "clip" skips the bounds pass
-                np.take(self.src, self.index[a:b], axis=0, out=self.out[a:b], mode="clip")
+            try:
+                fn(self.bounds[k], self.bounds[k + 1])
             except BaseException as err:  # re-raised in the calling thread
                 self.error = err
             with self.lock:
@@ -96,8 +93,17 @@ class _Job:
                     self.done.set()
 
 
-class _Pool:
-    """Daemon worker threads started on first use; :meth:`stop` ends them."""
+class ChunkPool:
+    """Daemon worker threads, started on first use, that help the calling thread run
+    the chunks of one task; :meth:`stop` ends them.
+
+    Chunks are claimed one at a time, so a worker that is not scheduled in time
+    costs nothing: the calling thread then runs the remaining chunks itself and
+    never waits for a worker that has not started.
+
+    Args:
+        threads: threads running one task, the caller included.
+    """
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
@@ -110,7 +116,7 @@ class _Pool:
             if self._started:
                 return
             for k in range(self.threads - 1):
-                name = f"recollect-gather-{k}"
+                name = f"recollect-pool-{k}"
                 threading.Thread(target=self._work, name=name, daemon=True).start()
             self._started = True
 
@@ -127,21 +133,29 @@ class _Pool:
             for _ in range(self.threads - 1):
                 self._queue.put(None)
 
-    def take(self, src: np.ndarray, flat: np.ndarray, out: np.ndarray, nbytes: int) -> None:
-        """``np.take(src, flat, axis=0, out=out)`` copied by several threads."""
+    def run(self, fn: Callable[[int, int], object], bounds: list[int]) -> None:
+        """Calls ``fn(bounds[k], bounds[k + 1])`` for every chunk ``k``, on this thread
+        and the workers; returns when all are done (re-raises the first error)."""
         if not self._started:
             self._start()
-        n = len(flat)
-        chunks = max(self.threads, min(MAX_CHUNKS, nbytes // CHUNK_BYTES, n))
-        bounds = [n * k // chunks for k in range(chunks + 1)]
-        job = _Job(src, flat, out, bounds)
-        for _ in range(self.threads - 1):
+        job = _Job(fn, bounds)
+        for _ in range(min(self.threads, job.chunks) - 1):
             self._queue.put(job)
         job.run()
         job.done.wait()
-        job.src = job.index = job.out = _RELEASED  # stale queue entries must not pin the output
+        job.fn = None  # stale queue entries must not pin the task's arrays
         if job.error is not None:
             raise job.error
+
+    def take(self, src: np.ndarray, flat: np.ndarray, out: np.ndarray, nbytes: int) -> None:
+        """``np.take(src, flat, axis=0, out=out)`` copied by several threads."""
+        n = len(flat)
+        chunks = max(self.threads, min(MAX_CHUNKS, nbytes // CHUNK_BYTES, n))
+
+        def copy(a: int, b: int) -> None:  # internal, in-range indices: "clip" skips a pass
+            np.take(src, flat[a:b], axis=0, out=out[a:b], mode="clip")
+
+        self.run(copy, [n * k // chunks for k in range(chunks + 1)])
 
 
 class _Blocks:
@@ -276,7 +290,7 @@ class Gatherer:
 
     def reset(self) -> None:
         """New threads, block cache and chooser (after a fork: the old ones are not usable)."""
-        self.pool = _Pool(self.threads)
+        self.pool = ChunkPool(self.threads)
         self.blocks = _Blocks()
         self.chooser = ThreadChooser()
         weakref.finalize(self, self.pool.stop)
