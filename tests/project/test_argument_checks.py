@@ -22,8 +22,6 @@ HELPER = "arguments.py"
 PENDING: dict[str, int] = {
     "prefetch.py": 4,  # prefetch, num_threads (SampleSource work in progress there)
     "tf_data.py": 2,  # the optional ints of as_dataset
-    "storage/codecs.py": 3,  # zstd / lz4 / zlib levels
-    "storage/frame_stack.py": 1,  # stack_size
 }
 
 

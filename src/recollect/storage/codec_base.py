@@ -59,11 +59,6 @@ def usable_threads() -> int:
     return max(1, min(cpus, 4))
 
 
-def is_int(value: Any) -> bool:
-    """An int that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def bounds(n: int, chunks: int) -> list[int]:
     """Bounds of ``chunks`` near-equal chunks of ``range(n)`` (fewer when ``n`` is small)."""
     chunks = max(1, min(chunks, n))

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import check_int
 from recollect.errors import InvalidArgumentError
 from recollect.storage.codec_base import Codec, DictionaryCodec, check_size, join, segments
 from recollect.storage.zstd_codec import ZstdCodec
@@ -55,8 +56,7 @@ class Lz4Codec:
             raise InvalidArgumentError(
                 "compression codec 'lz4' needs the lz4 package (`pip install lz4`), or use 'zstd'."
             ) from err
-        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 12:
-            raise InvalidArgumentError(f"lz4 `level` must be an int in [0, 12]; got {level!r}.")
+        level = check_int("level", level, minimum=0, maximum=12, show_name=False, owner="lz4")
         self.level = level
         self._block = lz4.block
         mode = "high_compression" if level else "default"
@@ -94,9 +94,7 @@ class ZlibCodec:
     name = "zlib"
 
     def __init__(self, level: int = 1) -> None:
-        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 9:
-            raise InvalidArgumentError(f"zlib `level` must be an int in [0, 9]; got {level!r}.")
-        self.level = level
+        self.level = check_int("level", level, minimum=0, maximum=9, show_name=False, owner="zlib")
 
     def encode(self, values: np.ndarray) -> tuple[bytes, np.ndarray]:
         return join(list(map(functools.partial(zlib.compress, level=self.level), values)))

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import check_int
 from recollect.errors import InvalidArgumentError, SpecError
 from recollect.specs import ArraySpec, FlatSpec
 
@@ -52,10 +53,7 @@ class FrameStack:
 
     def __post_init__(self) -> None:
         k = self.stack_size
-        if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= 256:
-            raise InvalidArgumentError(
-                f"FrameStack `stack_size` must be an int in [1, 256]; got stack_size={k!r}."
-            )
+        check_int("stack_size", k, minimum=1, maximum=256, owner="FrameStack")
         if isinstance(self.padding, str) and self.padding not in ("reset", "zero"):
             raise InvalidArgumentError(
                 f"FrameStack `padding` must be 'reset', 'zero' or one frame (an array); got "

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import check_int, is_int
 from recollect.errors import InvalidArgumentError
 from recollect.storage.codec_base import (
     bounds,
     check_size,
-    is_int,
     join,
     segments,
     usable_threads,
@@ -106,18 +106,17 @@ class ZstdCodec:
                 "compression codec 'zstd' needs the zstandard package; install it with "
                 "`pip install recollect[compression]` or use codec 'zlib'."
             ) from err
-        if not is_int(level) or not -7 <= level <= 22:
-            raise InvalidArgumentError(f"zstd `level` must be an int in [-7, 22]; got {level!r}.")
+        level = check_int("level", level, minimum=-7, maximum=22, show_name=False, owner="zstd")
         size = dictionary_size_bytes
         if not is_int(size) or not (size == 0 or 1024 <= size <= 1 << 20):
             raise InvalidArgumentError(
                 "zstd `dictionary_size_bytes` must be 0 (no dictionary) or an int in "
                 f"[1024, 1048576]; got {size!r}."
             )
-        if not is_int(train_values) or not 16 <= train_values <= 1 << 20:
-            raise InvalidArgumentError(
-                f"zstd `train_values` must be an int in [16, 1048576]; got {train_values!r}."
-            )
+        size = int(size)
+        train_values = check_int(
+            "train_values", train_values, minimum=16, maximum=1 << 20, show_name=False, owner="zstd"
+        )
         self.level = level
         self.threads = usable_threads() if threads is None else max(1, int(threads))
         self.dictionary_size_bytes, self.train_values = size, train_values
