@@ -24,11 +24,15 @@ import numpy as np
 from recollect.arguments import positive_int
 from recollect.errors import InsufficientMemoryError, InvalidArgumentError
 from recollect.specs import FlatSpec
-from recollect.storage.compressed import slots_nbytes
+from recollect.storage.codecs import DictionaryCodec
+from recollect.storage.compressed import MIN_DICTIONARY_GAIN, slots_nbytes
 from recollect.storage.factory import STORAGES, check_storage, resolve_compression
 from recollect.storage.frame_store import frame_store_nbytes, resolve_frame_stacks, stack_ring
 from recollect.validation import check_structure
 from recollect.windows import WindowIndex
+
+#: sample values needed for a dictionary-aware estimate (half train, half measure)
+DICTIONARY_SAMPLES = 64
 
 __all__ = ["STORAGES", "available_memory", "check_memory", "estimate_memory", "table_nbytes"]
 
@@ -69,9 +73,12 @@ def estimate_memory(
             ``sample_steps`` a compressed leaf counts what an empty buffer
             holds: its offset index (12 bytes per slot) and one arena block.
         sample_steps: a nest of representative steps, leaves ``[n, *shape]``
-            (e.g. one ``add_batch`` of real observations): each compressed
+            (e.g. a few ``add_batch`` inputs of real observations): each compressed
             leaf's values (the newest frame, for frame stacks) are compressed
-            and the mean length estimates a full buffer's arena.
+            and the mean length estimates a full buffer's arena. A zstd leaf of a
+            buffer large enough to train a dictionary counts it when ``n >= 64``
+            (half of the values train one, the other half measure it); with fewer
+            the estimate is an upper bound (the values without a dictionary).
 
     Returns:
         int bytes; equals ``buf.nbytes`` of the constructed (empty) buffer
@@ -117,19 +124,37 @@ def estimate_memory(
         mean = None
         if samples is not None:
             given = np.asarray(samples[i], leaf.dtype).reshape(-1, *leaf.shape)
-            mean = _mean_compressed(codec, given, leaf, stacks.get(i))
+            mean = _mean_compressed(codec, given, leaf, stacks.get(i), values)
         total += slots_nbytes(codec, values, size, mean)
     return total
 
 
-def _mean_compressed(codec: Any, values: np.ndarray, leaf: Any, stack: Any) -> float:
-    """Mean compressed length of the values (newest frames) in ``values`` ``[n, *shape]``."""
+def _mean_compressed(codec: Any, values: np.ndarray, leaf: Any, stack: Any, stored: int) -> float:
+    """Mean compressed length of the values (newest frames) in ``values`` ``[n, *shape]``
+    in a store of ``stored`` values.
+
+    A store that will train a zstd dictionary (``stored >= train_values``) keeps it when it
+    shrinks the values by ``MIN_DICTIONARY_GAIN`` or more; with at least
+    ``DICTIONARY_SAMPLES`` sample values, a dictionary trained on their first half is
+    measured on the second half (values it was not trained on), and the mean scaled by the
+    ratio it gives."""
     if stack is not None:
         axis = stack.axis % len(leaf.shape)
         values = np.take(values, stack.stack_size - 1, axis=1 + axis)
     raw = np.ascontiguousarray(values).reshape(len(values), -1).view(np.uint8)
     _, lengths = codec.encode(raw)
-    return float(lengths.mean())
+    mean = float(lengths.mean())
+    trains = isinstance(codec, DictionaryCodec) and codec.trains(raw.shape[1])
+    if not (trains and stored >= codec.train_values and len(raw) >= DICTIONARY_SAMPLES):
+        return mean
+    half = len(raw) // 2
+    dictionary = codec.train(raw[:half])
+    if dictionary is None:
+        return mean
+    plain = float(lengths[half:].sum())
+    _, with_dictionary = codec.with_dictionary(dictionary).encode(raw[half:])
+    ratio = float(with_dictionary.sum()) / max(plain, 1.0)
+    return mean * ratio if ratio <= 1 - MIN_DICTIONARY_GAIN else mean
 
 
 def table_nbytes(num_envs: int, max_length: int, sampler: Any, track_times_sampled: bool) -> int:

@@ -293,3 +293,22 @@ def _twins(num_envs, max_length, steps, per_row, extend_at, clear_at, seed, spec
         sa, sb = a.sample(16, 2), b.sample(16, 2)
         for key in spec:
             np.testing.assert_array_equal(sa.data[key], sb.data[key])
+
+
+def test_estimate_memory_counts_the_dictionary_given_enough_sample_values():
+    """With >= 64 sample values the estimate trains a dictionary on half of them and
+    measures it on the rest: near a trained buffer's measured bytes. With fewer it is the
+    dictionary-free upper bound."""
+    rng = np.random.default_rng(5)
+    capacity, envs = 40_000, 4  # >= train_values (2,048) values: the buffer trains; MBs of
+    # values, so the arena blocks (1 MiB each) do not hide the difference
+    buf = _buffer(ZstdCodec(), capacity=capacity, num_envs=envs)
+    _fill(buf, rng, capacity // envs)
+    comp = {"image": ZstdCodec()}
+    many = {"image": _images(rng, 128), "is_last": np.zeros(128, bool)}
+    few = {"image": many["image"][:8], "is_last": np.zeros(8, bool)}
+    with_dictionary = rc.estimate_memory(SPEC, capacity, envs, compression=comp, sample_steps=many)
+    upper = rc.estimate_memory(SPEC, capacity, envs, compression=comp, sample_steps=few)
+    assert with_dictionary < upper
+    assert upper > buf.nbytes
+    assert abs(with_dictionary - buf.nbytes) <= 0.5 * buf.nbytes
