@@ -43,7 +43,10 @@ def check_threads(num_threads: Any) -> int:
 def draw_waiting(table: Any, batch_size: int, num_steps: int | None) -> Any:
     """``table.draw(batch_size, num_steps)``; on a prefetch thread of a rate-limited table,
     waits in slices and raises StateError once the prefetcher is closed."""
-    return _draw_waiting(table, batch_size, num_steps, getattr(_local, "stop", None))
+    stop = getattr(_local, "stop", None)
+    if stop is None or table.rate_limiter is None:  # the common case, one call deep
+        return table.draw(batch_size, num_steps)
+    return _draw_waiting(table, batch_size, num_steps, stop)
 
 
 def _draw_waiting(table: Any, batch_size: int, num_steps: int | None, stop: Any) -> Any:
