@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,8 +31,9 @@ import numpy as np
 from recollect.buffers.sample import BufferInfo, Sample
 from recollect.extras import missing_extra
 from recollect.prefetch import (
-    Prefetcher,
-    SampleSource,
+    Batches,
+    check_batches_per_request,
+    check_max_in_flight,
     check_prefetch,
     check_threads,
 )
@@ -135,12 +136,8 @@ class _Placer:
         return jax.device_put(x, self.device, may_alias=True)
 
 
-def _draw(source: SampleSource, place: _Placer) -> Callable[[], Any]:
-    return functools.partial(_finish, source.draw(), place)
-
-
-def _finish(gather: Callable[[], Any], place: _Placer) -> Any:
-    s = gather()
+def _convert(place: _Placer, s: Any) -> Any:
+    """A sample with its data on the device: ``(data, BufferInfo)``."""
     if not isinstance(s, Sample):  # e.g. a TransitionSample: move its data fields
         moved = {
             f.name: place(getattr(s, f.name))
@@ -174,17 +171,21 @@ class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
         self.num_steps = num_steps
         self.device = device
         prefetch, num_threads = check_prefetch(prefetch), check_threads(num_threads)
-        source = SampleSource(buffer, batch_size, num_steps, max_in_flight, batches_per_request)
-        self._prefetcher = Prefetcher(
-            functools.partial(_draw, source, _Placer(device)),
-            prefetch,
-            source.closed,
-            num_threads,
-            on_close=source.close,
+        check_max_in_flight(max_in_flight)
+        check_batches_per_request(batches_per_request)
+        self._prefetcher: Batches = buffer.stream(
+            batch_size,
+            num_steps,
+            convert=functools.partial(_convert, _Placer(device)),
+            prefetch=prefetch,
+            num_threads=num_threads,
+            max_in_flight=max_in_flight,
+            batches_per_request=batches_per_request,
         )
 
     def __next__(self) -> tuple[Any, BufferInfo]:
-        return next(self._prefetcher)
+        item: tuple[Any, BufferInfo] = next(self._prefetcher)
+        return item
 
     @property
     def closed(self) -> bool:
@@ -192,7 +193,7 @@ class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
         return self._prefetcher.closed
 
     def close(self) -> None:
-        """Stops the prefetch thread; the iterator then ends. Idempotent."""
+        """Stops the background threads; the iterator then ends. Idempotent."""
         self._prefetcher.close()
 
     def __enter__(self) -> ReplayIterator:
@@ -234,12 +235,16 @@ def as_iterator(
 
     A served table's handle (``client.table(name)`` of a
     :class:`~recollect.service.Client`) works as a buffer: up to
-    ``max_in_flight`` sample requests stay outstanding; iteration ends when
+    ``max_in_flight`` sample requests stay outstanding, and batches are placed
+    on the request threads (no prefetch thread over them); iteration ends when
     the client is closed.
 
     Args:
-        buffer: a :class:`~recollect.ReplayBuffer` (or anything with
-            ``sample``), or a :class:`~recollect.service.TableHandle`.
+        buffer: a :class:`~recollect.source.SampleSource`: a
+            :class:`~recollect.ReplayBuffer`, a
+            :class:`~recollect.TransitionBuffer`, a
+            :class:`~recollect.service.TableHandle` or a class of your own;
+            batches come from its ``stream``.
         batch_size: windows per batch, >= 1.
         num_steps: window length, or None for single steps.
         prefetch: batches kept ready on the device, >= 1.

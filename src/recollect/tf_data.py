@@ -50,14 +50,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from recollect import _tf_chunks, errors
-from recollect.buffers.replay_buffer import ReplayBuffer
+from recollect import _tf_chunks, _tf_pass, errors
+from recollect.arguments import positive_int
 from recollect.buffers.sample import BufferInfo
-from recollect.errors import InvalidArgumentError, NotEnoughDataError, StateError
+from recollect.errors import InvalidArgumentError, StateError
 from recollect.extras import missing_extra
 from recollect.prefetch import (
     SampleSource,
@@ -68,7 +68,6 @@ from recollect.prefetch import (
     outer_shape,
     sample_concurrent,
 )
-from recollect.service.client import TableHandle
 
 try:
     import tensorflow as tf
@@ -109,23 +108,14 @@ def unwrap_error(err: BaseException) -> BaseException:
     return err
 
 
-def check_args(buffer: Any, sample_batch_size: Any, num_steps: Any) -> None:
-    """Validates ``as_dataset`` arguments (raises InvalidArgumentError)."""
+def check_args(buffer: SampleSource | None, sample_batch_size: Any, num_steps: Any) -> None:
+    """Validates ``as_dataset`` arguments (raises InvalidArgumentError), ``num_steps`` against
+    a local source too (``buffer.time_steps``; not checked for None)."""
     for name, value in (("sample_batch_size", sample_batch_size), ("num_steps", num_steps)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise InvalidArgumentError(f"`{name}` must be None or an int >= 1; got {value!r}.")
-    if isinstance(buffer, ReplayBuffer):
-        buffer.table.resolve_window(num_steps)  # raises for num_steps > max_length
-
-
-def _time_steps(buffer: Any, num_steps: int | None) -> int | None:
-    """The time axis length of the elements: ``num_steps``, or a fixed ``sequence_length`` > 1."""
-    if num_steps is None and isinstance(buffer, ReplayBuffer | TableHandle):
-        fixed = buffer.sequence_length
-        return fixed if fixed is not None and fixed > 1 else None
-    return num_steps
+        if value is not None:
+            positive_int(name, value, "or None")
+    if buffer is not None and not buffer.remote:  # a served table checks when it samples
+        buffer.time_steps(num_steps)  # raises for num_steps > max_length
 
 
 #: Bytes of sampled data one ``tf.numpy_function`` call may produce in a chunk.
@@ -226,9 +216,10 @@ def as_dataset(
     ends when the client is closed.
 
     Args:
-        buffer: a :class:`~recollect.ReplayBuffer` (sampling mode also accepts
-            anything with ``sample`` and ``data_spec``, and a
-            :class:`~recollect.service.TableHandle`).
+        buffer: a :class:`~recollect.source.SampleSource`: a
+            :class:`~recollect.ReplayBuffer`, a served table's
+            :class:`~recollect.service.TableHandle` (sampling mode only) or a
+            class of your own (sampling mode only).
         sample_batch_size: windows per element; None gives single windows
             without a batch axis.
         num_steps: window length; None gives single steps without a time
@@ -275,10 +266,10 @@ def as_dataset(
     check_args(buffer, sample_batch_size, num_steps)
     check_max_in_flight(max_in_flight)
     check_batches_per_request(batches_per_request)
-    num_steps = _time_steps(buffer, num_steps)  # sampled alike; gives the static shape
+    num_steps = buffer.time_steps(num_steps)  # sampled alike; gives the static shape
     if single_deterministic_pass:
-        return _deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
-    if isinstance(buffer, TableHandle):
+        return _tf_pass.deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
+    if buffer.remote:
         return _served_dataset(
             buffer, sample_batch_size, num_steps, max_in_flight, batches_per_request
         )
@@ -305,13 +296,14 @@ SERVED_ITEMS = 64
 
 
 def _served_dataset(
-    table: TableHandle,
+    table: SampleSource,
     sample_batch_size: int | None,
     num_steps: int | None,
     max_in_flight: int,
     batches_per_request: int,
 ) -> tf.data.Dataset:
-    """Batches of a served table through a SampleStream per iterator (see :func:`as_dataset`)."""
+    """Batches of a served table through its ``stream`` (a SampleStream) per iterator: the
+    stream's request threads are the one thread layer (see :func:`as_dataset`)."""
     flat = flat_spec_of(table)
     outer = outer_shape(sample_batch_size or SERVED_ITEMS, num_steps)
     batch = outer[:1]
@@ -326,20 +318,25 @@ def _served_dataset(
     )
 
     def batches() -> Any:
-        source = SampleSource(table, outer[0], num_steps, max_in_flight, batches_per_request)
+        stream = table.stream(
+            outer[0],
+            num_steps,
+            max_in_flight=max_in_flight,
+            batches_per_request=batches_per_request,
+        )
         try:
-            while not source.closed():
+            while not table.closed:
                 try:
-                    sample = source.draw()()
+                    sample = next(stream)
                 except StopIteration:
                     return
                 except StateError:
-                    if source.closed():  # the client was closed: the dataset ends
+                    if table.closed:  # the client was closed: the dataset ends
                         return
                     raise
                 yield sample.data, BufferInfo(sample.ids, sample.probabilities)
         finally:
-            source.close()
+            stream.close()
 
     dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
     return dataset.unbatch() if sample_batch_size is None else dataset
@@ -350,68 +347,6 @@ def map_element(dataset: tf.data.Dataset, fn: Callable[..., Any]) -> tf.data.Dat
     if _tf_eager is not None and isinstance(dataset, _tf_eager.SampledDataset):
         return dataset.map_element(fn)
     return dataset.map(fn)
-
-
-def _deterministic_pass(
-    buffer: Any,
-    sample_batch_size: int | None,
-    num_steps: int | None,
-    num_parallel_calls: int | None,
-) -> tf.data.Dataset:
-    if not isinstance(buffer, ReplayBuffer):
-        raise InvalidArgumentError(
-            "single_deterministic_pass=True needs a recollect.ReplayBuffer (it enumerates the "
-            f"stored windows); got {type(buffer).__name__}. Use sampling mode instead."
-        )
-    flat, table = buffer.flat_spec, buffer.table
-    n, within = table.resolve_window(num_steps)
-
-    def windows_numpy() -> list[np.ndarray]:
-        with table.lock:
-            segments = table.index.segments(n, within)
-            rows, times = segments.enumerate()
-        probability = np.full(len(rows), 1.0 / max(segments.total, 1))
-        return [rows, times, probability]
-
-    def gather_numpy(rows: np.ndarray, times: np.ndarray, probs: np.ndarray) -> list[np.ndarray]:
-        single = rows.ndim == 0
-        rows, times, probs = (np.atleast_1d(x) for x in (rows, times, probs))
-        with table.lock:
-            if table.index.stale(rows, times):
-                raise NotEnoughDataError(
-                    "windows listed for this single deterministic pass were overwritten or "
-                    "cleared before they were read; do not add to or clear the buffer during "
-                    "the pass, or restart the iterator."
-                )
-            draw = table.make_draw(rows, times, probs, n, time_axis=num_steps is not None)
-            sample = buffer.gather(draw)
-        out = cast(
-            list[np.ndarray],
-            [*flat.treedef.flatten_up_to(sample.data), sample.ids, sample.probabilities],
-        )
-        return [x[0] for x in out] if single else out
-
-    inner = [num_steps] if num_steps is not None else []
-    batch = [] if sample_batch_size is None else [None]
-    dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64]
-    shapes = [[*batch, *inner, *s] for s in flat.shapes] + [batch, batch]
-
-    def windows(_: Any) -> tf.data.Dataset:
-        rows, times, probs = tf.numpy_function(windows_numpy, [], [tf.int64, tf.int64, tf.float64])
-        return tf.data.Dataset.from_tensor_slices(
-            tuple(tf.ensure_shape(x, [None]) for x in (rows, times, probs))
-        )
-
-    def gather(rows: Any, times: Any, probs: Any) -> tuple[Any, BufferInfo]:
-        out = tf.numpy_function(gather_numpy, [rows, times, probs], dtypes, stateful=True)
-        for tensor, shape in zip(out, shapes, strict=True):
-            tensor.set_shape(shape)
-        return flat.unflatten(out[:-2]), BufferInfo(out[-2], out[-1])
-
-    dataset = tf.data.Dataset.range(1).flat_map(windows)
-    if sample_batch_size is not None:
-        dataset = dataset.batch(sample_batch_size)
-    return dataset.map(gather, num_parallel_calls=num_parallel_calls)
 
 
 def input_fn(

@@ -12,10 +12,9 @@ thread and yields ``(data, BufferInfo)`` nests of tensors, ready for
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,8 +24,7 @@ from recollect.buffers.sample import BufferInfo, Sample
 from recollect.errors import InvalidArgumentError
 from recollect.extras import missing_extra
 from recollect.prefetch import (
-    Prefetcher,
-    SampleSource,
+    Batches,
     check_batches_per_request,
     check_max_in_flight,
     check_prefetch,
@@ -104,11 +102,15 @@ class ReplayDataset(torch.utils.data.IterableDataset):
     A served table's handle (``client.table(name)`` of a
     :class:`~recollect.service.Client`) works as a buffer: up to
     ``max_in_flight`` sample requests stay outstanding, so the service's round
-    trip overlaps training; iteration ends when the client is closed.
+    trip overlaps training, and the tensors are made on the request threads
+    (no prefetch thread over them); iteration ends when the client is closed.
 
     Args:
-        buffer: a :class:`~recollect.ReplayBuffer` (or anything with
-            ``sample``), or a :class:`~recollect.service.TableHandle`.
+        buffer: a :class:`~recollect.source.SampleSource`: a
+            :class:`~recollect.ReplayBuffer`, a
+            :class:`~recollect.TransitionBuffer`, a
+            :class:`~recollect.service.TableHandle` or a class of your own;
+            batches come from its ``stream``.
         batch_size: windows per batch, >= 1.
         num_steps: window length, or None for single steps without a time axis.
         device: where tensors go (``"cpu"``, ``"cuda"``, ``torch.device``); None keeps CPU.
@@ -163,22 +165,16 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         self.max_in_flight = check_max_in_flight(max_in_flight)
         self.batches_per_request = check_batches_per_request(batches_per_request)
         self._closed = threading.Event()
-        self._prefetchers: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
+        self._streams: weakref.WeakSet[Batches] = weakref.WeakSet()
 
-    def _draw(self, source: SampleSource) -> Callable[[], Any]:
-        return functools.partial(self._finish, source.draw())
-
-    def _finish(self, gather: Callable[[], Any]) -> Any:
-        s = gather()
+    def _convert(self, s: Any) -> Any:
+        """A sample as tensors (on ``device``): ``(data, BufferInfo)``."""
         if not isinstance(s, Sample):  # e.g. a TransitionSample: every array field converted
             return as_tensors(s, self.device, self.pin_memory)
         data = as_tensors(s.data, self.device, self.pin_memory)
         ids, probabilities = torch.from_numpy(s.ids), torch.from_numpy(s.probabilities)
         # BufferInfo's fields are annotated as numpy arrays; here they hold tensors (documented)
         return data, BufferInfo(ids, probabilities)  # type: ignore[arg-type]
-
-    def _should_stop(self, source: SampleSource) -> bool:
-        return self._closed.is_set() or source.closed()
 
     def __iter__(self) -> Iterator[tuple[Any, BufferInfo]]:
         worker = torch.utils.data.get_worker_info()
@@ -192,22 +188,19 @@ class ReplayDataset(torch.utils.data.IterableDataset):
             )
         if self._closed.is_set():
             return iter(())
-        source = SampleSource(
-            self.buffer,
+        stream = self.buffer.stream(
             self.batch_size,
             self.num_steps,
-            self.max_in_flight,
-            self.batches_per_request,
+            convert=self._convert,
+            prefetch=self.prefetch,
+            num_threads=self.num_threads,
+            max_in_flight=self.max_in_flight,
+            batches_per_request=self.batches_per_request,
         )
-        prefetcher = Prefetcher(
-            functools.partial(self._draw, source),
-            self.prefetch,
-            functools.partial(self._should_stop, source),
-            self.num_threads,
-            on_close=source.close,
-        )
-        self._prefetchers.add(prefetcher)  # weak: an abandoned iterator stops its thread
-        return prefetcher
+        self._streams.add(stream)  # weak: an abandoned iterator stops its threads
+        if self._closed.is_set():  # closed meanwhile
+            stream.close()
+        return stream
 
     @property
     def closed(self) -> bool:
@@ -217,5 +210,5 @@ class ReplayDataset(torch.utils.data.IterableDataset):
     def close(self) -> None:
         """Stops every iterator of this dataset and its prefetch threads; idempotent."""
         self._closed.set()
-        for prefetcher in list(self._prefetchers):
-            prefetcher.close()
+        for stream in list(self._streams):
+            stream.close()

@@ -19,10 +19,7 @@ PACKAGE = Path(recollect.__file__).parent
 HELPER = "arguments.py"
 
 # file (relative to the package) -> hand-written checks left in it; shrink only.
-PENDING: dict[str, int] = {
-    "prefetch.py": 4,  # prefetch, num_threads (SampleSource work in progress there)
-    "tf_data.py": 2,  # the optional ints of as_dataset
-}
+PENDING: dict[str, int] = {}
 
 
 def _mentions_int(node: ast.AST) -> bool:

@@ -20,6 +20,7 @@ from recollect.buffers.buffer_state import (
 )
 from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sampling import BufferSampling
+from recollect.buffers.source_reads import BufferSource
 from recollect.buffers.stored_reads import StoredReads
 from recollect.buffers.tf_agents_api import TFAgentsReads
 from recollect.buffers.writes import BufferWrites
@@ -46,7 +47,9 @@ from recollect.table.table import RngLike
 __all__ = ["ReplayBuffer", "RngLike"]
 
 
-class ReplayBuffer(BufferWrites, BufferSampling, BufferState, StoredReads, TFAgentsReads):
+class ReplayBuffer(
+    BufferWrites, BufferSampling, BufferState, StoredReads, TFAgentsReads, BufferSource
+):
     """A replay buffer of ``num_envs`` rows, each a ring of ``capacity // num_envs`` steps.
 
     ``add_batch`` appends one step to every row; ``sample`` draws windows of

@@ -19,6 +19,7 @@ import numpy as np
 from recollect.arguments import positive_int
 from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
+from recollect.buffers.source_reads import LocalSource
 from recollect.buffers.transition_reads import TransitionReads
 from recollect.buffers.transition_sample import TransitionSample
 from recollect.buffers.transition_state import TransitionState
@@ -31,7 +32,7 @@ from recollect.validation import convert_step
 __all__ = ["TransitionBuffer", "TransitionSample"]
 
 
-class TransitionBuffer(TransitionReads, TransitionState):
+class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
     """Stores ``(observation, action, reward, next_observation, terminated, truncated)``.
 
     Args:

@@ -1,18 +1,42 @@
-"""SampleStream: an endless iterator of a served table's samples, requests kept in flight."""
+"""SampleStream: an endless iterator of a served table's samples, requests kept in flight.
+
+It is the served table's one thread layer (what ``TableHandle.stream`` returns,
+see :class:`~recollect.source.SampleSource`): readers iterate it directly.
+"""
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from recollect.arguments import positive_int
 from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError
-from recollect.service.client import TableHandle
 
-__all__ = ["SampleStream", "check_batches_per_request", "check_max_in_flight"]
+__all__ = ["BatchedTable", "SampleStream", "check_batches_per_request", "check_max_in_flight"]
+
+
+class BatchedTable(Protocol):
+    """What a :class:`SampleStream` reads: a served table that samples several batches per
+    request (a :class:`~recollect.service.TableHandle`)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the table's client is closed."""
+        ...
+
+    def sample_batches(
+        self,
+        batch_size: int,
+        num_batches: int,
+        num_steps: int | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> list[Sample]:
+        """Up to ``num_batches`` batches of ``batch_size`` windows, in one request."""
+        ...
 
 
 def check_max_in_flight(max_in_flight: Any) -> int:
@@ -35,7 +59,14 @@ def check_batches_per_request(batches_per_request: Any) -> int:
     )
 
 
-class SampleStream(Iterator[Sample]):
+def _fetch(table: BatchedTable, request: tuple, convert: Callable[[Any], Any] | None) -> list:
+    """One request (on a pool thread): its batches, converted."""
+    batch_size, batches, num_steps, timeout, options = request
+    got = table.sample_batches(batch_size, batches, num_steps, timeout, **options)
+    return got if convert is None else [convert(b) for b in got]
+
+
+class SampleStream(Iterator[Any]):
     """Samples ``batch_size`` windows of a served table per ``next()``, keeping up to
     ``max_in_flight`` sample requests outstanding (Reverb's
     ``max_in_flight_samples_per_worker``), so the learner overlaps the network
@@ -50,7 +81,9 @@ class SampleStream(Iterator[Sample]):
     draws that much later.
 
     Requests run on ``max_in_flight`` threads; batches come back in request
-    order. An error of a request (e.g. ``RateLimiterTimeout``) is raised by the
+    order; ``convert(sample)`` (when given) runs on those threads too, so a
+    reader gets its batches converted (e.g. to tensors) without a thread
+    layer of its own. An error of a request (e.g. ``RateLimiterTimeout``) is raised by the
     ``next()`` that would have returned its first batch. Iteration ends
     (``StopIteration``) after :meth:`close` and once the table's client is
     closed, also while a request waits on the rate limiter (closing the
@@ -63,25 +96,28 @@ class SampleStream(Iterator[Sample]):
         max_in_flight: outstanding requests, >= 1.
         batches_per_request: batches each request asks for, >= 1.
         timeout: rate-limiter wait of each request (None: forever).
+        convert: applied to each batch on the request threads; None yields
+            the :class:`~recollect.Sample` batches.
         **options: sampler options (``importance_sampling_exponent``).
 
     Raises:
-        InvalidArgumentError: not a table handle, or ``max_in_flight`` or
+        InvalidArgumentError: not a served table (no ``sample_batches``), or ``max_in_flight`` or
             ``batches_per_request`` < 1.
     """
 
     def __init__(
         self,
-        table: TableHandle,
+        table: BatchedTable,
         batch_size: int,
         num_steps: int | None = None,
         *,
         max_in_flight: int = 2,
         batches_per_request: int = 1,
         timeout: float | None = None,
+        convert: Callable[[Any], Any] | None = None,
         **options: Any,
     ) -> None:
-        if not isinstance(table, TableHandle):
+        if not callable(getattr(table, "sample_batches", None)):
             raise InvalidArgumentError(
                 f"SampleStream reads a served table: pass client.table(name); got "
                 f"{type(table).__name__}."
@@ -90,7 +126,8 @@ class SampleStream(Iterator[Sample]):
         self.max_in_flight = check_max_in_flight(max_in_flight)
         self.batches_per_request = check_batches_per_request(batches_per_request)
         self._request = (batch_size, batches_per_request, num_steps, timeout, options)
-        self._ready: collections.deque[Sample] = collections.deque()
+        self._convert = convert
+        self._ready: collections.deque[Any] = collections.deque()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_in_flight, thread_name_prefix="recollect-sample"
         )
@@ -98,17 +135,13 @@ class SampleStream(Iterator[Sample]):
         self._closed = False
 
     def _submit(self) -> None:
-        batch_size, batches, num_steps, timeout, options = self._request
-        self._pending.append(
-            self._pool.submit(
-                self.table.sample_batches, batch_size, batches, num_steps, timeout, **options
-            )
-        )
+        # the request holds no reference to the stream: an abandoned stream is collected
+        self._pending.append(self._pool.submit(_fetch, self.table, self._request, self._convert))
 
     def __iter__(self) -> SampleStream:
         return self
 
-    def __next__(self) -> Sample:
+    def __next__(self) -> Any:
         if self._closed or self.table.closed:
             self.close()
             raise StopIteration
@@ -128,6 +161,11 @@ class SampleStream(Iterator[Sample]):
             self._submit()
         self._ready.extend(batches[1:])
         return batches[0]
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (or the iteration ended)."""
+        return self._closed
 
     def close(self) -> None:
         """Stops issuing requests; outstanding ones finish in the background (idempotent)."""

@@ -2,7 +2,9 @@
 
 The API users know from Reverb-based projects (one object owns the buffer,
 its observer, its dataset and its checkpoint directory), on top of
-:class:`~recollect.ReplayBuffer` and :mod:`recollect.checkpoint`. Imports no
+:class:`~recollect.ReplayBuffer` and :mod:`recollect.checkpoint`. It reads
+its buffer, local or served, through the
+:class:`~recollect.source.SampleSource` members they share. Imports no
 framework.
 """
 
@@ -11,14 +13,15 @@ from __future__ import annotations
 import copy
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
-from recollect.buffers.sample import Sample
 from recollect.checkpoint import load_buffer, save_buffer
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
+from recollect.manager.checks import check_checkpoint_matches, leaves_differ
+from recollect.manager.iterator import SampleIterator
 from recollect.observers import Observer
 from recollect.samplers.base import Sampler
 from recollect.specs import FlatSpec
@@ -36,30 +39,6 @@ def _is_client(service: object) -> bool:
     service when it is not loaded yet: then nothing can be a Client)."""
     client = sys.modules.get("recollect.service.client")
     return client is not None and isinstance(service, client.Client)
-
-
-class SampleIterator(Iterator[Sample]):
-    """Endless iterator of :class:`~recollect.Sample` batches (stops when the manager closes)."""
-
-    def __init__(
-        self,
-        manager: ReplayBufferManager,
-        batch_size: int,
-        num_steps: int | None,
-        options: dict[str, Any],
-    ) -> None:
-        self._manager = manager
-        self._args = (batch_size, num_steps)
-        self._options = options
-
-    def __iter__(self) -> SampleIterator:
-        return self
-
-    def __next__(self) -> Sample:
-        if self._manager.closed:
-            raise StopIteration
-        batch_size, num_steps = self._args
-        return self._manager.replay_buffer.sample(batch_size, num_steps, **self._options)
 
 
 class ReplayBufferManager:
@@ -149,6 +128,7 @@ class ReplayBufferManager:
         self._service = service
         self._table = table
         self._buffer: ReplayBuffer | TableHandle | None = None
+        self._local: ReplayBuffer | None = None  # the buffer, when it is not a served table
         self._writer: Writer | None = None
         self._observer: Observer | None = None
         self._closed = False
@@ -193,7 +173,8 @@ class ReplayBufferManager:
     def _adopt(self, buffer: ReplayBuffer) -> tuple[ReplayBuffer, Observer]:
         if self._observer is not None:
             self._observer.close()
-        self._buffer, self._observer = buffer, Observer(buffer)
+        self._buffer = self._local = buffer
+        self._observer = Observer(buffer)
         return buffer, self._observer
 
     def _attach(self, reset: bool) -> tuple[TableHandle, Observer]:
@@ -201,15 +182,11 @@ class ReplayBufferManager:
         ``num_envs`` rows feeds the observer."""
         assert self._service is not None
         handle = self._service.table(self._table)
+        differ = None
         if self._data_spec is not None:
-            want, got = FlatSpec(self._data_spec), FlatSpec(handle.data_spec)
-            if (want.paths, want.shapes, want.dtypes) != (got.paths, got.shapes, got.dtypes):
-                raise InvalidArgumentError(
-                    f"the served table {self._table!r} has leaves "
-                    f"{list(zip(got.paths, got.shapes, map(str, got.dtypes), strict=True))}, "
-                    "the manager's data_spec "
-                    f"{list(zip(want.paths, want.shapes, map(str, want.dtypes), strict=True))}."
-                )
+            differ = leaves_differ(self._data_spec, FlatSpec(handle.data_spec))
+        if differ is not None:
+            raise InvalidArgumentError(f"the served table {self._table!r} {differ}.")
         if reset:
             self._service.reset(self._table)
         if self._writer is not None:
@@ -217,7 +194,8 @@ class ReplayBufferManager:
         if self._observer is not None:
             self._observer.close()
         self._writer = handle.writer(1 if self._num_envs is None else self._num_envs)
-        self._buffer, self._observer = handle, Observer(self._writer)
+        self._buffer, self._local = handle, None
+        self._observer = Observer(self._writer)
         return handle, self._observer
 
     def _new_sampler(self) -> Sampler | None:
@@ -316,7 +294,13 @@ class ReplayBufferManager:
                 "manager.create_replay_buffer() to start a new buffer."
             )
         buffer = load_buffer(directory, mmap=mmap, kind="ReplayBuffer")
-        self._check_matches(buffer)
+        given = {
+            "capacity": self._capacity,
+            "num_envs": self._num_envs,
+            "sequence_length": self._sequence_length,
+        }
+        sampler = self._new_sampler()
+        check_checkpoint_matches(buffer, directory, self._data_spec, given, sampler)
         return self._adopt(buffer)
 
     def create_or_load_replay_buffer(
@@ -350,38 +334,6 @@ class ReplayBufferManager:
             )
         return self._checkpoint_dir
 
-    def _check_matches(self, buffer: ReplayBuffer) -> None:
-        if self._data_spec is not None:
-            want, got = FlatSpec(self._data_spec), buffer.flat_spec
-            if (want.paths, want.shapes, want.dtypes) != (got.paths, got.shapes, got.dtypes):
-                raise InvalidArgumentError(
-                    f"the checkpoint in {self._checkpoint_dir} has leaves "
-                    f"{list(zip(got.paths, got.shapes, map(str, got.dtypes), strict=True))}, "
-                    "the manager's data_spec "
-                    f"{list(zip(want.paths, want.shapes, map(str, want.dtypes), strict=True))}. "
-                    "Use the checkpoint's spec, or create a new buffer."
-                )
-        given = {
-            "capacity": (self._capacity, buffer.capacity),
-            "num_envs": (self._num_envs, buffer.num_envs),
-            "sequence_length": (self._sequence_length, buffer.sequence_length),
-        }
-        for name, (wanted, stored) in given.items():
-            if wanted is not None and wanted != stored:
-                raise InvalidArgumentError(
-                    f"the checkpoint in {self._checkpoint_dir} has {name}={stored}; the manager "
-                    f"was given {name}={wanted}. Drop the argument (or pass {name}={stored}) to "
-                    "continue the checkpoint, or create a new buffer elsewhere."
-                )
-        sampler = self._new_sampler()
-        if sampler is not None and type(sampler) is not type(buffer.sampler):
-            raise InvalidArgumentError(
-                f"the checkpoint in {self._checkpoint_dir} has a {type(buffer.sampler).__name__} "
-                f"sampler; the manager was given a {type(sampler).__name__}. A loaded buffer "
-                "keeps its sampler and its state: drop the sampler argument or create a new "
-                "buffer elsewhere."
-            )
-
     # -- using the buffer -------------------------------------------------
     def get_dataset(
         self, batch_size: int, num_steps: int | None = None, **sample_options: Any
@@ -397,28 +349,21 @@ class ReplayBufferManager:
 
     def num_frames(self) -> int:
         """Steps currently stored."""
-        buffer = self.replay_buffer
-        if isinstance(buffer, ReplayBuffer):
-            return buffer.num_frames()
-        return buffer.info().num_stored
+        return self.replay_buffer.num_frames()
 
     def checkpoint(self) -> Path:
         """Atomically writes the buffer (the whole service, when backed by one) to
         ``checkpoint_dir``; returns the path."""
-        buffer = self.replay_buffer
-        if isinstance(buffer, ReplayBuffer):
-            return save_buffer(buffer, self._require_dir("checkpoint"))
+        self.replay_buffer  # noqa: B018 - raises when there is none
+        if self._local is not None:
+            return save_buffer(self._local, self._require_dir("checkpoint"))
         assert self._writer is not None and self._service is not None
         self._writer.flush()
         return self._service.checkpoint(self._require_dir("checkpoint"))
 
     def clear(self) -> None:
         """Forgets every stored step (ids keep increasing); resets a served table."""
-        buffer = self.replay_buffer
-        if isinstance(buffer, ReplayBuffer):
-            buffer.clear()
-            return
-        buffer.client.reset(buffer.name)
+        self.replay_buffer.clear()
 
     def close(self) -> None:
         """Releases the buffer; idempotent. Does not checkpoint (call :meth:`checkpoint`)."""
@@ -429,9 +374,9 @@ class ReplayBufferManager:
             self._observer.close()
         if self._writer is not None:
             self._writer.close()  # flushes and releases the rows; the service runs on
-        elif isinstance(self._buffer, ReplayBuffer):  # a served table has a writer
-            self._buffer.close()  # stops datasets/iterators reading from it
-        self._buffer = self._observer = self._writer = None
+        elif self._local is not None:  # a served table has a writer
+            self._local.close()  # stops datasets/iterators reading from it
+        self._buffer = self._local = self._observer = self._writer = None
 
     def __enter__(self) -> ReplayBufferManager:
         return self
