@@ -22,6 +22,7 @@ from recollect.samplers import (
     Sampler,
     Uniform,
 )
+from recollect.source import SampleSource
 from recollect.specs import ArraySpec, spec_from_example, spec_from_space
 from recollect.storage.frame_store import FrameStack
 from recollect.table import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack, TableInfo
@@ -70,6 +71,7 @@ __all__ = [
     "ReplayBuffer",
     "ReplayBufferManager",
     "Sample",
+    "SampleSource",
     "SampleToInsertRatio",
     "Sampler",
     "Stack",
