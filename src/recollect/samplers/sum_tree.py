@@ -57,7 +57,7 @@ import numpy as np
 from recollect.arguments import is_int
 from recollect.errors import InvalidArgumentError
 
-__all__ = ["SumTree", "level_sizes"]
+__all__ = ["SumTree", "level_sizes", "search_sizes"]
 
 
 class SumTree:
@@ -86,12 +86,15 @@ class SumTree:
             )
         self.capacity = int(capacity)
         self.branching = b = int(branching)
-        sizes = level_sizes(self.capacity, b)
-        self._levels = [np.zeros(size, np.float64) for size in sizes]
+        sizes = search_sizes(self.capacity, b)
+        self._levels = [np.zeros(size, np.float64) for size in sizes]  # last: the root
         self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
+        self._top = level_sizes(self.capacity, b)[-1]  # entries of the old top (the total)
         self._exclusive = np.triu(np.ones((b, b)), 1)  # block @ this = exclusive prefix sums
         self._ones = np.ones(b)
-        self._previous = (np.arange(b, dtype=np.int64) - 1) % b  # child - 1 modulo b
+        # [b-8k] bools viewed as uint64 -> popcounts (uint8) viewed as one int -> count - 1
+        self._child = _child_table(b)
+        self._queries: dict[int, tuple[np.ndarray, ...]] = {}  # find's buffers per batch size
         self.track_min = bool(track_min)
         # the smallest positive leaf (inf if none) and how many leaves hold it; exact
         # unless _min_stale (the last of them rose or was zeroed): then rescanned when read
@@ -102,7 +105,10 @@ class SumTree:
         """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`), before building it
         (``track_min`` adds none: the minimum is two numbers, its rescan a transient chunk)."""
         b = int(branching)
-        return 8 * (sum(level_sizes(int(capacity), b)) + b * b + 2 * b)
+        table = _child_table(b)
+        return 8 * (sum(search_sizes(int(capacity), b)) + b * b + b) + (
+            0 if table is None else table.nbytes
+        )
 
     @property
     def nbytes(self) -> int:
@@ -111,7 +117,7 @@ class SumTree:
             sum(level.nbytes for level in self._levels)
             + self._exclusive.nbytes
             + self._ones.nbytes
-            + self._previous.nbytes
+            + (0 if self._child is None else self._child.nbytes)
         )
 
     @property
@@ -134,7 +140,7 @@ class SumTree:
     @property
     def total(self) -> float:
         """Sum of all leaves."""
-        return float(self._levels[-1].sum())
+        return float(self._levels[-2][: self._top].sum())
 
     def __getitem__(self, indices: np.ndarray) -> np.ndarray:
         return self._levels[0][indices]
@@ -149,29 +155,62 @@ class SumTree:
         Returns:
             int64 ``[Q]`` leaf indices, each of positive value (when total > 0).
         """
-        # ndarray methods, not their np.* wrappers (~0.6 us each, a dozen calls per find)
-        targets = np.asarray(targets, dtype=np.float64).reshape(-1)
-        top = self._levels[-1]
-        cumulative = np.concatenate(([0.0], top)).cumsum()  # exclusive, then the total
-        last = top.nonzero()[0]  # a target at or past the total goes to the last positive
-        node = cumulative[1:].searchsorted(targets, side="right")
-        np.minimum(node, last[-1] if len(last) else 0, out=node)
-        u = targets - cumulative[node]
-        b = self.branching
-        base = np.arange(len(u), dtype=np.int64) * b
-        previous = self._previous  # child - 1 modulo b, as one lookup
+        # ndarray methods and out= buffers: every numpy call costs ~1 us, a dozen per level
+        u = np.fmax(np.asarray(targets, dtype=np.float64).reshape(-1), 0.0)  # a copy; NaN -> 0
+        buffers = self._queries.get(len(u))
+        if buffers is None:
+            buffers = self._buffers(len(u))
+        base, block, prefix, le, le_root = buffers
+        # the root (<= b entries): counts of exclusive prefixes <= u, one [b, Q] compare
+        root = self._levels[-1]
+        root_prefix = root @ self._exclusive
+        np.less_equal(root_prefix[:, None], u, out=le_root)
+        count = np.add.reduce(le_root.view(np.uint8), axis=0, dtype=np.uint8)
+        # past the total (round-off): the last root entry that has a subtree
+        np.minimum(count, len(self._blocks[-1]), out=count)
+        node = np.subtract(count, 1, dtype=np.int64)
+        u -= root_prefix[node]
+        flat_prefix = prefix.reshape(-1)
+        b, children = self.branching, self._children
         for blocks in reversed(self._blocks):
-            prefix = blocks.take(node, axis=0) @ self._exclusive  # [Q, B] exclusive sums
-            # first prefix past u (0 if none), minus one modulo b: the last child whose
-            # prefix is <= u
-            child = previous[(prefix > u[:, None]).argmax(axis=1)]
-            u -= prefix.reshape(-1)[base + child]
+            blocks.take(node, axis=0, out=block, mode="clip")  # in range by construction
+            np.matmul(block, self._exclusive, out=prefix)  # [Q, B] exclusive sums
+            # the last child whose prefix is <= u (prefix[:, 0] = 0 <= u: count >= 1)
+            np.less_equal(prefix, u[:, None], out=le)
+            child = children(le)
+            u -= flat_prefix[base + child]
             node *= b
             node += child
         bad = self._levels[0][node] <= 0
         if bad.any():
-            node[bad] = self._find_exact(targets[bad])
+            node[bad] = self._find_exact(np.asarray(targets, dtype=np.float64).reshape(-1)[bad])
         return node
+
+    def _buffers(self, queries: int) -> tuple[np.ndarray, ...]:
+        """find's scratch arrays for ``queries`` targets (a few kept; the caller holds the
+        table lock, so one find at a time uses them)."""
+        b = self.branching
+        if len(self._queries) >= 8:
+            self._queries.clear()
+        buffers = self._queries[queries] = (
+            np.arange(queries, dtype=np.int64) * b,
+            np.empty((queries, b)),
+            np.empty((queries, b)),
+            np.empty((queries, b), bool),
+            np.empty((b, queries), bool),
+        )
+        return buffers
+
+    def _children(self, le: np.ndarray) -> np.ndarray:
+        """Per row of ``le`` (bool ``[Q, b]``, a run of True then False, at least one True),
+        the index of its last True, int64 ``[Q]``."""
+        table = self._child
+        if table is None:  # any branching: a row sum
+            return le.sum(axis=1) - 1
+        # b = 8 or 16: one popcount per 8 bools; the 1 or 2 counts, viewed as one integer,
+        # index a table of count - 1
+        counts = _bitwise_count(le.view(np.uint64))
+        return table[counts.view(np.uint8 if self.branching == 8 else np.uint16)[:, 0]]
 
     def _find_exact(self, targets: np.ndarray) -> np.ndarray:
         """Slow exact search over all leaves (only for round-off stragglers)."""
@@ -213,6 +252,9 @@ class SumTree:
     def _refresh(self, indices: np.ndarray) -> None:
         node = indices
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
+            if len(level) <= len(node):  # a small level: all of it, no index arithmetic
+                np.matmul(blocks, self._ones, out=level[: len(blocks)])
+                continue
             node = node // self.branching
             level[node] = blocks.take(node, axis=0) @ self._ones
 
@@ -286,6 +328,31 @@ _INF_BITS_MINUS_ONE = np.uint64(0x7FF0000000000000 - 1)  # inf's bits minus 1: 0
 def _distinct(indices: np.ndarray) -> int:
     """Number of distinct entries of a (usually empty or one-entry) int array."""
     return len(indices) if len(indices) < 2 else len(np.unique(indices))
+
+
+def _child_table(b: int) -> np.ndarray | None:
+    """``count - 1`` of every popcount pair that ``find`` views as one uint8 (b = 8) or
+    uint16 (b = 16; the counts c0 + 256 c1), or None: rows are summed."""
+    if _bitwise_count is None or b not in (8, 16):
+        return None
+    if b == 8:
+        return np.arange(-1, 8, dtype=np.int64)
+    pairs = np.arange(8 * 256 + 9, dtype=np.int64)
+    return (pairs & 255) + (pairs >> 8) - 1
+
+
+_bitwise_count = getattr(np, "bitwise_count", None)  # numpy >= 2.0
+
+
+def search_sizes(capacity: int, b: int) -> list[int]:
+    """Entries of each level of a :class:`SumTree`, leaves first, then the root: the levels
+    of :func:`level_sizes` with the top padded to ``r`` full blocks, every level below it
+    padded likewise (``r * b^(depth + 1 - i)`` entries) and a root of ``r <= b`` block sums
+    (stored in ``b`` entries)."""
+    sizes = level_sizes(capacity, b)
+    r = -(-sizes[-1] // b)
+    depth = len(sizes)
+    return [r * b ** (depth - i) for i in range(depth)] + [b]
 
 
 def level_sizes(capacity: int, b: int) -> list[int]:
