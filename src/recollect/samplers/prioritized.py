@@ -188,8 +188,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
                 "every valid window has priority 0; update some priorities to values > 0 or "
                 "use epsilon > 0."
             )
-        keys = self._tree.find(rng.random(batch_size) * total)
-        values = self._tree[keys]
+        # rng.uniform(0, total) draws the doubles of rng.random(...) * total, in one call
+        keys, values = self._tree.find_values(rng.uniform(0.0, total, batch_size))
         probabilities = values / total
         rows, times = self._start_times(keys)
         if not self._tree.track_min:

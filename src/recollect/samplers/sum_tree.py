@@ -155,62 +155,65 @@ class SumTree:
         Returns:
             int64 ``[Q]`` leaf indices, each of positive value (when total > 0).
         """
+        return self.find_values(targets)[0]
+
+    def find_values(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(find(targets), values of those leaves)``: float64 ``[Q]`` values, read once."""
         # ndarray methods and out= buffers: every numpy call costs ~1 us, a dozen per level
         u = np.fmax(np.asarray(targets, dtype=np.float64).reshape(-1), 0.0)  # a copy; NaN -> 0
         buffers = self._queries.get(len(u))
         if buffers is None:
             buffers = self._buffers(len(u))
-        base, block, prefix, le, le_root = buffers
+        base, block, prefix, le, le_root, words, counts, pairs = buffers
         # the root (<= b entries): counts of exclusive prefixes <= u, one [b, Q] compare
-        root = self._levels[-1]
-        root_prefix = root @ self._exclusive
+        root_prefix = self._levels[-1] @ self._exclusive
         np.less_equal(root_prefix[:, None], u, out=le_root)
         count = np.add.reduce(le_root.view(np.uint8), axis=0, dtype=np.uint8)
-        # past the total (round-off): the last root entry that has a subtree
-        np.minimum(count, len(self._blocks[-1]), out=count)
+        if len(self._blocks[-1]) < self.branching:  # past the total (round-off): the last
+            np.minimum(count, len(self._blocks[-1]), out=count)  # root entry with a subtree
         node = np.subtract(count, 1, dtype=np.int64)
         u -= root_prefix[node]
-        flat_prefix = prefix.reshape(-1)
-        b, children = self.branching, self._children
+        flat_prefix, column, b, table = prefix.reshape(-1), u[:, None], self.branching, self._child
         for blocks in reversed(self._blocks):
             blocks.take(node, axis=0, out=block, mode="clip")  # in range by construction
             np.matmul(block, self._exclusive, out=prefix)  # [Q, B] exclusive sums
             # the last child whose prefix is <= u (prefix[:, 0] = 0 <= u: count >= 1)
-            np.less_equal(prefix, u[:, None], out=le)
-            child = children(le)
+            np.less_equal(prefix, column, out=le)
+            if table is None:  # any branching: a row sum
+                child = le.sum(axis=1) - 1
+            else:  # b = 8 or 16: a popcount per 8 bools; the 1 or 2 counts, read as one
+                _bitwise_count(words, out=counts)  # integer, index a table of count - 1
+                child = table[pairs]
             u -= flat_prefix[base + child]
             node *= b
             node += child
-        bad = self._levels[0][node] <= 0
+        values = self._levels[0][node]
+        bad = values <= 0
         if bad.any():
             node[bad] = self._find_exact(np.asarray(targets, dtype=np.float64).reshape(-1)[bad])
-        return node
+            values = self._levels[0][node]
+        return node, values
 
     def _buffers(self, queries: int) -> tuple[np.ndarray, ...]:
-        """find's scratch arrays for ``queries`` targets (a few kept; the caller holds the
-        table lock, so one find at a time uses them)."""
+        """find's scratch arrays for ``queries`` targets, and views of them (a few kept; the
+        caller holds the table lock, so one find at a time uses them)."""
         b = self.branching
         if len(self._queries) >= 8:
             self._queries.clear()
+        le = np.empty((queries, b), bool)
+        counts = np.empty((queries, max(1, b // 8)), np.uint8)
+        table = self._child is not None
         buffers = self._queries[queries] = (
             np.arange(queries, dtype=np.int64) * b,
             np.empty((queries, b)),
             np.empty((queries, b)),
-            np.empty((queries, b), bool),
+            le,
             np.empty((b, queries), bool),
+            le.view(np.uint64) if table else le,  # the words popcounted
+            counts,
+            counts.view(np.uint8 if b == 8 else np.uint16)[:, 0] if table else counts,
         )
         return buffers
-
-    def _children(self, le: np.ndarray) -> np.ndarray:
-        """Per row of ``le`` (bool ``[Q, b]``, a run of True then False, at least one True),
-        the index of its last True, int64 ``[Q]``."""
-        table = self._child
-        if table is None:  # any branching: a row sum
-            return le.sum(axis=1) - 1
-        # b = 8 or 16: one popcount per 8 bools; the 1 or 2 counts, viewed as one integer,
-        # index a table of count - 1
-        counts = _bitwise_count(le.view(np.uint64))
-        return table[counts.view(np.uint8 if self.branching == 8 else np.uint16)[:, 0]]
 
     def _find_exact(self, targets: np.ndarray) -> np.ndarray:
         """Slow exact search over all leaves (only for round-off stragglers)."""
