@@ -96,6 +96,7 @@ class SumTree:
         # [b-8k] bools viewed as uint64 -> popcounts (uint8) viewed as one int -> count - 1
         self._child = _child_table(b)
         self._queries: dict[int, tuple[np.ndarray, ...]] = {}  # find's buffers per batch size
+        self._total: float | None = 0.0  # the sum of the leaves, None when not yet summed
         self.track_min = bool(track_min)
         # the smallest positive leaf (inf if none) and how many leaves hold it; exact
         # unless _min_stale (the last of them rose or was zeroed): then rescanned when read
@@ -140,8 +141,12 @@ class SumTree:
 
     @property
     def total(self) -> float:
-        """Sum of all leaves."""
-        return float(self._levels[-2][: self._top].sum())
+        """Sum of all leaves (kept until the next write: a draw and the update after it
+        read it once)."""
+        total = self._total
+        if total is None:
+            total = self._total = float(self._levels[-2][: self._top].sum())
+        return total
 
     def __getitem__(self, indices: np.ndarray) -> np.ndarray:
         return self._levels[0][indices]
@@ -256,6 +261,7 @@ class SumTree:
             self._note_min(indices, old, final)
 
     def _refresh(self, indices: np.ndarray) -> None:
+        self._total = None
         node = indices
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
             if len(level) <= len(node):  # a small level: all of it, no index arithmetic
@@ -310,6 +316,7 @@ class SumTree:
 
     def fill(self, values: np.ndarray) -> None:
         """Replaces all leaves with ``values`` float64 ``[capacity]`` and rebuilds every level."""
+        self._total = None
         self._levels[0][: self.capacity] = values
         self._levels[0][self.capacity :] = 0.0
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
@@ -321,6 +328,7 @@ class SumTree:
 
     def clear(self) -> None:
         """Sets every leaf to zero."""
+        self._total = 0.0
         for level in self._levels:
             level[:] = 0.0
         self._min, self._min_count, self._min_stale = math.inf, 0, False
