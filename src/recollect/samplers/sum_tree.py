@@ -284,6 +284,8 @@ class SumTree:
         if self._min_stale:  # the minimum is rescanned when read; a lower value set it above
             return
         m = self._min
+        if smallest > m and old.min() > m:  # no leaf reached or left the minimum (one pass)
+            return
         was = old == m
         if smallest == m:  # leaves that took the minimum's value
             self._min_count += _distinct(indices[(final == m) & ~was])
