@@ -51,6 +51,7 @@ that raises the minimum leaf before every read pays a rescan per read.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -358,7 +359,7 @@ def _child_table(b: int) -> np.ndarray | None:
     return (pairs & 255) + (pairs >> 8) - 1
 
 
-_bitwise_count = getattr(np, "bitwise_count", None)  # numpy >= 2.0
+_bitwise_count: Any = getattr(np, "bitwise_count", None)  # numpy >= 2.0
 
 
 def search_sizes(capacity: int, b: int) -> list[int]:

@@ -230,7 +230,7 @@ ALIGN_BYTES = 64
 def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
     """The ``nbytes`` of ``raw`` from its first ``ALIGN_BYTES``-aligned address (a view)."""
     # the address through ctypes.c_char: ~0.8 us, against ~2 us for raw.ctypes.data
-    skip = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % ALIGN_BYTES
+    skip = -ctypes.addressof(ctypes.c_char.from_buffer(raw.data)) % ALIGN_BYTES
     return raw[skip : skip + nbytes]
 
 
