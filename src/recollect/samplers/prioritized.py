@@ -195,7 +195,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         if not self._tree.track_min:
             weights = importance_weights(probabilities, self.num_valid, beta)
         else:  # (N P_i)^-beta / (N P_min)^-beta = (v_i / v_min)^-beta
-            weights = np.power(values / self._tree.min, -beta)
+            weights = np.divide(values, self._tree.min)
+            np.power(weights, -beta, out=weights)
         priorities = self._priorities(keys, values)
         self._drawn = (keys, (rows << ROW_SHIFT) | times, self.index.generation)
         return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities)
@@ -207,9 +208,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         ``s = k (mod max_length)`` in ``[t[r] - max_length, t[r])``: a window
         whose first step was overwritten is no longer valid.
         """
-        rows, slots = np.divmod(keys, self._length)
+        rows = keys // self._length
         oldest = self.index.t[rows] - self._length  # may be < 0: the modulo keeps s >= 0
-        return rows, oldest + (slots - oldest) % self._length
+        # keys - oldest = rows * max_length + (slots - oldest): the same residue
+        return rows, oldest + (keys - oldest) % self._length
 
     def _priorities(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Raw priorities of ``keys``: ``values ** (1 / alpha) - epsilon`` (exact to rounding)."""

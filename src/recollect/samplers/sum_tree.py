@@ -243,8 +243,10 @@ class SumTree:
             values: float64 ``[K]`` non-negative finite values (not checked here;
                 callers validate).
         """
-        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        if type(indices) is not np.ndarray or indices.dtype != np.int64 or indices.ndim != 1:
+            indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if type(values) is not np.ndarray or values.dtype != np.float64 or values.ndim != 1:
+            values = np.asarray(values, dtype=np.float64).reshape(-1)
         leaves = self._levels[0]
         old = leaves[indices] if self.track_min else values
         leaves[indices] = values
@@ -266,11 +268,11 @@ class SumTree:
         node = indices
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
             if len(level) <= len(node):  # a small level: all of it, no index arithmetic
-                np.matmul(blocks, self._ones, out=level[: len(blocks)])
+                np.dot(blocks, self._ones, out=level[: len(blocks)])
                 continue
             # a shift when b is a power of two (int64 floor division is ~5x slower)
             node = node >> self._shift if self._shift else node // self.branching
-            level[node] = blocks.take(node, axis=0) @ self._ones
+            level[node] = blocks.take(node, axis=0).dot(self._ones)  # .dot: 0.4 us less than @
 
     def _note_min(self, indices: np.ndarray, old: np.ndarray, final: np.ndarray) -> None:
         """Keeps :attr:`min` after leaves ``indices`` went from ``old`` to ``final`` (both
