@@ -4,31 +4,41 @@ The tree is ``B``-ary (``branching``, default 16) rather than binary, so a
 million leaves need only a few levels and every batch operation is a handful
 of numpy calls per level, never a Python loop over items::
 
-    levels[0]        leaves, padded with zeros to a multiple of B
-    levels[i + 1]    sums of blocks of B entries of levels[i]   (padded likewise)
-    levels[-1]       the top, at most ``B * B`` entries, searched with one
-                     ``cumsum`` + ``searchsorted``
+    levels[0]        leaves, padded with zeros to r * B^depth entries
+    levels[i + 1]    sums of blocks of B entries of levels[i]
+    levels[-2]       the top: r full blocks (r <= B; its first entries are those
+                     of :func:`level_sizes`' top, and the total sums them)
+    levels[-1]       the root: the r block sums of the top (stored in B entries)
 
-Search (``find``) descends from the top: at each level it gathers the ``B``
-children of every query's node as one ``[Q, B]`` block, computes their
-exclusive prefix sums with one small matrix product (``block @ strict upper
-triangle of ones``; a BLAS call is ~4x faster than ``np.cumsum(axis=1)`` here)
-and moves to the last child whose prefix is <= the query (``argmax`` of
-``prefix > query``). A zero child has the same prefix as the next one, so it
-is skipped. Parents are sums of their children (``block @ ones``),
-recomputed, never updated by deltas, so the total cannot drift.
+Search (``find``) counts, for every query, the root's exclusive prefix sums
+<= the query with one ``[B, Q]`` compare and a column sum (no branchy
+``searchsorted``), then descends: at each level it gathers the ``B`` children
+of every query's node as one ``[Q, B]`` block, computes their exclusive prefix
+sums with one small matrix product (``block @ strict upper triangle of ones``;
+a BLAS call is ~4x faster than ``np.cumsum(axis=1)`` here) and moves to the
+last child whose prefix is <= the query: for B = 8 or 16 the ``[Q, B]`` bools
+are read as uint64 words, popcounted (``np.bitwise_count``, numpy >= 2) and the
+1 or 2 counts of a row, read as one integer, index a table of ``count - 1``
+(a row ``argmax`` costs ~3x more); other branchings sum the rows. A zero child
+has the same prefix as the next one, so it is skipped. Scratch arrays are kept
+per batch size (``out=``). Parents are sums of their children (``block @
+ones``), recomputed, never updated by deltas, so the total cannot drift; levels
+no larger than the batch (the top and the root, for 256 updates of 1M leaves)
+are recomputed whole, one product each.
 
 Float round-off between a parent and the sum of its children can, very
 rarely, push a query past a block's last positive child; every result is
 therefore checked to be a leaf of positive value, and the few that are not are
 redone exactly (``np.cumsum`` over the leaves + ``searchsorted``). A leaf of
-value zero is never returned while the total is positive.
+value zero is never returned while the total is positive; a target at or past
+the total (or negative, or NaN: searched as 0) is resolved the same way.
 
 Profile (1M leaves, 256 fresh random queries then a set of the 256 found
-leaves, CPU time on the 2-core dev machine): ~90 us for find + set with
-branching 16 (12: 134, 20: 95, 32: 98, 40: 112), against ~290 us with
-``np.cumsum(axis=1)`` per level. About a third of it is cache misses on the
-8 MB leaf level.
+leaves, CPU time on the 2-core dev machine): ~103 us for find + set (was ~128
+with a top ``searchsorted`` and a row ``argmax`` per level: branch misses of
+random queries, which a benchmark repeating one batch hides). Every numpy
+call costs ~1-1.5 us here (cache misses of the 8 MB leaf level evict numpy's
+own state), so the search is counted in calls: ~7 at the root, 10 per level.
 
 The smallest positive leaf (``track_min=True``, :attr:`SumTree.min`, for
 buffer-wide importance weights) is one number kept with the count of leaves
