@@ -133,3 +133,66 @@ def test_min_rescan_spans_chunks_and_counts_ties_across_them():
 def test_min_needs_track_min():
     with pytest.raises(ValueError, match="track_min=True"):
         _ = SumTree(10).min
+
+
+@st.composite
+def popcount_tree_ops(draw):
+    """Trees of several levels under a root, at the branchings whose descent counts children
+    with a popcount (8 and 16), with zeros, repeated indices and padded levels."""
+    branching = draw(st.sampled_from([8, 16]))
+    capacity = draw(st.integers(1, 5000))
+    updates = draw(
+        st.lists(
+            st.lists(st.tuples(st.integers(0, capacity - 1), st.integers(0, 9)), max_size=60),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    return capacity, branching, updates
+
+
+@settings(max_examples=120, deadline=None)
+@given(popcount_tree_ops())
+def test_popcount_descent_matches_brute_force(ops):
+    capacity, branching, updates = ops
+    tree = SumTree(capacity, branching, track_min=True)
+    reference = np.zeros(capacity)
+    for update in updates:
+        idx = np.array([i for i, _ in update], dtype=np.int64)
+        val = np.array([v for _, v in update], dtype=np.float64)
+        tree.set(idx, val)
+        for i, v in update:
+            reference[i] = v
+        assert tree.total == reference.sum()
+        total = int(reference.sum())
+        if not total:
+            continue
+        # integer values: exact sums, so every target (boundaries included) must match
+        targets = np.concatenate([np.arange(total) + 0.5, np.arange(total, dtype=float)])
+        found, values = tree.find_values(targets)
+        np.testing.assert_array_equal(found, reference_find(reference, targets))
+        np.testing.assert_array_equal(values, reference[found])
+        # at or past the total: the last positive leaf; negative or NaN: as 0
+        last = np.flatnonzero(reference)[-1]
+        first = reference_find(reference, np.zeros(1))[0]
+        odd = tree.find(np.array([total, total + 1e9, -1.0, np.nan]))
+        assert odd.tolist() == [last, last, first, first]
+
+
+@pytest.mark.parametrize("capacity", [1, 15, 16, 17, 255, 256, 257, 4097, 100_003])
+@pytest.mark.parametrize("branching", [2, 5, 8, 16, 32])
+def test_estimate_nbytes_is_what_the_tree_allocates(capacity, branching):
+    tree = SumTree(capacity, branching, track_min=True)
+    assert tree.nbytes == SumTree.estimate_nbytes(capacity, branching)
+    assert tree.values.shape == (capacity,)
+
+
+def test_find_of_no_targets_and_total_after_writes():
+    tree = SumTree(1000, track_min=True)
+    assert tree.find(np.zeros(0)).tolist() == [] and tree.total == 0.0
+    tree.set(np.array([3, 999]), np.array([2.0, 5.0]))
+    assert tree.total == 7.0  # the cached total follows every write
+    tree.fill(np.ones(1000))
+    assert tree.total == 1000.0
+    tree.clear()
+    assert tree.total == 0.0

@@ -23,7 +23,7 @@ def _views(rng: np.random.Generator, rows: int) -> list[np.ndarray]:
     ]
 
 
-@pytest.mark.parametrize("index_shape", [(7,), (5, 3), (1,)])
+@pytest.mark.parametrize("index_shape", [(7,), (5, 3), (1,), (0,), (300,)])
 def test_gather_leaves_equals_fancy_indexing(index_shape):
     rng = np.random.default_rng(0)
     views = _views(rng, 50)
@@ -31,6 +31,8 @@ def test_gather_leaves_equals_fancy_indexing(index_shape):
     for got, view in zip(Gatherer().gather(views, index), views, strict=True):
         np.testing.assert_array_equal(got, view[index])
         assert got.dtype == view.dtype and got.shape == view[index].shape
+        assert got.flags.writeable and got.flags.c_contiguous
+        assert got.ctypes.data % gather_module.ALIGN_BYTES == 0 or got.size == 0
 
 
 def test_split_gather_equals_fancy_indexing(monkeypatch):

@@ -30,7 +30,7 @@ import numpy as np
 
 from recollect.arguments import no_options
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
-from recollect.ids import MAX_TIME, ROW_BITS, ROW_SHIFT
+from recollect.ids import MAX_TIME, ROW_BITS, ROW_SHIFT, SHARD_SHIFT
 from recollect.samplers.base import Sampler, WindowDraw, importance_weights
 from recollect.samplers.prioritized_state import PrioritizedState
 from recollect.samplers.priority_checks import check_exponent, check_sum_finite, check_update
@@ -97,6 +97,9 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             )
         self.num_valid = 0
         self.episode_aware: bool | None = None
+        # the last draw (keys, shard-0 ids, index generation) until a write, removal or
+        # clear: an update of exactly its ids needs no validity checks (see update_priorities)
+        self._drawn: tuple[np.ndarray, np.ndarray, int] | None = None
 
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able) that rebuild this sampler, state excluded."""
@@ -185,15 +188,17 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
                 "every valid window has priority 0; update some priorities to values > 0 or "
                 "use epsilon > 0."
             )
-        keys = self._tree.find(rng.random(batch_size) * total)
-        values = self._tree[keys]
+        # rng.uniform(0, total) draws the doubles of rng.random(...) * total, in one call
+        keys, values = self._tree.find_values(rng.uniform(0.0, total, batch_size))
         probabilities = values / total
         rows, times = self._start_times(keys)
         if not self._tree.track_min:
             weights = importance_weights(probabilities, self.num_valid, beta)
         else:  # (N P_i)^-beta / (N P_min)^-beta = (v_i / v_min)^-beta
-            weights = np.power(values / self._tree.min, -beta)
+            weights = np.divide(values, self._tree.min)
+            np.power(weights, -beta, out=weights)
         priorities = self._priorities(keys, values)
+        self._drawn = (keys, (rows << ROW_SHIFT) | times, self.index.generation)
         return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities)
 
     def _start_times(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -203,9 +208,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         ``s = k (mod max_length)`` in ``[t[r] - max_length, t[r])``: a window
         whose first step was overwritten is no longer valid.
         """
-        rows, slots = np.divmod(keys, self._length)
+        rows = keys // self._length
         oldest = self.index.t[rows] - self._length  # may be < 0: the modulo keeps s >= 0
-        return rows, oldest + (slots - oldest) % self._length
+        # keys - oldest = rows * max_length + (slots - oldest): the same residue
+        return rows, oldest + (keys - oldest) % self._length
 
     def _priorities(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Raw priorities of ``keys``: ``values ** (1 / alpha) - epsilon`` (exact to rounding)."""
@@ -247,20 +253,14 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         ids, priorities, largest = self._check_update(ids, priorities)
         if not len(ids):
             return 0
-        # ids of this shard's rows: id >> 40 == shard << 15 | row (negative ids never match)
-        rows = (ids >> ROW_SHIFT) - (shard << ROW_BITS)
-        times = ids & (MAX_TIME - 1)
-        live = (rows >= 0) & (rows < self.index.num_envs)
-        keys = rows * self._length + times % self._length
-        if not live.all():
-            keys[~live] = 0
-        # the id's window is the valid one of its slot: its time is still stored
-        newest = self.index.t[np.where(live, rows, 0)]
-        live &= self._valid[keys] & (times < newest) & (times >= newest - self._length)
-        skipped = len(ids) - int(np.count_nonzero(live))
-        if skipped:
-            keys, priorities = keys[live], priorities[live]
-            largest = float(priorities.max()) if len(keys) else -1.0
+        keys = self._drawn_keys(ids, shard)
+        skipped = 0
+        if keys is None:
+            keys, live = self._live_keys(ids, shard)
+            skipped = len(ids) - int(np.count_nonzero(live))
+            if skipped:
+                keys, priorities = keys[live], priorities[live]
+                largest = float(priorities.max()) if len(keys) else -1.0
         if len(keys):
             check_sum_finite(
                 self._tree, keys, priorities, largest, self.epsilon, self.priority_exponent
@@ -271,6 +271,33 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             self._set(keys, values)
             self.max_priority = max(self.max_priority, largest)
         return skipped
+
+    def _drawn_keys(self, ids: np.ndarray, shard: int) -> np.ndarray | None:
+        """The keys of ``ids`` when they are exactly the ids of the last draw and no write,
+        removal or clear came since (every drawn window is valid: it had a value > 0), else
+        None. The common PER step (sample, learn, update) skips the decoding and checks."""
+        drawn = self._drawn
+        if drawn is None or len(drawn[0]) != len(ids) or drawn[2] != self.index.generation:
+            return None
+        keys, expected, _ = drawn
+        if shard:
+            expected = expected | shard << SHARD_SHIFT
+        return keys if (ids == expected).all() else None
+
+    def _live_keys(self, ids: np.ndarray, shard: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(keys, live)`` of ``ids``: each id's slot key and whether it names the valid
+        window stored there (not overwritten, cleared, removed, or of another shard)."""
+        # ids of this shard's rows: id >> 40 == shard << 15 | row (negative ids never match)
+        rows = (ids >> ROW_SHIFT) - (shard << ROW_BITS)
+        times = ids & (MAX_TIME - 1)
+        live = (rows >= 0) & (rows < self.index.num_envs)
+        keys = rows * self._length + times % self._length
+        if not live.all():
+            keys[~live] = 0
+        # the id's window is the valid one of its slot: its time is still stored
+        newest = self.index.t[np.where(live, rows, 0)]
+        live &= self._valid[keys] & (times < newest) & (times >= newest - self._length)
+        return keys, live
 
     def _check_update(self, ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
         return check_update(ids, priorities)

@@ -33,6 +33,7 @@ class PrioritizedState:
     epsilon: float
     num_valid: int
     episode_aware: bool | None
+    _drawn: tuple[np.ndarray, np.ndarray, int] | None
 
     def _start_times(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -71,6 +72,7 @@ class PrioritizedState:
                 f"({self._tree.capacity},). Load it into a buffer of the same capacity."
             )
         check_state_values(state, values)
+        self._drawn = None
         self._tree.fill(values)
         self._valid[:] = np.asarray(state["start"], dtype=np.int64) >= 0
         if len(self._priority):  # alpha == 0: raw priorities are state of their own

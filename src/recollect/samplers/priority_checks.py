@@ -51,7 +51,7 @@ def check_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, flo
             f"update_priorities needs integer ids (Sample.ids); got dtype {ids.dtype}."
         )
     largest = float(priorities.max()) if len(priorities) else 0.0
-    if math.isfinite(largest) and (priorities >= 0).all():  # fast path: no nan, inf, < 0
+    if math.isfinite(largest) and priorities.min() >= 0:  # fast path: no nan, inf, < 0
         return ids.astype(np.int64, copy=False), priorities, largest
     bad = ~np.isfinite(priorities) | (priorities < 0)
     if bad.any():

@@ -4,31 +4,41 @@ The tree is ``B``-ary (``branching``, default 16) rather than binary, so a
 million leaves need only a few levels and every batch operation is a handful
 of numpy calls per level, never a Python loop over items::
 
-    levels[0]        leaves, padded with zeros to a multiple of B
-    levels[i + 1]    sums of blocks of B entries of levels[i]   (padded likewise)
-    levels[-1]       the top, at most ``B * B`` entries, searched with one
-                     ``cumsum`` + ``searchsorted``
+    levels[0]        leaves, padded with zeros to r * B^depth entries
+    levels[i + 1]    sums of blocks of B entries of levels[i]
+    levels[-2]       the top: r full blocks (r <= B; its first entries are those
+                     of :func:`level_sizes`' top, and the total sums them)
+    levels[-1]       the root: the r block sums of the top (stored in B entries)
 
-Search (``find``) descends from the top: at each level it gathers the ``B``
-children of every query's node as one ``[Q, B]`` block, computes their
-exclusive prefix sums with one small matrix product (``block @ strict upper
-triangle of ones``; a BLAS call is ~4x faster than ``np.cumsum(axis=1)`` here)
-and moves to the last child whose prefix is <= the query (``argmax`` of
-``prefix > query``). A zero child has the same prefix as the next one, so it
-is skipped. Parents are sums of their children (``block @ ones``),
-recomputed, never updated by deltas, so the total cannot drift.
+Search (``find``) counts, for every query, the root's exclusive prefix sums
+<= the query with one ``[B, Q]`` compare and a column sum (no branchy
+``searchsorted``), then descends: at each level it gathers the ``B`` children
+of every query's node as one ``[Q, B]`` block, computes their exclusive prefix
+sums with one small matrix product (``block @ strict upper triangle of ones``;
+a BLAS call is ~4x faster than ``np.cumsum(axis=1)`` here) and moves to the
+last child whose prefix is <= the query: for B = 8 or 16 the ``[Q, B]`` bools
+are read as uint64 words, popcounted (``np.bitwise_count``, numpy >= 2) and the
+1 or 2 counts of a row, read as one integer, index a table of ``count - 1``
+(a row ``argmax`` costs ~3x more); other branchings sum the rows. A zero child
+has the same prefix as the next one, so it is skipped. Scratch arrays are kept
+per batch size (``out=``). Parents are sums of their children (``block @
+ones``), recomputed, never updated by deltas, so the total cannot drift; levels
+no larger than the batch (the top and the root, for 256 updates of 1M leaves)
+are recomputed whole, one product each.
 
 Float round-off between a parent and the sum of its children can, very
 rarely, push a query past a block's last positive child; every result is
 therefore checked to be a leaf of positive value, and the few that are not are
 redone exactly (``np.cumsum`` over the leaves + ``searchsorted``). A leaf of
-value zero is never returned while the total is positive.
+value zero is never returned while the total is positive; a target at or past
+the total (or negative, or NaN: searched as 0) is resolved the same way.
 
 Profile (1M leaves, 256 fresh random queries then a set of the 256 found
-leaves, CPU time on the 2-core dev machine): ~90 us for find + set with
-branching 16 (12: 134, 20: 95, 32: 98, 40: 112), against ~290 us with
-``np.cumsum(axis=1)`` per level. About a third of it is cache misses on the
-8 MB leaf level.
+leaves, CPU time on the 2-core dev machine): ~103 us for find + set (was ~128
+with a top ``searchsorted`` and a row ``argmax`` per level: branch misses of
+random queries, which a benchmark repeating one batch hides). Every numpy
+call costs ~1-1.5 us here (cache misses of the 8 MB leaf level evict numpy's
+own state), so the search is counted in calls: ~7 at the root, 10 per level.
 
 The smallest positive leaf (``track_min=True``, :attr:`SumTree.min`, for
 buffer-wide importance weights) is one number kept with the count of leaves
@@ -51,13 +61,14 @@ that raises the minimum leaf before every read pays a rescan per read.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from recollect.arguments import is_int
 from recollect.errors import InvalidArgumentError
 
-__all__ = ["SumTree", "level_sizes"]
+__all__ = ["SumTree", "level_sizes", "search_sizes"]
 
 
 class SumTree:
@@ -86,12 +97,17 @@ class SumTree:
             )
         self.capacity = int(capacity)
         self.branching = b = int(branching)
-        sizes = level_sizes(self.capacity, b)
-        self._levels = [np.zeros(size, np.float64) for size in sizes]
+        sizes = search_sizes(self.capacity, b)
+        self._levels = [np.zeros(size, np.float64) for size in sizes]  # last: the root
         self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
+        self._top = level_sizes(self.capacity, b)[-1]  # entries of the old top (the total)
         self._exclusive = np.triu(np.ones((b, b)), 1)  # block @ this = exclusive prefix sums
         self._ones = np.ones(b)
-        self._previous = (np.arange(b, dtype=np.int64) - 1) % b  # child - 1 modulo b
+        self._shift = b.bit_length() - 1 if b & (b - 1) == 0 else 0  # log2(b) or 0
+        # [b-8k] bools viewed as uint64 -> popcounts (uint8) viewed as one int -> count - 1
+        self._child = _child_table(b)
+        self._queries: dict[int, tuple[np.ndarray, ...]] = {}  # find's buffers per batch size
+        self._total: float | None = 0.0  # the sum of the leaves, None when not yet summed
         self.track_min = bool(track_min)
         # the smallest positive leaf (inf if none) and how many leaves hold it; exact
         # unless _min_stale (the last of them rose or was zeroed): then rescanned when read
@@ -102,7 +118,10 @@ class SumTree:
         """Bytes a tree of ``capacity`` leaves allocates (:attr:`nbytes`), before building it
         (``track_min`` adds none: the minimum is two numbers, its rescan a transient chunk)."""
         b = int(branching)
-        return 8 * (sum(level_sizes(int(capacity), b)) + b * b + 2 * b)
+        table = _child_table(b)
+        return 8 * (sum(search_sizes(int(capacity), b)) + b * b + b) + (
+            0 if table is None else table.nbytes
+        )
 
     @property
     def nbytes(self) -> int:
@@ -111,7 +130,7 @@ class SumTree:
             sum(level.nbytes for level in self._levels)
             + self._exclusive.nbytes
             + self._ones.nbytes
-            + self._previous.nbytes
+            + (0 if self._child is None else self._child.nbytes)
         )
 
     @property
@@ -133,8 +152,12 @@ class SumTree:
 
     @property
     def total(self) -> float:
-        """Sum of all leaves."""
-        return float(self._levels[-1].sum())
+        """Sum of all leaves (kept until the next write: a draw and the update after it
+        read it once)."""
+        total = self._total
+        if total is None:
+            total = self._total = float(self._levels[-2][: self._top].sum())
+        return total
 
     def __getitem__(self, indices: np.ndarray) -> np.ndarray:
         return self._levels[0][indices]
@@ -149,29 +172,67 @@ class SumTree:
         Returns:
             int64 ``[Q]`` leaf indices, each of positive value (when total > 0).
         """
-        # ndarray methods, not their np.* wrappers (~0.6 us each, a dozen calls per find)
-        targets = np.asarray(targets, dtype=np.float64).reshape(-1)
-        top = self._levels[-1]
-        cumulative = np.concatenate(([0.0], top)).cumsum()  # exclusive, then the total
-        last = top.nonzero()[0]  # a target at or past the total goes to the last positive
-        node = cumulative[1:].searchsorted(targets, side="right")
-        np.minimum(node, last[-1] if len(last) else 0, out=node)
-        u = targets - cumulative[node]
-        b = self.branching
-        base = np.arange(len(u), dtype=np.int64) * b
-        previous = self._previous  # child - 1 modulo b, as one lookup
+        return self.find_values(targets)[0]
+
+    def find_values(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(find(targets), values of those leaves)``: float64 ``[Q]`` values, read once."""
+        # ndarray methods and out= buffers: every numpy call costs ~1 us, a dozen per level
+        u = np.fmax(np.asarray(targets, dtype=np.float64).reshape(-1), 0.0)  # a copy; NaN -> 0
+        buffers = self._queries.get(len(u))
+        if buffers is None:
+            buffers = self._buffers(len(u))
+        base, block, prefix, le, le_root, words, counts, pairs = buffers
+        # the root (<= b entries): counts of exclusive prefixes <= u, one [b, Q] compare
+        root_prefix = self._levels[-1] @ self._exclusive
+        np.less_equal(root_prefix[:, None], u, out=le_root)
+        count = np.add.reduce(le_root.view(np.uint8), axis=0, dtype=np.uint8)
+        if len(self._blocks[-1]) < self.branching:  # past the total (round-off): the last
+            np.minimum(count, len(self._blocks[-1]), out=count)  # root entry with a subtree
+        node = np.subtract(count, 1, dtype=np.int64)
+        u -= root_prefix[node]
+        flat_prefix, column, b, table = prefix.reshape(-1), u[:, None], self.branching, self._child
+        leaves = self._blocks[0]
         for blocks in reversed(self._blocks):
-            prefix = blocks.take(node, axis=0) @ self._exclusive  # [Q, B] exclusive sums
-            # first prefix past u (0 if none), minus one modulo b: the last child whose
-            # prefix is <= u
-            child = previous[(prefix > u[:, None]).argmax(axis=1)]
-            u -= prefix.reshape(-1)[base + child]
+            blocks.take(node, axis=0, out=block, mode="clip")  # in range by construction
+            np.matmul(block, self._exclusive, out=prefix)  # [Q, B] exclusive sums
+            # the last child whose prefix is <= u (prefix[:, 0] = 0 <= u: count >= 1)
+            np.less_equal(prefix, column, out=le)
+            if table is None:  # any branching: a row sum
+                child = le.sum(axis=1) - 1
+            else:  # b = 8 or 16: a popcount per 8 bools; the 1 or 2 counts, read as one
+                _bitwise_count(words, out=counts)  # integer, index a table of count - 1
+                child = table[pairs]
+            if blocks is not leaves:  # the leaves need no remainder
+                u -= flat_prefix[base + child]
             node *= b
             node += child
-        bad = self._levels[0][node] <= 0
-        if bad.any():
-            node[bad] = self._find_exact(targets[bad])
-        return node
+        values = self._levels[0][node]
+        if len(values) and values.min() <= 0:
+            bad = values <= 0
+            node[bad] = self._find_exact(np.asarray(targets, dtype=np.float64).reshape(-1)[bad])
+            values = self._levels[0][node]
+        return node, values
+
+    def _buffers(self, queries: int) -> tuple[np.ndarray, ...]:
+        """find's scratch arrays for ``queries`` targets, and views of them (a few kept; the
+        caller holds the table lock, so one find at a time uses them)."""
+        b = self.branching
+        if len(self._queries) >= 8:
+            self._queries.clear()
+        le = np.empty((queries, b), bool)
+        counts = np.empty((queries, max(1, b // 8)), np.uint8)
+        table = self._child is not None
+        buffers = self._queries[queries] = (
+            np.arange(queries, dtype=np.int64) * b,
+            np.empty((queries, b)),
+            np.empty((queries, b)),
+            le,
+            np.empty((b, queries), bool),
+            le.view(np.uint64) if table else le,  # the words popcounted
+            counts,
+            counts.view(np.uint8 if b == 8 else np.uint16)[:, 0] if table else counts,
+        )
+        return buffers
 
     def _find_exact(self, targets: np.ndarray) -> np.ndarray:
         """Slow exact search over all leaves (only for round-off stragglers)."""
@@ -192,8 +253,10 @@ class SumTree:
             values: float64 ``[K]`` non-negative finite values (not checked here;
                 callers validate).
         """
-        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        if type(indices) is not np.ndarray or indices.dtype != np.int64 or indices.ndim != 1:
+            indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if type(values) is not np.ndarray or values.dtype != np.float64 or values.ndim != 1:
+            values = np.asarray(values, dtype=np.float64).reshape(-1)
         leaves = self._levels[0]
         old = leaves[indices] if self.track_min else values
         leaves[indices] = values
@@ -211,10 +274,15 @@ class SumTree:
             self._note_min(indices, old, final)
 
     def _refresh(self, indices: np.ndarray) -> None:
+        self._total = None
         node = indices
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
-            node = node // self.branching
-            level[node] = blocks.take(node, axis=0) @ self._ones
+            if len(level) <= len(node):  # a small level: all of it, no index arithmetic
+                np.dot(blocks, self._ones, out=level[: len(blocks)])
+                continue
+            # a shift when b is a power of two (int64 floor division is ~5x slower)
+            node = node >> self._shift if self._shift else node // self.branching
+            level[node] = blocks.take(node, axis=0).dot(self._ones)  # .dot: 0.4 us less than @
 
     def _note_min(self, indices: np.ndarray, old: np.ndarray, final: np.ndarray) -> None:
         """Keeps :attr:`min` after leaves ``indices`` went from ``old`` to ``final`` (both
@@ -229,6 +297,8 @@ class SumTree:
         if self._min_stale:  # the minimum is rescanned when read; a lower value set it above
             return
         m = self._min
+        if smallest > m and old.min() > m:  # no leaf reached or left the minimum (one pass)
+            return
         was = old == m
         if smallest == m:  # leaves that took the minimum's value
             self._min_count += _distinct(indices[(final == m) & ~was])
@@ -261,6 +331,7 @@ class SumTree:
 
     def fill(self, values: np.ndarray) -> None:
         """Replaces all leaves with ``values`` float64 ``[capacity]`` and rebuilds every level."""
+        self._total = None
         self._levels[0][: self.capacity] = values
         self._levels[0][self.capacity :] = 0.0
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
@@ -272,6 +343,7 @@ class SumTree:
 
     def clear(self) -> None:
         """Sets every leaf to zero."""
+        self._total = 0.0
         for level in self._levels:
             level[:] = 0.0
         self._min, self._min_count, self._min_stale = math.inf, 0, False
@@ -286,6 +358,31 @@ _INF_BITS_MINUS_ONE = np.uint64(0x7FF0000000000000 - 1)  # inf's bits minus 1: 0
 def _distinct(indices: np.ndarray) -> int:
     """Number of distinct entries of a (usually empty or one-entry) int array."""
     return len(indices) if len(indices) < 2 else len(np.unique(indices))
+
+
+def _child_table(b: int) -> np.ndarray | None:
+    """``count - 1`` of every popcount pair that ``find`` views as one uint8 (b = 8) or
+    uint16 (b = 16; the counts c0 + 256 c1), or None: rows are summed."""
+    if _bitwise_count is None or b not in (8, 16):
+        return None
+    if b == 8:
+        return np.arange(-1, 8, dtype=np.int64)
+    pairs = np.arange(8 * 256 + 9, dtype=np.int64)
+    return (pairs & 255) + (pairs >> 8) - 1
+
+
+_bitwise_count: Any = getattr(np, "bitwise_count", None)  # numpy >= 2.0
+
+
+def search_sizes(capacity: int, b: int) -> list[int]:
+    """Entries of each level of a :class:`SumTree`, leaves first, then the root: the levels
+    of :func:`level_sizes` with the top padded to ``r`` full blocks, every level below it
+    padded likewise (``r * b^(depth + 1 - i)`` entries) and a root of ``r <= b`` block sums
+    (stored in ``b`` entries)."""
+    sizes = level_sizes(capacity, b)
+    r = -(-sizes[-1] // b)
+    depth = len(sizes)
+    return [r * b ** (depth - i) for i in range(depth)] + [b]
 
 
 def level_sizes(capacity: int, b: int) -> list[int]:

@@ -42,6 +42,7 @@ class WindowValues:
     _length: int  # max_length
     _all_rows: np.ndarray
     _row_base: np.ndarray  # int64 [num_envs]: row * max_length
+    _drawn: tuple[np.ndarray, np.ndarray, int] | None  # forgotten on every change
 
     def _set(self, keys: np.ndarray, values: np.ndarray) -> None:
         """Sets the sampling values of ``keys`` in the sum tree (and its minimum)."""
@@ -53,6 +54,7 @@ class WindowValues:
 
     def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
         """Zeroes the windows whose first step was just overwritten; scores the new windows."""
+        self._drawn = None
         if self.episode_aware is None:
             self.episode_aware = is_last is not None
         index, n = self.index, self.sequence_length
@@ -98,6 +100,7 @@ class WindowValues:
         window, then every window completed by the block is scored, except those
         crossing an episode end, cleared, or whose first step the block overwrote.
         """
+        self._drawn = None
         if self.episode_aware is None:
             self.episode_aware = is_last is not None
         index, n, length = self.index, self.sequence_length, self._length
@@ -134,6 +137,7 @@ class WindowValues:
 
     def on_remove(self, rows: np.ndarray, times: np.ndarray) -> None:
         """Zeroes the removed windows (each keyed by its first step's slot)."""
+        self._drawn = None
         keys = np.unique(rows * self._length + times % self._length)
         keys = keys[self._valid[keys]]
         self.num_valid -= len(keys)
@@ -143,6 +147,7 @@ class WindowValues:
         self._set(keys, np.zeros(len(keys)))
 
     def on_clear(self) -> None:
+        self._drawn = None
         self._tree.clear()
         self._valid[:] = False
         self.num_valid = 0

@@ -7,8 +7,8 @@ several buffers, tables or shards in one process share no hidden state.
 
 ``np.take(view, index, axis=0)`` copies each row with one ``memmove`` and is
 several times faster than fancy indexing for ``[N, k]`` leaves (fancy indexing
-walks the row element by element); scalar leaves keep fancy indexing, which
-is fastest for them. All leaves of one gather land in ONE block of memory,
+walks the row element by element); with ``out=`` it is as fast or faster for
+scalar leaves too (one pass, no temporary). All leaves of one gather land in ONE block of memory,
 recycled once every view of it is gone (:class:`_Blocks`): fresh multi-MiB
 arrays cost a page fault per 4 KiB, as much as the copy itself.
 
@@ -30,7 +30,7 @@ the pool. After ``fork`` a child's gatherers start new threads and locks.
 from __future__ import annotations
 
 import collections
-import itertools
+import ctypes
 import math
 import os
 import queue
@@ -229,13 +229,9 @@ ALIGN_BYTES = 64
 
 def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
     """The ``nbytes`` of ``raw`` from its first ``ALIGN_BYTES``-aligned address (a view)."""
-    skip = -raw.ctypes.data % ALIGN_BYTES
+    # the address through ctypes.c_char: ~0.8 us, against ~2 us for raw.ctypes.data
+    skip = -ctypes.addressof(ctypes.c_char.from_buffer(raw.data)) % ALIGN_BYTES
     return raw[skip : skip + nbytes]
-
-
-def _align(n: int) -> int:
-    """``n`` rounded up to a multiple of ``ALIGN_BYTES`` (a power of two)."""
-    return (n + ALIGN_BYTES - 1) & ~(ALIGN_BYTES - 1)
 
 
 class ThreadChooser:
@@ -331,20 +327,26 @@ def gather_leaves(
     gatherer: Gatherer, views: list[np.ndarray], index: np.ndarray
 ) -> list[np.ndarray]:
     """:meth:`Gatherer.gather` (see there)."""
-    flat = np.ascontiguousarray(index, dtype=np.intp).reshape(-1)
+    flat = index
+    if index.ndim != 1 or index.dtype != np.intp or not index.flags.c_contiguous:
+        flat = np.ascontiguousarray(index, dtype=np.intp).reshape(-1)
     n = len(flat)
-    sizes = [n * v.itemsize * math.prod(v.shape[1:]) for v in views]
-    offsets = [0, *itertools.accumulate(_align(s) for s in sizes)]
-    block = gatherer.blocks.get(offsets[-1])
+    sizes, offsets, total = [], [], 0
+    for v in views:  # a plain loop: ~2 us less than comprehensions + accumulate
+        size = n * v.itemsize * math.prod(v.shape[1:])
+        sizes.append(size)
+        offsets.append(total)
+        total += (size + ALIGN_BYTES - 1) & ~(ALIGN_BYTES - 1)
+    block = gatherer.blocks.get(total)
     split = gatherer.threads > 1
     out = []
+    reshape = index.ndim != 1
     for view, size, offset in zip(views, sizes, offsets, strict=False):
-        dst = block[offset : offset + size].view(view.dtype).reshape((n, *view.shape[1:]))
+        # one constructor call, not slice + view + reshape (~1 us each, per leaf)
+        dst = np.ndarray((n, *view.shape[1:]), view.dtype, buffer=block, offset=offset)
         if size >= PARALLEL_MIN_BYTES and split:
             gatherer.take_large(view, flat, dst, size)
-        elif view.ndim == 1:
-            dst[...] = view[flat]
         else:  # internal, in-range indices: "clip" skips the bounds pass (and a copy of out)
             view.take(flat, axis=0, out=dst, mode="clip")
-        out.append(dst.reshape((*index.shape, *view.shape[1:])))
+        out.append(dst.reshape((*index.shape, *view.shape[1:])) if reshape else dst)
     return out
