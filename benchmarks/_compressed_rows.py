@@ -10,6 +10,7 @@ import numpy as np
 import recollect as rc
 from _ale_frames import GAMES, load, stacks
 from _common import Row, measure, print_table, rss_bytes
+from recollect.storage.compressed import trim_heap
 
 E = 8
 ESTIMATE_BATCHES = 16  # add_batch inputs given to estimate_memory as sample_steps
@@ -76,6 +77,7 @@ def memory_rows(games: list[Frames], capacity: int, codec: str) -> dict[str, rc.
     bufs, per_step = {}, []
     for g in games:
         gc.collect()
+        trim_heap()  # freed heap of earlier rows first: the delta is this buffer's
         before = rss_bytes()
         buf = make(capacity, codec)
         seconds = fill(buf, g, capacity)

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-RUNS = 2  # per shape in the default run; test_thirty_runs_exit (slow) runs 30
+RUNS = 1  # per shape in the default run; test_thirty_runs_exit (slow) runs 30
 TIMEOUT_S = 120
 
 SCRIPT = textwrap.dedent(

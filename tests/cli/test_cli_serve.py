@@ -143,6 +143,7 @@ def test_scenario_file_is_valid():
     tomllib.loads((HERE / "scenario_tables.toml").read_text())
 
 
+@pytest.mark.slow  # about 9 s (a Ray cluster): runs with CI=true / --run-slow
 def test_serve_on_loopback_ray_accepts_a_client_and_checkpoints_on_ctrl_c(tmp_path):
     pytest.importorskip("ray")
     from loopback import run_in_loopback

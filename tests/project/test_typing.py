@@ -37,6 +37,7 @@ def files_with_errors(output: str) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.slow  # about 34 s uncached on 2 cores: runs with CI=true / --run-slow
 def test_mypy_is_clean_outside_the_allow_list():
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", "pyproject.toml", "src/recollect"],

@@ -21,6 +21,7 @@ def small() -> dict:
     return {"net_arch": [32, 32]}
 
 
+@pytest.mark.slow  # about 8 s of SAC training: runs with CI=true / --run-slow
 def test_sac_on_pendulum_runs_2k_steps_with_the_recollect_buffer():
     model = SAC(
         "MlpPolicy",

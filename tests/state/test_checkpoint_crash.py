@@ -101,6 +101,7 @@ def _kill_loop(tmp_path: Path, kills: int, seed: int) -> None:
     assert last > 0
 
 
+@pytest.mark.slow  # about 6 s of killed subprocesses: runs with CI=true / --run-slow
 def test_sigkill_during_saves_always_leaves_the_old_or_the_new_checkpoint(tmp_path):
     _kill_loop(tmp_path, kills=15, seed=0)
 

@@ -104,6 +104,7 @@ def _kill_loop(tmp_path: Path, kills: int, flush_every: int, seed: int, strict: 
     assert max(frames) > 0
 
 
+@pytest.mark.slow  # about 6 s of killed subprocesses: runs with CI=true / --run-slow
 def test_sigkill_during_flush_always_reopens_or_raises_checkpoint_error(tmp_path):
     _kill_loop(tmp_path, kills=8, flush_every=1, seed=0, strict=True)
 

@@ -337,6 +337,7 @@ def test_sample_to_insert_ratio_holds_under_four_writers_and_two_samplers():
     assert 7800 <= total * 8 - info.samples <= 8200
 
 
+@pytest.mark.slow  # about 12 s: runs with CI=true / --run-slow
 @pytest.mark.timeout(120)
 def test_queue_delivers_every_item_once_in_order_per_producer():
     num, per = 3, 10_000
