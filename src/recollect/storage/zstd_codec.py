@@ -36,11 +36,16 @@ from recollect.storage.codec_base import (
     usable_threads,
 )
 from recollect.storage.gather import ChunkPool, ThreadChooser
+from recollect.storage.zstd_native import NativeDecoder, native_decoder
 
 __all__ = ["ZstdCodec"]
 
 #: Decodes of at least this many values may use several threads (zstd).
 PARALLEL_MIN_VALUES = 64
+#: Values per chunk of a split native decode (chunks are claimed one at a time).
+NATIVE_CHUNK_VALUES = 8
+#: Most chunks of one split native decode.
+NATIVE_MAX_CHUNKS = 16
 #: Encodes of at least this many values may use several threads (zstd).
 PARALLEL_MIN_ENCODE = 8
 #: Default largest size of a zstd dictionary, and the values a store waits for to train one.
@@ -131,6 +136,7 @@ class ZstdCodec:
         self._pool = ChunkPool(self.threads)
         self._chooser = ThreadChooser()
         self._encode_chooser = ThreadChooser()
+        self._native: NativeDecoder | bool | None = False  # False: not looked up yet
         weakref.finalize(self, self._pool.stop)
 
     # -- dictionaries ---------------------------------------------------------
@@ -203,34 +209,55 @@ class ZstdCodec:
     def decode_into(
         self, data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
     ) -> None:
-        """Decodes the batch (split over threads when large) straight into ``out``.
+        """Decodes the batch (split over threads when that measures faster) straight into ``out``.
 
-        The segments are joined and read as one stream of zstd frames
-        (``read_across_frames``) into ``out``: one C call per chunk of values,
-        the GIL released while it decodes, no bytes object per value.
+        The segments are joined and decoded as one run of zstd frames into
+        ``out``: one C call per chunk, no bytes object per value. With
+        python-zstandard's cffi backend (:mod:`~recollect.storage.zstd_native`)
+        the GIL is released for the whole chunk, so chunks decode side by side
+        on several cores; otherwise its stream reader takes the GIL back after
+        every frame.
         """
         n = len(offsets)
+        native = self._native_decoder()
         if n < PARALLEL_MIN_VALUES or self.threads == 1:
-            self._decode_part(data, offsets, lengths, out)
+            self._decode_part(native, data, offsets, lengths, out)
             return
         split = self._chooser.split(out.nbytes)  # threads only where they measure faster
         t0 = time.perf_counter()
         if not split:
-            self._decode_part(data, offsets, lengths, out)
+            self._decode_part(native, data, offsets, lengths, out)
         else:
 
             def decode(a: int, b: int) -> None:
-                self._decode_part(data, offsets[a:b], lengths[a:b], out[a:b])
+                self._decode_part(native, data, offsets[a:b], lengths[a:b], out[a:b])
 
-            self._pool.run(decode, bounds(n, self.threads))  # fewer chunks: fewer GIL handoffs
+            chunks = self.threads  # the stream reader: fewer chunks, fewer GIL handoffs
+            if native is not None:  # small chunks claimed one at a time balance the threads
+                chunks = max(chunks, min(NATIVE_MAX_CHUNKS, n // NATIVE_CHUNK_VALUES))
+            self._pool.run(decode, bounds(n, chunks))
         self._chooser.record(out.nbytes, split, time.perf_counter() - t0)
 
+    def _native_decoder(self) -> NativeDecoder | None:
+        native = self._native
+        if native is False:
+            native = self._native = native_decoder(self.dictionary)
+        return native  # type: ignore[return-value]
+
     def _decode_part(
-        self, data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
+        self,
+        native: NativeDecoder | None,
+        data: np.ndarray,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        out: np.ndarray,
     ) -> None:
         if not len(offsets):
             return
         source = b"".join(segments(data, offsets, lengths))
+        if native is not None:
+            native.decode_into(source, out)
+            return
         reader = self._context("d").stream_reader(source, read_across_frames=True)
         view, done = out.data.cast("B"), 0
         while done < out.nbytes:  # one pass in practice; a loop over reads, not values
