@@ -117,6 +117,7 @@ def throughput_tables(games: list[Frames], bufs: dict, raw: rc.ReplayBuffer, arg
     nbytes = sum(v.nbytes for v in pools[games[0].game][0].values())
     slots = max(2, (64 << 20) // nbytes)
     dest = np.empty((slots, nbytes), np.uint8)
+    dest.fill(0)  # first touch of every page outside the timing (a warm destination)
     srcs = [
         np.concatenate([v.reshape(-1).view(np.uint8) for v in b.values()])
         for b in pools[games[0].game]
