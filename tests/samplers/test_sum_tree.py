@@ -196,3 +196,27 @@ def test_find_of_no_targets_and_total_after_writes():
     assert tree.total == 1000.0
     tree.clear()
     assert tree.total == 0.0
+
+
+@pytest.mark.parametrize(
+    "capacity,branching", [(1_000_000, 16), (100_003, 16), (5000, 8), (3000, 2), (1, 16)]
+)
+def test_kept_prefix_sums_follow_every_write(capacity, branching):
+    """find reads the exclusive prefix sums of the small levels from one product that every
+    write makes stale: after fill, set and clear they are those of the levels now."""
+    rng = np.random.default_rng(3)
+    tree = SumTree(capacity, branching, track_min=True)
+
+    def check() -> None:
+        tree.find(np.zeros(2))  # a search brings the kept sums up to date
+        for i, prefix in enumerate(tree._prefixes, tree._kept):
+            blocks = tree._levels[i].reshape(-1, branching)
+            np.testing.assert_allclose(prefix, blocks @ tree._exclusive, rtol=1e-14, atol=0)
+
+    tree.fill(rng.random(capacity) ** 3)
+    check()
+    for k in (1, 7, 256, 4000):
+        tree.set(rng.integers(0, capacity, k), rng.random(k) * (rng.random(k) < 0.8))
+        check()
+    tree.clear()
+    check()

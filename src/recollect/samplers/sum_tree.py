@@ -12,11 +12,19 @@ of numpy calls per level, never a Python loop over items::
 
 Search (``find``) counts, for every query, the root's exclusive prefix sums
 <= the query with one ``[B, Q]`` compare and a column sum (no branchy
-``searchsorted``), then descends: at each level it gathers the ``B`` children
-of every query's node as one ``[Q, B]`` block, computes their exclusive prefix
-sums with one small matrix product (``block @ strict upper triangle of ones``;
-a BLAS call is ~4x faster than ``np.cumsum(axis=1)`` here) and moves to the
-last child whose prefix is <= the query: for B = 8 or 16 the ``[Q, B]`` bools
+``searchsorted``), then descends: at each level it takes the exclusive prefix
+sums of the ``B`` children of every query's node as one ``[Q, B]`` block and
+moves to the last child whose prefix is <= the query. The prefix sums of a
+block are one small matrix product (``block @ strict upper triangle of ones``;
+a BLAS call is ~4x faster than ``np.cumsum(axis=1)`` here). The small levels
+above the leaves (at most ``_KEPT_BLOCKS`` = 512 blocks in all: for 1M leaves
+the 4,096 and 256 entries and the root) are views of one array whose prefix
+sums the tree keeps: a write marks them stale and the next search recomputes
+them all with one product (~3-5 us, less than the per-level product and index
+arithmetic it saves), then reads a node's row of them, and the remainder past
+the chosen child is the entry at the next node's index. Below them the search
+gathers each node's block (of the leaves, for 1M leaves, and the level above)
+and multiplies it: for B = 8 or 16 the ``[Q, B]`` bools
 are read as uint64 words, popcounted (``np.bitwise_count``, numpy >= 2) and the
 1 or 2 counts of a row, read as one integer, index a table of ``count - 1``
 (a row ``argmax`` costs ~3x more); other branchings sum the rows. A zero child
@@ -33,12 +41,19 @@ redone exactly (``np.cumsum`` over the leaves + ``searchsorted``). A leaf of
 value zero is never returned while the total is positive; a target at or past
 the total (or negative, or NaN: searched as 0) is resolved the same way.
 
+A row of a matrix product is rounded the same whatever the other rows (a
+vector-matrix product, of a single row, may round differently), so the kept
+sums are those the per-search product gave: the same leaves are found.
+
 Profile (1M leaves, 256 fresh random queries then a set of the 256 found
-leaves, CPU time on the 2-core dev machine): ~103 us for find + set (was ~128
-with a top ``searchsorted`` and a row ``argmax`` per level: branch misses of
-random queries, which a benchmark repeating one batch hides). Every numpy
-call costs ~1-1.5 us here (cache misses of the 8 MB leaf level evict numpy's
-own state), so the search is counted in calls: ~7 at the root, 10 per level.
+leaves, CPU time on the 2-core dev machine, loaded): ~100-104 us for find +
+set, ~6% less than with every level's block gathered and multiplied per search
+in the same process (was ~128 with a top ``searchsorted`` and a row ``argmax``
+per level: branch misses of random queries, which a benchmark repeating one
+batch hides). Every numpy call costs ~1-1.5 us here (cache misses of the 8 MB
+leaf level evict numpy's own state), so the search is counted in calls: ~7 at
+the root, 8 per kept level, 10 per level below (7 at the leaves) and one
+product when stale.
 
 The smallest positive leaf (``track_min=True``, :attr:`SumTree.min`, for
 buffer-wide importance weights) is one number kept with the count of leaves
@@ -98,10 +113,26 @@ class SumTree:
         self.capacity = int(capacity)
         self.branching = b = int(branching)
         sizes = search_sizes(self.capacity, b)
-        self._levels = [np.zeros(size, np.float64) for size in sizes]  # last: the root
+        # the levels above the leaves of <= _KEPT_BLOCKS blocks (the root included) are
+        # views of one array, whose exclusive prefix sums find keeps (one product a write)
+        kept = _kept_from(sizes, b)
+        small = np.zeros(sum(sizes[kept:]), np.float64)
+        ends = np.cumsum(sizes[kept:]).tolist()
+        self._levels = [np.zeros(size, np.float64) for size in sizes[:kept]] + [
+            small[end - size : end] for size, end in zip(sizes[kept:], ends, strict=True)
+        ]  # last: the root
         self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
         self._top = level_sizes(self.capacity, b)[-1]  # entries of the old top (the total)
         self._exclusive = np.triu(np.ones((b, b)), 1)  # block @ this = exclusive prefix sums
+        self._small = small.reshape(-1, b)
+        self._kept = kept
+        self._prefix = np.zeros_like(self._small)  # self._small @ _exclusive, when not stale
+        self._prefix_stale = False
+        self._prefixes = [  # [blocks, b] prefix sums of the kept level i at [i - kept]
+            self._prefix[(end - size) // b : end // b]
+            for size, end in zip(sizes[kept:], ends, strict=True)
+        ]
+        self._prefixes_flat = [prefix.reshape(-1) for prefix in self._prefixes]
         self._ones = np.ones(b)
         self._shift = b.bit_length() - 1 if b & (b - 1) == 0 else 0  # log2(b) or 0
         # [b-8k] bools viewed as uint64 -> popcounts (uint8) viewed as one int -> count - 1
@@ -119,7 +150,8 @@ class SumTree:
         (``track_min`` adds none: the minimum is two numbers, its rescan a transient chunk)."""
         b = int(branching)
         table = _child_table(b)
-        return 8 * (sum(search_sizes(int(capacity), b)) + b * b + b) + (
+        sizes = search_sizes(int(capacity), b)  # the levels, and the kept prefix sums
+        return 8 * (sum(sizes) + sum(sizes[_kept_from(sizes, b) :]) + b * b + b) + (
             0 if table is None else table.nbytes
         )
 
@@ -128,6 +160,7 @@ class SumTree:
         """Bytes of the tree's arrays (levels and the small search arrays)."""
         return (
             sum(level.nbytes for level in self._levels)
+            + self._prefix.nbytes
             + self._exclusive.nbytes
             + self._ones.nbytes
             + (0 if self._child is None else self._child.nbytes)
@@ -176,14 +209,23 @@ class SumTree:
 
     def find_values(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(find(targets), values of those leaves)``: float64 ``[Q]`` values, read once."""
+        targets = np.asarray(targets, dtype=np.float64).reshape(-1)
+        return self.search(np.fmax(targets, 0.0), targets)  # a copy; NaN -> 0
+
+    def search(self, u: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`find_values` of float64 ``[Q]`` ``targets``, given ``u``, a float64 ``[Q]``
+        copy of them that is >= 0 and not NaN: ``u`` is overwritten (a sampler's uniform
+        draws in ``[0, total)`` need neither find_values' conversion nor its clamp)."""
         # ndarray methods and out= buffers: every numpy call costs ~1 us, a dozen per level
-        u = np.fmax(np.asarray(targets, dtype=np.float64).reshape(-1), 0.0)  # a copy; NaN -> 0
         buffers = self._queries.get(len(u))
         if buffers is None:
             buffers = self._buffers(len(u))
         base, block, prefix, le, le_root, words, counts, pairs = buffers
+        if self._prefix_stale:  # the small levels' prefix sums, one product
+            np.matmul(self._small, self._exclusive, out=self._prefix)
+            self._prefix_stale = False
         # the root (<= b entries): counts of exclusive prefixes <= u, one [b, Q] compare
-        root_prefix = self._levels[-1] @ self._exclusive
+        root_prefix = self._prefixes_flat[-1]
         np.less_equal(root_prefix[:, None], u, out=le_root)
         count = np.add.reduce(le_root.view(np.uint8), axis=0, dtype=np.uint8)
         if len(self._blocks[-1]) < self.branching:  # past the total (round-off): the last
@@ -191,10 +233,13 @@ class SumTree:
         node = np.subtract(count, 1, dtype=np.int64)
         u -= root_prefix[node]
         flat_prefix, column, b, table = prefix.reshape(-1), u[:, None], self.branching, self._child
-        leaves = self._blocks[0]
-        for blocks in reversed(self._blocks):
-            blocks.take(node, axis=0, out=block, mode="clip")  # in range by construction
-            np.matmul(block, self._exclusive, out=prefix)  # [Q, B] exclusive sums
+        kept = self._kept
+        for i in range(len(self._blocks) - 1, -1, -1):
+            if i >= kept:  # a small level: the node's row of the kept prefix sums
+                self._prefixes[i - kept].take(node, axis=0, out=prefix, mode="clip")
+            else:  # [Q, B] exclusive sums of the node's children (in range by construction)
+                self._blocks[i].take(node, axis=0, out=block, mode="clip")
+                np.matmul(block, self._exclusive, out=prefix)
             # the last child whose prefix is <= u (prefix[:, 0] = 0 <= u: count >= 1)
             np.less_equal(prefix, column, out=le)
             if table is None:  # any branching: a row sum
@@ -202,14 +247,19 @@ class SumTree:
             else:  # b = 8 or 16: a popcount per 8 bools; the 1 or 2 counts, read as one
                 _bitwise_count(words, out=counts)  # integer, index a table of count - 1
                 child = table[pairs]
-            if blocks is not leaves:  # the leaves need no remainder
+            if i >= kept:  # the remainder past the child (its flat index: the next node)
+                node *= b
+                node += child
+                u -= self._prefixes_flat[i - kept].take(node, mode="clip")
+                continue
+            if i:  # the leaves need no remainder
                 u -= flat_prefix[base + child]
             node *= b
             node += child
         values = self._levels[0][node]
-        if len(values) and values.min() <= 0:
+        if np.count_nonzero(values) < len(values):  # a zero leaf (leaves are >= 0)
             bad = values <= 0
-            node[bad] = self._find_exact(np.asarray(targets, dtype=np.float64).reshape(-1)[bad])
+            node[bad] = self._find_exact(targets[bad])
             values = self._levels[0][node]
         return node, values
 
@@ -245,20 +295,24 @@ class SumTree:
         return np.where(leaves[found] > 0, found, last)
 
     # -- writing ----------------------------------------------------------
-    def set(self, indices: np.ndarray, values: np.ndarray) -> None:
+    def set(self, indices: np.ndarray, values: np.ndarray, old: np.ndarray | None = None) -> None:
         """Sets leaves ``indices`` to ``values``; with repeated indices the last write wins.
 
         Args:
             indices: int ``[K]`` leaf indices in ``[0, capacity)``.
             values: float64 ``[K]`` non-negative finite values (not checked here;
                 callers validate).
+            old: float64 ``[K]`` the leaves' values now (``tree[indices]``, as a
+                :meth:`find_values` just returned them), or None: read here (the
+                minimum's bookkeeping needs them).
         """
         if type(indices) is not np.ndarray or indices.dtype != np.int64 or indices.ndim != 1:
             indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         if type(values) is not np.ndarray or values.dtype != np.float64 or values.ndim != 1:
             values = np.asarray(values, dtype=np.float64).reshape(-1)
         leaves = self._levels[0]
-        old = leaves[indices] if self.track_min else values
+        if old is None:
+            old = leaves[indices] if self.track_min else values
         leaves[indices] = values
         final = leaves[indices]
         if not (final == values).all():  # repeated indices with different values
@@ -275,6 +329,7 @@ class SumTree:
 
     def _refresh(self, indices: np.ndarray) -> None:
         self._total = None
+        self._prefix_stale = True
         node = indices
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
             if len(level) <= len(node):  # a small level: all of it, no index arithmetic
@@ -332,6 +387,7 @@ class SumTree:
     def fill(self, values: np.ndarray) -> None:
         """Replaces all leaves with ``values`` float64 ``[capacity]`` and rebuilds every level."""
         self._total = None
+        self._prefix_stale = True
         self._levels[0][: self.capacity] = values
         self._levels[0][self.capacity :] = 0.0
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
@@ -344,8 +400,9 @@ class SumTree:
     def clear(self) -> None:
         """Sets every leaf to zero."""
         self._total = 0.0
-        for level in self._levels:
+        for level in (*self._levels, self._prefix):
             level[:] = 0.0
+        self._prefix_stale = False
         self._min, self._min_count, self._min_stale = math.inf, 0, False
 
 
@@ -372,6 +429,19 @@ def _child_table(b: int) -> np.ndarray | None:
 
 
 _bitwise_count: Any = getattr(np, "bitwise_count", None)  # numpy >= 2.0
+
+
+_KEPT_BLOCKS = 512  # levels of at most this many blocks keep their prefix sums (a write
+# makes their one product stale: ~3 us at 16 x 256 + 16 + 1 blocks, about a level's search)
+
+
+def _kept_from(sizes: list[int], b: int) -> int:
+    """The first level (above the leaves) of :func:`search_sizes` ``sizes`` whose prefix sums
+    :class:`SumTree` keeps: it and every level above have <= ``_KEPT_BLOCKS`` blocks."""
+    kept = len(sizes) - 1  # the root
+    while kept > 1 and sum(sizes[kept - 1 :]) // b <= _KEPT_BLOCKS:
+        kept -= 1
+    return kept
 
 
 def search_sizes(capacity: int, b: int) -> list[int]:
