@@ -189,9 +189,9 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
                 "every valid window has priority 0; update some priorities to values > 0 or "
                 "use epsilon > 0."
             )
-        # rng.uniform(0, total) draws the doubles of rng.random(...) * total, in one call
-        targets = rng.uniform(0.0, total, batch_size)
-        keys, values = self._tree.search(targets.copy(), targets)  # in [0, total]: no clamp
+        # the doubles of rng.uniform(0, total) (0.0 + total * d), searched in place
+        draws = rng.random(batch_size)
+        keys, values = self._tree.search(np.multiply(draws, total), draws, total)
         probabilities = values / total
         rows, times = self._start_times(keys)
         if not self._tree.track_min:
@@ -226,7 +226,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         return np.maximum(raw, 0.0, out=raw)
 
     def _check_request(self, within_episode: bool, kwargs: dict) -> None:
-        no_options("Prioritized sampling", kwargs, takes="importance_sampling_exponent")
+        if kwargs:
+            no_options("Prioritized sampling", kwargs, takes="importance_sampling_exponent")
         if within_episode != bool(self.episode_aware):
             raise InvalidArgumentError(
                 f"Prioritized sampling decides window validity at write time (episode-aware="

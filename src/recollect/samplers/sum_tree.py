@@ -210,12 +210,15 @@ class SumTree:
     def find_values(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(find(targets), values of those leaves)``: float64 ``[Q]`` values, read once."""
         targets = np.asarray(targets, dtype=np.float64).reshape(-1)
-        return self.search(np.fmax(targets, 0.0), targets)  # a copy; NaN -> 0
+        return self.search(np.fmax(targets, 0.0), targets, 1.0)  # a copy; NaN -> 0
 
-    def search(self, u: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`find_values` of float64 ``[Q]`` ``targets``, given ``u``, a float64 ``[Q]``
-        copy of them that is >= 0 and not NaN: ``u`` is overwritten (a sampler's uniform
-        draws in ``[0, total)`` need neither find_values' conversion nor its clamp)."""
+    def search(
+        self, u: np.ndarray, draws: np.ndarray, scale: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`find_values` of the float64 ``[Q]`` targets ``draws * scale``, given ``u``,
+        a float64 ``[Q]`` copy of them that is >= 0 and not NaN: ``u`` is overwritten (a
+        sampler's uniform doubles times the total need neither find_values' conversion nor
+        its clamp; the targets are only recomputed for the rare exact search)."""
         # ndarray methods and out= buffers: every numpy call costs ~1 us, a dozen per level
         buffers = self._queries.get(len(u))
         if buffers is None:
@@ -259,7 +262,7 @@ class SumTree:
         values = self._levels[0][node]
         if np.count_nonzero(values) < len(values):  # a zero leaf (leaves are >= 0)
             bad = values <= 0
-            node[bad] = self._find_exact(targets[bad])
+            node[bad] = self._find_exact(draws[bad] * scale)
             values = self._levels[0][node]
         return node, values
 
