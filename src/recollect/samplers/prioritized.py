@@ -155,7 +155,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
 
     def _value(self, priorities: np.ndarray) -> np.ndarray:
         """``(p + epsilon) ** alpha`` of priorities whose largest passed ``check_sum_finite``."""
-        return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
+        values = np.add(priorities, self.epsilon)
+        return np.power(values, self.priority_exponent, out=values)
 
     def sampling_weight(self, num_steps: int, within_episode: bool) -> tuple[float, int]:
         """``(sum of (p_i + epsilon)^alpha, number of valid windows)`` (see the base class)."""

@@ -56,7 +56,7 @@ def check_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, flo
         )
     # one pass: a finite float >= +0.0 orders as its bits, below inf's; a negative one
     # (-0.0 too: the slow path takes it), inf or NaN has larger bits
-    top = priorities.view(np.uint64).max() if len(priorities) else _ZERO_BITS
+    top = np.maximum.reduce(priorities.view(np.uint64)) if len(priorities) else _ZERO_BITS
     if top < _INF_BITS:  # fast path: no nan, inf, < 0
         return ids.astype(np.int64, copy=False), priorities, float(top.view(np.float64))
     largest = float(priorities.max())

@@ -189,7 +189,7 @@ class SumTree:
         read it once)."""
         total = self._total
         if total is None:
-            total = self._total = float(self._levels[-2][: self._top].sum())
+            total = self._total = float(np.add.reduce(self._levels[-2][: self._top]))
         return total
 
     def __getitem__(self, indices: np.ndarray) -> np.ndarray:
@@ -318,7 +318,8 @@ class SumTree:
             old = leaves[indices] if self.track_min else values
         leaves[indices] = values
         final = leaves[indices]
-        if not (final == values).all():  # repeated indices with different values
+        # repeated indices with different values (the same bits otherwise: a copy; one memcmp)
+        if final.tobytes() != values.tobytes():
             order = np.argsort(indices, kind="stable")
             ordered = indices[order]
             last = np.empty(len(ordered), bool)
@@ -345,7 +346,7 @@ class SumTree:
     def _note_min(self, indices: np.ndarray, old: np.ndarray, final: np.ndarray) -> None:
         """Keeps :attr:`min` after leaves ``indices`` went from ``old`` to ``final`` (both
         ``[K]``, per position: a repeated index has the same old and final value at each)."""
-        smallest = float(final.min())
+        smallest = float(_reduce_min(final))
         if smallest <= 0:  # zeroed leaves (a priority update with epsilon > 0 has none)
             smallest = float(np.where(final > 0, final, np.inf).min())
         if smallest < self._min:  # below every other leaf, stale or not: the new minimum
@@ -355,7 +356,7 @@ class SumTree:
         if self._min_stale:  # the minimum is rescanned when read; a lower value set it above
             return
         m = self._min
-        if smallest > m and old.min() > m:  # no leaf reached or left the minimum (one pass)
+        if smallest > m and _reduce_min(old) > m:  # no leaf reached or left the minimum (one pass)
             return
         was = old == m
         if smallest == m:  # leaves that took the minimum's value
@@ -409,6 +410,7 @@ class SumTree:
         self._min, self._min_count, self._min_stale = math.inf, 0, False
 
 
+_reduce_min = np.minimum.reduce  # no ndarray.min wrapper (a Python frame)
 _SCAN = 1 << 16  # leaves per chunk of a min rescan (512 KiB of uint64: stays in cache)
 _ONE = np.uint64(1)
 _INF_BITS_MINUS_ONE = np.uint64(0x7FF0000000000000 - 1)  # inf's bits minus 1: 0.0 and -0.0
