@@ -146,6 +146,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         self._all_rows = np.arange(index.num_envs, dtype=np.int64)
         self._row_base = self._all_rows * index.max_length
         self._last_end = index.last_end.copy()
+        # t - max_length of every row (the oldest stored time), kept for one index generation
+        self._oldest, self._oldest_generation = np.zeros(0, np.int64), -1
 
     def min_sampling_value(self) -> float:
         """The smallest positive ``(p_i + epsilon)^alpha`` of a valid window (``inf`` when
@@ -214,7 +216,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         whose first step was overwritten is no longer valid.
         """
         rows = keys // self._length
-        oldest = self.index.t[rows] - self._length  # may be < 0: the modulo keeps s >= 0
+        index = self.index
+        if self._oldest_generation != index.generation:  # t changes only with a write
+            self._oldest, self._oldest_generation = index.t - self._length, index.generation
+        oldest = self._oldest[rows]  # may be < 0: the modulo keeps s >= 0
         # keys - oldest = rows * max_length + (slots - oldest): the same residue
         return rows, oldest + (keys - oldest) % self._length
 
