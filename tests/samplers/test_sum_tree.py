@@ -220,3 +220,26 @@ def test_kept_prefix_sums_follow_every_write(capacity, branching):
         check()
     tree.clear()
     check()
+
+
+@pytest.mark.parametrize("capacity,branching", [(1_000_000, 16), (5000, 8), (3000, 5), (7, 2)])
+def test_search_returns_the_found_leaves_nodes_for_set(capacity, branching):
+    rng = np.random.default_rng(4)
+    tree, plain = SumTree(capacity, branching, track_min=True), SumTree(capacity, branching)
+    values = rng.random(capacity) * (rng.random(capacity) < 0.9)
+    tree.fill(values)
+    plain.fill(values)
+    for _ in range(3):
+        draws = rng.random(300)
+        leaves, found, parents = tree.search(draws * tree.total, draws, tree.total)
+        np.testing.assert_array_equal(found, values[leaves])
+        assert parents is not None and len(parents) == len(tree._blocks)
+        for i, nodes in enumerate(parents):
+            np.testing.assert_array_equal(nodes, leaves // branching ** (i + 1))
+        new = rng.random(300)
+        tree.set(leaves, new, found, parents)  # the same levels as a set without them
+        plain.set(leaves, new)
+        values[leaves] = tree.values[leaves]
+        for mine, theirs in zip(tree._levels, plain._levels, strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+        assert tree.min == values[values > 0].min()

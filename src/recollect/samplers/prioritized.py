@@ -100,7 +100,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         # the last draw (keys, shard-0 ids, index generation) until a write, removal or
         # clear: an update of exactly its ids needs no validity checks (see update_priorities)
         self._drawn: tuple[np.ndarray, bytes, int] | None = None
-        self._drawn_values: np.ndarray | None = None  # their leaves' values, until updated
+        # their leaves' values and nodes (SumTree.search), until the first update of them
+        self._drawn_values: tuple[np.ndarray, list[np.ndarray] | None] | None = None
 
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able) that rebuild this sampler, state excluded."""
@@ -194,7 +195,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             )
         # the doubles of rng.uniform(0, total) (0.0 + total * d), searched in place
         draws = rng.random(batch_size)
-        keys, values = self._tree.search(np.multiply(draws, total), draws, total)
+        keys, values, parents = self._tree.search(np.multiply(draws, total), draws, total)
         probabilities = values / total
         rows, times = self._start_times(keys)
         if not self._tree.track_min:
@@ -205,7 +206,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         priorities = self._priorities(keys, values)
         ids = (rows << ROW_SHIFT) | times  # shard 0's: the table's ids, and the draw's key
         self._drawn = (keys, ids.tobytes(), self.index.generation)  # bytes: never mutated
-        self._drawn_values = values
+        self._drawn_values = (values, parents)
         return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities, ids)
 
     def _start_times(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -266,10 +267,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             return 0
         keys = self._drawn_keys(ids, shard)
         skipped = 0
-        # the drawn leaves' values, still theirs until this first update of them
-        old, self._drawn_values = self._drawn_values, None
+        # the drawn leaves' values and nodes, still theirs until this first update of them
+        found, self._drawn_values = self._drawn_values, None
         if keys is None:
-            old = None
+            found = None
             keys, live = self._live_keys(ids, shard)
             skipped = len(ids) - int(np.count_nonzero(live))
             if skipped:
@@ -282,7 +283,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             values = self._value(priorities)
             if len(self._priority):  # before _set: a heap reads the raw priorities there
                 self._priority[keys] = priorities
-            self._set(keys, values, old)
+            self._set(keys, values, *(found or ()))
             self.max_priority = max(self.max_priority, largest)
         return skipped
 

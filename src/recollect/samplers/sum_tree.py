@@ -210,15 +210,20 @@ class SumTree:
     def find_values(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(find(targets), values of those leaves)``: float64 ``[Q]`` values, read once."""
         targets = np.asarray(targets, dtype=np.float64).reshape(-1)
-        return self.search(np.fmax(targets, 0.0), targets, 1.0)  # a copy; NaN -> 0
+        return self.search(np.fmax(targets, 0.0), targets, 1.0)[:2]  # a copy; NaN -> 0
 
     def search(
         self, u: np.ndarray, draws: np.ndarray, scale: float
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray] | None]:
         """:meth:`find_values` of the float64 ``[Q]`` targets ``draws * scale``, given ``u``,
         a float64 ``[Q]`` copy of them that is >= 0 and not NaN: ``u`` is overwritten (a
         sampler's uniform doubles times the total need neither find_values' conversion nor
-        its clamp; the targets are only recomputed for the rare exact search)."""
+        its clamp; the targets are only recomputed for the rare exact search).
+
+        Returns:
+            ``(leaves, values, parents)``: ``parents[i]``, the node of each target at
+            level ``i + 1`` (``leaves // b^(i + 1)``), for a :meth:`set` of exactly these
+            leaves; None when some leaf came from the exact search."""
         # ndarray methods and out= buffers: every numpy call costs ~1 us, a dozen per level
         buffers = self._queries.get(len(u))
         if buffers is None:
@@ -236,8 +241,9 @@ class SumTree:
         node = np.subtract(count, 1, dtype=np.int64)
         u -= root_prefix[node]
         flat_prefix, column, b, table = prefix.reshape(-1), u[:, None], self.branching, self._child
-        kept = self._kept
+        kept, parents = self._kept, [node] * len(self._blocks)
         for i in range(len(self._blocks) - 1, -1, -1):
+            parents[i] = node  # kept for set: node is replaced below, not updated in place
             if i >= kept:  # a small level: the node's row of the kept prefix sums
                 self._prefixes[i - kept].take(node, axis=0, out=prefix, mode="clip")
             else:  # [Q, B] exclusive sums of the node's children (in range by construction)
@@ -250,21 +256,18 @@ class SumTree:
             else:  # b = 8 or 16: a popcount per 8 bools; the 1 or 2 counts, read as one
                 _bitwise_count(words, out=counts)  # integer, index a table of count - 1
                 child = table[pairs]
-            if i >= kept:  # the remainder past the child (its flat index: the next node)
-                node *= b
-                node += child
-                u -= self._prefixes_flat[i - kept].take(node, mode="clip")
-                continue
-            if i:  # the leaves need no remainder
+            if i and i < kept:  # the remainder past the child (the leaves need none)
                 u -= flat_prefix[base + child]
-            node *= b
+            node = node * b
             node += child
+            if i >= kept:  # the remainder past the child (its flat index: the next node)
+                u -= self._prefixes_flat[i - kept].take(node, mode="clip")
         values = self._levels[0][node]
         if np.count_nonzero(values) < len(values):  # a zero leaf (leaves are >= 0)
             bad = values <= 0
             node[bad] = self._find_exact(draws[bad] * scale)
-            values = self._levels[0][node]
-        return node, values
+            return node, self._levels[0][node], None
+        return node, values, parents
 
     def _buffers(self, queries: int) -> tuple[np.ndarray, ...]:
         """find's scratch arrays for ``queries`` targets, and views of them (a few kept; the
@@ -298,7 +301,13 @@ class SumTree:
         return np.where(leaves[found] > 0, found, last)
 
     # -- writing ----------------------------------------------------------
-    def set(self, indices: np.ndarray, values: np.ndarray, old: np.ndarray | None = None) -> None:
+    def set(
+        self,
+        indices: np.ndarray,
+        values: np.ndarray,
+        old: np.ndarray | None = None,
+        parents: list[np.ndarray] | None = None,
+    ) -> None:
         """Sets leaves ``indices`` to ``values``; with repeated indices the last write wins.
 
         Args:
@@ -308,6 +317,8 @@ class SumTree:
             old: float64 ``[K]`` the leaves' values now (``tree[indices]``, as a
                 :meth:`find_values` just returned them), or None: read here (the
                 minimum's bookkeeping needs them).
+            parents: the :meth:`search` that found exactly ``indices`` returned them
+                (their nodes at every level), or None: computed here.
         """
         if type(indices) is not np.ndarray or indices.dtype != np.int64 or indices.ndim != 1:
             indices = np.asarray(indices, dtype=np.int64).reshape(-1)
@@ -327,20 +338,22 @@ class SumTree:
             last[-1] = True
             leaves[ordered[last]] = values[order[last]]
             final = leaves[indices]
-        self._refresh(indices)
+        self._refresh(indices, parents)
         if self.track_min and len(indices):
             self._note_min(indices, old, final)
 
-    def _refresh(self, indices: np.ndarray) -> None:
+    def _refresh(self, indices: np.ndarray, parents: list[np.ndarray] | None = None) -> None:
         self._total = None
         self._prefix_stale = True
         node = indices
-        for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
+        for i, (blocks, level) in enumerate(zip(self._blocks, self._levels[1:], strict=True)):
             if len(level) <= len(node):  # a small level: all of it, no index arithmetic
                 np.dot(blocks, self._ones, out=level[: len(blocks)])
                 continue
-            # a shift when b is a power of two (int64 floor division is ~5x slower)
-            node = node >> self._shift if self._shift else node // self.branching
+            if parents is not None:  # the search's nodes of these leaves
+                node = parents[i]
+            else:  # a shift when b is a power of two (int64 floor division is ~5x slower)
+                node = node >> self._shift if self._shift else node // self.branching
             level[node] = blocks.take(node, axis=0).dot(self._ones)  # .dot: 0.4 us less than @
 
     def _note_min(self, indices: np.ndarray, old: np.ndarray, final: np.ndarray) -> None:
