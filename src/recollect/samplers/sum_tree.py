@@ -32,7 +32,11 @@ has the same prefix as the next one, so it is skipped. Scratch arrays are kept
 per batch size (``out=``). Parents are sums of their children (``block @
 ones``), recomputed, never updated by deltas, so the total cannot drift; levels
 no larger than the batch (the top and the root, for 256 updates of 1M leaves)
-are recomputed whole, one product each.
+are recomputed whole, one product each. :meth:`SumTree.search` also returns the
+found leaves' nodes at every level (the descent replaces its node array rather
+than updating it in place), so that a set of exactly those leaves (a PER update
+of the drawn windows, with the values the search read: ``set(old=, parents=)``)
+reads neither their old values nor computes their parents again.
 
 Float round-off between a parent and the sum of its children can, very
 rarely, push a query past a block's last positive child; every result is
@@ -41,9 +45,11 @@ redone exactly (``np.cumsum`` over the leaves + ``searchsorted``). A leaf of
 value zero is never returned while the total is positive; a target at or past
 the total (or negative, or NaN: searched as 0) is resolved the same way.
 
-A row of a matrix product is rounded the same whatever the other rows (a
-vector-matrix product, of a single row, may round differently), so the kept
-sums are those the per-search product gave: the same leaves are found.
+With OpenBLAS here a row of a matrix product is rounded the same whatever the
+other rows (tested: the kept sums equal a product of the whole level), so the
+kept sums are those a per-search product of two or more gathered rows gives
+and the same leaves are found; a single query's product is a vector-matrix one,
+which may round differently in the last bit.
 
 Profile (1M leaves, 256 fresh random queries then a set of the 256 found
 leaves, CPU time on the 2-core dev machine, loaded): ~100-104 us for find +
