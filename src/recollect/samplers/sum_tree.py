@@ -62,37 +62,32 @@ the root, 8 per kept level, 10 per level below (7 at the leaves) and one
 product when stale.
 
 The smallest positive leaf (``track_min=True``, :attr:`SumTree.min`, for
-buffer-wide importance weights) is one number kept with the count of leaves
-holding it, not a min tree: a set that writes a smaller value lowers it at
-once; one that moves leaves off it (raised or zeroed) lowers the count, and
-when the count reaches 0 the minimum is marked stale and rescanned from the
-leaves at the next read (~0.5 ms for 1M leaves; so reading :attr:`min` may
-write: the table's lock serialises it with sets). It is exact: comparisons
-only, no float arithmetic. Per set of 256 the bookkeeping is a gather of
-the old values and a few [K] comparisons (~5 us for 1M leaves, against ~25 us
-for min levels beside the sums, whose [K, B] block reductions were +11% of
-the W3 learner step). A rescan needs the last leaf holding the minimum to
-move: a draw hits it with probability ``P_min <= 1 / N``, so in PER (updates
-of the drawn windows) rescans cost ~``K * P_min * N <= K`` leaf reads per step
-on average (< 1 us), and a ring overwrites it once per ``N`` adds. Measured:
-1 to 40 rescans per 5,000 W3 steps (+ adds) at 10k and 100k leaves. A caller
-that raises the minimum leaf before every read pays a rescan per read.
+buffer-wide importance weights) is kept exactly beside the sums, with lazy
+rescans: :mod:`~recollect.samplers.tree_minimum` describes how and its cost.
+The level sizes and the search's tables are :mod:`~recollect.samplers.tree_layout`'s.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from recollect.arguments import is_int
 from recollect.errors import InvalidArgumentError
+from recollect.samplers.tree_layout import (
+    _bitwise_count,
+    _child_table,
+    _kept_from,
+    level_sizes,
+    search_sizes,
+)
+from recollect.samplers.tree_minimum import TreeMinimum
 
 __all__ = ["SumTree", "level_sizes", "search_sizes"]
 
 
-class SumTree:
+class SumTree(TreeMinimum):
     """Sums of non-negative float64 leaves with prefix-sum search (and, on request, their
     smallest positive leaf).
 
@@ -171,15 +166,6 @@ class SumTree:
             + self._ones.nbytes
             + (0 if self._child is None else self._child.nbytes)
         )
-
-    @property
-    def min(self) -> float:
-        """The smallest positive leaf (``inf`` when none); needs ``track_min=True``."""
-        if not self.track_min:
-            raise ValueError("this SumTree keeps no minimum; construct it with track_min=True.")
-        if self._min_stale:
-            self._rescan_min()
-        return self._min
 
     # -- reading ----------------------------------------------------------
     @property
@@ -362,51 +348,6 @@ class SumTree:
                 node = node >> self._shift if self._shift else node // self.branching
             level[node] = blocks.take(node, axis=0).dot(self._ones)  # .dot: 0.4 us less than @
 
-    def _note_min(self, indices: np.ndarray, old: np.ndarray, final: np.ndarray) -> None:
-        """Keeps :attr:`min` after leaves ``indices`` went from ``old`` to ``final`` (both
-        ``[K]``, per position: a repeated index has the same old and final value at each)."""
-        smallest = float(_reduce_min(final))
-        if smallest <= 0:  # zeroed leaves (a priority update with epsilon > 0 has none)
-            smallest = float(np.where(final > 0, final, np.inf).min())
-        if smallest < self._min:  # below every other leaf, stale or not: the new minimum
-            self._min, self._min_stale = smallest, False
-            self._min_count = _distinct(indices[final == smallest])
-            return
-        if self._min_stale:  # the minimum is rescanned when read; a lower value set it above
-            return
-        m = self._min
-        if smallest > m and _reduce_min(old) > m:  # no leaf reached or left the minimum (one pass)
-            return
-        was = old == m
-        if smallest == m:  # leaves that took the minimum's value
-            self._min_count += _distinct(indices[(final == m) & ~was])
-        if was.any():  # leaves that held the minimum and left it
-            self._min_count -= _distinct(indices[was & (final != m)])
-            if self._min_count <= 0:
-                self._min_stale = True
-
-    def _rescan_min(self) -> None:
-        """Recomputes :attr:`min` and its count from the leaves (after the last minimum leaf
-        rose or was zeroed): one pass in chunks of ``_SCAN`` leaves, each viewed as uint64
-        minus 1, so that 0.0 wraps to the largest integer and positive floats keep their
-        order (a non-negative float64 orders like its bits), without a float mask."""
-        bits = self._levels[0].view(np.uint64)
-        chunk = np.empty(min(len(bits), _SCAN), np.uint64)
-        best, count = _INF_BITS_MINUS_ONE, 0
-        for start in range(0, len(bits), _SCAN):
-            shifted = np.subtract(bits[start : start + _SCAN], _ONE, out=chunk[: len(bits) - start])
-            low = shifted.min()
-            if low < best:
-                best, count = low, 0
-            if low == best:
-                count += int(np.count_nonzero(shifted == low))
-        self._min_stale = False
-        if best >= _INF_BITS_MINUS_ONE:  # no positive finite leaf (-0.0 lands here too)
-            self._min, self._min_count = math.inf, 0
-        else:
-            self._min = float(np.array(best + _ONE, np.uint64).view(np.float64))
-            self._min_count = count
-
     def fill(self, values: np.ndarray) -> None:
         """Replaces all leaves with ``values`` float64 ``[capacity]`` and rebuilds every level."""
         self._total = None
@@ -427,61 +368,3 @@ class SumTree:
             level[:] = 0.0
         self._prefix_stale = False
         self._min, self._min_count, self._min_stale = math.inf, 0, False
-
-
-_reduce_min = np.minimum.reduce  # no ndarray.min wrapper (a Python frame)
-_SCAN = 1 << 16  # leaves per chunk of a min rescan (512 KiB of uint64: stays in cache)
-_ONE = np.uint64(1)
-_INF_BITS_MINUS_ONE = np.uint64(0x7FF0000000000000 - 1)  # inf's bits minus 1: 0.0 and -0.0
-# minus 1 are above it, every positive finite float below
-
-
-def _distinct(indices: np.ndarray) -> int:
-    """Number of distinct entries of a (usually empty or one-entry) int array."""
-    return len(indices) if len(indices) < 2 else len(np.unique(indices))
-
-
-def _child_table(b: int) -> np.ndarray | None:
-    """``count - 1`` of every popcount pair that ``find`` views as one uint8 (b = 8) or
-    uint16 (b = 16; the counts c0 + 256 c1), or None: rows are summed."""
-    if _bitwise_count is None or b not in (8, 16):
-        return None
-    if b == 8:
-        return np.arange(-1, 8, dtype=np.int64)
-    pairs = np.arange(8 * 256 + 9, dtype=np.int64)
-    return (pairs & 255) + (pairs >> 8) - 1
-
-
-_bitwise_count: Any = getattr(np, "bitwise_count", None)  # numpy >= 2.0
-
-
-_KEPT_BLOCKS = 512  # levels of at most this many blocks keep their prefix sums (a write
-# makes their one product stale: ~3 us at 16 x 256 + 16 + 1 blocks, about a level's search)
-
-
-def _kept_from(sizes: list[int], b: int) -> int:
-    """The first level (above the leaves) of :func:`search_sizes` ``sizes`` whose prefix sums
-    :class:`SumTree` keeps: it and every level above have <= ``_KEPT_BLOCKS`` blocks."""
-    kept = len(sizes) - 1  # the root
-    while kept > 1 and sum(sizes[kept - 1 :]) // b <= _KEPT_BLOCKS:
-        kept -= 1
-    return kept
-
-
-def search_sizes(capacity: int, b: int) -> list[int]:
-    """Entries of each level of a :class:`SumTree`, leaves first, then the root: the levels
-    of :func:`level_sizes` with the top padded to ``r`` full blocks, every level below it
-    padded likewise (``r * b^(depth + 1 - i)`` entries) and a root of ``r <= b`` block sums
-    (stored in ``b`` entries)."""
-    sizes = level_sizes(capacity, b)
-    r = -(-sizes[-1] // b)
-    depth = len(sizes)
-    return [r * b ** (depth - i) for i in range(depth)] + [b]
-
-
-def level_sizes(capacity: int, b: int) -> list[int]:
-    """Entries of each level, leaves first: level i holds top * b^(depth - i) entries."""
-    top, depth = capacity, 0
-    while top > b * b:  # too big to be the top: add a level of block sums
-        top, depth = -(-top // b), depth + 1
-    return [top * b ** (depth - i) for i in range(depth + 1)]
