@@ -97,8 +97,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             )
         self.num_valid = 0
         self.episode_aware: bool | None = None
-        # the last draw (keys, shard-0 ids, index generation) until a write, removal or
-        # clear: an update of exactly its ids needs no validity checks (see update_priorities)
+        # the last draw (keys, the bytes of its shard-0 ids, index generation) until a write,
+        # removal or clear: an update of exactly its ids needs no validity checks
         self._drawn: tuple[np.ndarray, bytes, int] | None = None
         # their leaves' values and nodes (SumTree.search), until the first update of them
         self._drawn_values: tuple[np.ndarray, list[np.ndarray] | None] | None = None
