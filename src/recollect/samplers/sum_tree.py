@@ -52,11 +52,12 @@ and the same leaves are found; a single query's product is a vector-matrix one,
 which may round differently in the last bit.
 
 Profile (1M leaves, 256 fresh random queries then a set of the 256 found
-leaves, CPU time on the 2-core dev machine, loaded): ~100-104 us for find +
-set, ~6% less than with every level's block gathered and multiplied per search
-in the same process (was ~128 with a top ``searchsorted`` and a row ``argmax``
-per level: branch misses of random queries, which a benchmark repeating one
-batch hides). Every numpy call costs ~1-1.5 us here (cache misses of the 8 MB
+leaves, CPU time on the 2-core dev machine, loaded): ~93 us for search + set
+(with the search's values and nodes handed to the set, as the PER sampler does),
+10% less than ~103 us with every level's block gathered and multiplied per
+search, in the same process (that was ~128 with a top ``searchsorted`` and a
+row ``argmax`` per level: branch misses of random queries, which a benchmark
+repeating one batch hides). Every numpy call costs ~1-1.5 us here (cache misses of the 8 MB
 leaf level evict numpy's own state), so the search is counted in calls: ~7 at
 the root, 8 per kept level, 10 per level below (7 at the leaves) and one
 product when stale.
