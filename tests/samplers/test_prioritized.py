@@ -357,3 +357,24 @@ def test_valid_flags_give_the_start_times_a_start_array_would(history):
         newer = rc.ids.encode(rows, times + max_length)
         assert buf.update_priorities(older, np.ones(len(older))) == len(older)
         assert buf.update_priorities(newer, np.ones(len(newer))) == len(newer)
+
+
+def test_draws_between_writes_name_valid_windows():
+    """The sampler keeps each row's oldest stored time for one index generation: draws
+    after every kind of write (one row, all rows, a block, a clear) name valid windows."""
+    buf = make_buffer(capacity=24, num_envs=3, seq=2, steps=20)
+    rng = np.random.default_rng(7)
+    for k in range(40):
+        for _ in range(2):  # twice per generation: the second draw reuses the kept times
+            assert np.isin(buf.sample(16).ids, valid_ids(buf)).all()
+        step = make_step(rng, 3, p_last=0.0)
+        if k % 4 == 0:
+            buf.add_batch({key: v[k % 3 : k % 3 + 1] for key, v in step.items()}, rows=[k % 3])
+        elif k % 4 == 1:
+            buf.extend({key: np.stack([v] * 3, axis=1) for key, v in step.items()})
+        elif k == 30:
+            buf.clear()
+            for _ in range(3):
+                buf.add_batch(make_step(rng, 3, p_last=0.0))
+        else:
+            buf.add_batch(step)

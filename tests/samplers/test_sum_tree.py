@@ -196,3 +196,55 @@ def test_find_of_no_targets_and_total_after_writes():
     assert tree.total == 1000.0
     tree.clear()
     assert tree.total == 0.0
+
+
+@pytest.mark.parametrize(
+    "capacity,branching", [(1_000_000, 16), (100_003, 16), (5000, 8), (3000, 2), (1, 16)]
+)
+def test_kept_prefix_sums_follow_every_write(capacity, branching):
+    """find reads the exclusive prefix sums of the small levels from one product that every
+    write makes stale: after fill, set and clear they are those of the levels now."""
+    rng = np.random.default_rng(3)
+    tree = SumTree(capacity, branching, track_min=True)
+
+    def check() -> None:
+        tree.find(np.zeros(2))  # a search brings the kept sums up to date
+        for i, prefix in enumerate(tree._prefixes, tree._kept):
+            blocks = tree._levels[i].reshape(-1, branching)
+            if len(blocks) > 1:  # a row of a product rounds alike whatever the other rows
+                np.testing.assert_array_equal(prefix, blocks @ tree._exclusive)
+                swapped = blocks[[1, 0]] @ tree._exclusive
+                np.testing.assert_array_equal(prefix[:2], swapped[::-1])
+            else:  # a vector-matrix product may round differently
+                np.testing.assert_allclose(prefix, blocks @ tree._exclusive, rtol=1e-14, atol=0)
+
+    tree.fill(rng.random(capacity) ** 3)
+    check()
+    for k in (1, 7, 256, 4000):
+        tree.set(rng.integers(0, capacity, k), rng.random(k) * (rng.random(k) < 0.8))
+        check()
+    tree.clear()
+    check()
+
+
+@pytest.mark.parametrize("capacity,branching", [(1_000_000, 16), (5000, 8), (3000, 5), (7, 2)])
+def test_search_returns_the_found_leaves_nodes_for_set(capacity, branching):
+    rng = np.random.default_rng(4)
+    tree, plain = SumTree(capacity, branching, track_min=True), SumTree(capacity, branching)
+    values = rng.random(capacity) * (rng.random(capacity) < 0.9)
+    tree.fill(values)
+    plain.fill(values)
+    for _ in range(3):
+        draws = rng.random(300)
+        leaves, found, parents = tree.search(draws * tree.total, draws, tree.total)
+        np.testing.assert_array_equal(found, values[leaves])
+        assert parents is not None and len(parents) == len(tree._blocks)
+        for i, nodes in enumerate(parents):
+            np.testing.assert_array_equal(nodes, leaves // branching ** (i + 1))
+        new = rng.random(300)
+        tree.set(leaves, new, found, parents)  # the same levels as a set without them
+        plain.set(leaves, new)
+        values[leaves] = tree.values[leaves]
+        for mine, theirs in zip(tree._levels, plain._levels, strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+        assert tree.min == values[values > 0].min()

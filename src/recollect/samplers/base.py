@@ -38,6 +38,8 @@ class WindowDraw:
         table_size: number of windows the draw chose among (``N`` of the importance weights).
         weights: float64 ``[B]`` importance weights, or None for samplers without.
         priorities: float64 ``[B]`` priority of each window, or None (then 1.0).
+        ids: int64 ``[B]`` the windows' ids in shard 0 (``ids.encode(rows, times)``), when
+            the sampler computed them anyway, or None (the table encodes them).
     """
 
     rows: np.ndarray
@@ -46,6 +48,7 @@ class WindowDraw:
     weights: np.ndarray | None = None
     table_size: int = 0
     priorities: np.ndarray | None = None
+    ids: np.ndarray | None = None
 
 
 def importance_weights(

@@ -97,9 +97,11 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             )
         self.num_valid = 0
         self.episode_aware: bool | None = None
-        # the last draw (keys, shard-0 ids, index generation) until a write, removal or
-        # clear: an update of exactly its ids needs no validity checks (see update_priorities)
-        self._drawn: tuple[np.ndarray, np.ndarray, int] | None = None
+        # the last draw (keys, the bytes of its shard-0 ids, index generation) until a write,
+        # removal or clear: an update of exactly its ids needs no validity checks
+        self._drawn: tuple[np.ndarray, bytes, int] | None = None
+        # their leaves' values and nodes (SumTree.search), until the first update of them
+        self._drawn_values: tuple[np.ndarray, list[np.ndarray] | None] | None = None
 
     def get_config(self) -> dict[str, Any]:
         """Constructor arguments (JSON-able) that rebuild this sampler, state excluded."""
@@ -145,6 +147,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         self._all_rows = np.arange(index.num_envs, dtype=np.int64)
         self._row_base = self._all_rows * index.max_length
         self._last_end = index.last_end.copy()
+        # t - max_length of every row (the oldest stored time), kept for one index generation
+        self._oldest, self._oldest_generation = np.zeros(0, np.int64), -1
 
     def min_sampling_value(self) -> float:
         """The smallest positive ``(p_i + epsilon)^alpha`` of a valid window (``inf`` when
@@ -154,7 +158,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
 
     def _value(self, priorities: np.ndarray) -> np.ndarray:
         """``(p + epsilon) ** alpha`` of priorities whose largest passed ``check_sum_finite``."""
-        return np.power(np.add(priorities, self.epsilon), self.priority_exponent)
+        values = np.add(priorities, self.epsilon)
+        return np.power(values, self.priority_exponent, out=values)
 
     def sampling_weight(self, num_steps: int, within_episode: bool) -> tuple[float, int]:
         """``(sum of (p_i + epsilon)^alpha, number of valid windows)`` (see the base class)."""
@@ -188,8 +193,9 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
                 "every valid window has priority 0; update some priorities to values > 0 or "
                 "use epsilon > 0."
             )
-        # rng.uniform(0, total) draws the doubles of rng.random(...) * total, in one call
-        keys, values = self._tree.find_values(rng.uniform(0.0, total, batch_size))
+        # the doubles of rng.uniform(0, total) (0.0 + total * d), searched in place
+        draws = rng.random(batch_size)
+        keys, values, parents = self._tree.search(np.multiply(draws, total), draws, total)
         probabilities = values / total
         rows, times = self._start_times(keys)
         if not self._tree.track_min:
@@ -198,8 +204,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             weights = np.divide(values, self._tree.min)
             np.power(weights, -beta, out=weights)
         priorities = self._priorities(keys, values)
-        self._drawn = (keys, (rows << ROW_SHIFT) | times, self.index.generation)
-        return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities)
+        ids = (rows << ROW_SHIFT) | times  # shard 0's: the table's ids, and the draw's key
+        self._drawn = (keys, ids.tobytes(), self.index.generation)  # bytes: never mutated
+        self._drawn_values = (values, parents)
+        return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities, ids)
 
     def _start_times(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, start times)`` of the valid windows keyed by ``keys``.
@@ -209,7 +217,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         whose first step was overwritten is no longer valid.
         """
         rows = keys // self._length
-        oldest = self.index.t[rows] - self._length  # may be < 0: the modulo keeps s >= 0
+        index = self.index
+        if self._oldest_generation != index.generation:  # t changes only with a write
+            self._oldest, self._oldest_generation = index.t - self._length, index.generation
+        oldest = self._oldest[rows]  # may be < 0: the modulo keeps s >= 0
         # keys - oldest = rows * max_length + (slots - oldest): the same residue
         return rows, oldest + (keys - oldest) % self._length
 
@@ -222,7 +233,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         return np.maximum(raw, 0.0, out=raw)
 
     def _check_request(self, within_episode: bool, kwargs: dict) -> None:
-        no_options("Prioritized sampling", kwargs, takes="importance_sampling_exponent")
+        if kwargs:
+            no_options("Prioritized sampling", kwargs, takes="importance_sampling_exponent")
         if within_episode != bool(self.episode_aware):
             raise InvalidArgumentError(
                 f"Prioritized sampling decides window validity at write time (episode-aware="
@@ -255,7 +267,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             return 0
         keys = self._drawn_keys(ids, shard)
         skipped = 0
+        # the drawn leaves' values and nodes, still theirs until this first update of them
+        found, self._drawn_values = self._drawn_values, None
         if keys is None:
+            found = None
             keys, live = self._live_keys(ids, shard)
             skipped = len(ids) - int(np.count_nonzero(live))
             if skipped:
@@ -268,7 +283,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             values = self._value(priorities)
             if len(self._priority):  # before _set: a heap reads the raw priorities there
                 self._priority[keys] = priorities
-            self._set(keys, values)
+            self._set(keys, values, *(found or ()))
             self.max_priority = max(self.max_priority, largest)
         return skipped
 
@@ -280,9 +295,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         if drawn is None or len(drawn[0]) != len(ids) or drawn[2] != self.index.generation:
             return None
         keys, expected, _ = drawn
-        if shard:
-            expected = expected | shard << SHARD_SHIFT
-        return keys if (ids == expected).all() else None
+        if shard:  # the draw's ids have no shard bits: ids ^ shard bits == them iff ids
+            ids = ids ^ shard << SHARD_SHIFT  # == them | shard bits
+        # int64 ids against the draw's bytes: a memcmp (~1 us less than == and all)
+        return keys if ids.tobytes() == expected else None
 
     def _live_keys(self, ids: np.ndarray, shard: int) -> tuple[np.ndarray, np.ndarray]:
         """``(keys, live)`` of ``ids``: each id's slot key and whether it names the valid

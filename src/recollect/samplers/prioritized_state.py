@@ -33,7 +33,7 @@ class PrioritizedState:
     epsilon: float
     num_valid: int
     episode_aware: bool | None
-    _drawn: tuple[np.ndarray, np.ndarray, int] | None
+    _drawn: tuple[np.ndarray, bytes, int] | None
 
     def _start_times(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError

@@ -18,6 +18,10 @@ from recollect.samplers.sum_tree import SumTree
 __all__ = ["check_exponent", "check_state_values", "check_sum_finite", "check_update"]
 
 
+_INF_BITS = np.uint64(0x7FF0000000000000)
+_ZERO_BITS = np.uint64(0)
+
+
 def check_exponent(name: str, value: Any) -> float:
     """``value`` as a float, refused unless finite and >= 0 (``alpha``, ``beta``, ``epsilon``)."""
     value = float(value)
@@ -50,9 +54,12 @@ def check_update(ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, flo
         raise InvalidArgumentError(
             f"update_priorities needs integer ids (Sample.ids); got dtype {ids.dtype}."
         )
-    largest = float(priorities.max()) if len(priorities) else 0.0
-    if math.isfinite(largest) and priorities.min() >= 0:  # fast path: no nan, inf, < 0
-        return ids.astype(np.int64, copy=False), priorities, largest
+    # one pass: a finite float >= +0.0 orders as its bits, below inf's; a negative one
+    # (-0.0 too: the slow path takes it), inf or NaN has larger bits
+    top = np.maximum.reduce(priorities.view(np.uint64)) if len(priorities) else _ZERO_BITS
+    if top < _INF_BITS:  # fast path: no nan, inf, < 0
+        return ids.astype(np.int64, copy=False), priorities, float(top.view(np.float64))
+    largest = float(priorities.max())
     bad = ~np.isfinite(priorities) | (priorities < 0)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])

@@ -12,11 +12,19 @@ of numpy calls per level, never a Python loop over items::
 
 Search (``find``) counts, for every query, the root's exclusive prefix sums
 <= the query with one ``[B, Q]`` compare and a column sum (no branchy
-``searchsorted``), then descends: at each level it gathers the ``B`` children
-of every query's node as one ``[Q, B]`` block, computes their exclusive prefix
-sums with one small matrix product (``block @ strict upper triangle of ones``;
-a BLAS call is ~4x faster than ``np.cumsum(axis=1)`` here) and moves to the
-last child whose prefix is <= the query: for B = 8 or 16 the ``[Q, B]`` bools
+``searchsorted``), then descends: at each level it takes the exclusive prefix
+sums of the ``B`` children of every query's node as one ``[Q, B]`` block and
+moves to the last child whose prefix is <= the query. The prefix sums of a
+block are one small matrix product (``block @ strict upper triangle of ones``;
+a BLAS call is ~4x faster than ``np.cumsum(axis=1)`` here). The small levels
+above the leaves (at most ``_KEPT_BLOCKS`` = 512 blocks in all: for 1M leaves
+the 4,096 and 256 entries and the root) are views of one array whose prefix
+sums the tree keeps: a write marks them stale and the next search recomputes
+them all with one product (~3-5 us, less than the per-level product and index
+arithmetic it saves), then reads a node's row of them, and the remainder past
+the chosen child is the entry at the next node's index. Below them the search
+gathers each node's block (of the leaves, for 1M leaves, and the level above)
+and multiplies it: for B = 8 or 16 the ``[Q, B]`` bools
 are read as uint64 words, popcounted (``np.bitwise_count``, numpy >= 2) and the
 1 or 2 counts of a row, read as one integer, index a table of ``count - 1``
 (a row ``argmax`` costs ~3x more); other branchings sum the rows. A zero child
@@ -24,7 +32,11 @@ has the same prefix as the next one, so it is skipped. Scratch arrays are kept
 per batch size (``out=``). Parents are sums of their children (``block @
 ones``), recomputed, never updated by deltas, so the total cannot drift; levels
 no larger than the batch (the top and the root, for 256 updates of 1M leaves)
-are recomputed whole, one product each.
+are recomputed whole, one product each. :meth:`SumTree.search` also returns the
+found leaves' nodes at every level (the descent replaces its node array rather
+than updating it in place), so that a set of exactly those leaves (a PER update
+of the drawn windows, with the values the search read: ``set(old=, parents=)``)
+reads neither their old values nor computes their parents again.
 
 Float round-off between a parent and the sum of its children can, very
 rarely, push a query past a block's last positive child; every result is
@@ -33,45 +45,50 @@ redone exactly (``np.cumsum`` over the leaves + ``searchsorted``). A leaf of
 value zero is never returned while the total is positive; a target at or past
 the total (or negative, or NaN: searched as 0) is resolved the same way.
 
+With OpenBLAS here a row of a matrix product is rounded the same whatever the
+other rows (tested: the kept sums equal a product of the whole level), so the
+kept sums are those a per-search product of two or more gathered rows gives
+and the same leaves are found; a single query's product is a vector-matrix one,
+which may round differently in the last bit.
+
 Profile (1M leaves, 256 fresh random queries then a set of the 256 found
-leaves, CPU time on the 2-core dev machine): ~103 us for find + set (was ~128
-with a top ``searchsorted`` and a row ``argmax`` per level: branch misses of
-random queries, which a benchmark repeating one batch hides). Every numpy
-call costs ~1-1.5 us here (cache misses of the 8 MB leaf level evict numpy's
-own state), so the search is counted in calls: ~7 at the root, 10 per level.
+leaves, CPU time on the 2-core dev machine, loaded): ~93 us for search + set
+(with the search's values and nodes handed to the set, as the PER sampler does),
+10% less than ~103 us with every level's block gathered and multiplied per
+search, in the same process (that was ~128 with a top ``searchsorted`` and a
+row ``argmax`` per level: branch misses of random queries, which a benchmark
+repeating one batch hides). Every numpy call costs ~1-1.5 us here (cache misses of the 8 MB
+leaf level evict numpy's own state), so the search is counted in calls: ~7 at
+the root, 8 per kept level, 10 per level below (7 at the leaves) and one
+product when stale.
 
 The smallest positive leaf (``track_min=True``, :attr:`SumTree.min`, for
-buffer-wide importance weights) is one number kept with the count of leaves
-holding it, not a min tree: a set that writes a smaller value lowers it at
-once; one that moves leaves off it (raised or zeroed) lowers the count, and
-when the count reaches 0 the minimum is marked stale and rescanned from the
-leaves at the next read (~0.5 ms for 1M leaves; so reading :attr:`min` may
-write: the table's lock serialises it with sets). It is exact: comparisons
-only, no float arithmetic. Per set of 256 the bookkeeping is a gather of
-the old values and a few [K] comparisons (~5 us for 1M leaves, against ~25 us
-for min levels beside the sums, whose [K, B] block reductions were +11% of
-the W3 learner step). A rescan needs the last leaf holding the minimum to
-move: a draw hits it with probability ``P_min <= 1 / N``, so in PER (updates
-of the drawn windows) rescans cost ~``K * P_min * N <= K`` leaf reads per step
-on average (< 1 us), and a ring overwrites it once per ``N`` adds. Measured:
-1 to 40 rescans per 5,000 W3 steps (+ adds) at 10k and 100k leaves. A caller
-that raises the minimum leaf before every read pays a rescan per read.
+buffer-wide importance weights) is kept exactly beside the sums, with lazy
+rescans: :mod:`~recollect.samplers.tree_minimum` describes how and its cost.
+The level sizes and the search's tables are :mod:`~recollect.samplers.tree_layout`'s.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from recollect.arguments import is_int
 from recollect.errors import InvalidArgumentError
+from recollect.samplers.tree_layout import (
+    _bitwise_count,
+    _child_table,
+    _kept_from,
+    level_sizes,
+    search_sizes,
+)
+from recollect.samplers.tree_minimum import TreeMinimum
 
 __all__ = ["SumTree", "level_sizes", "search_sizes"]
 
 
-class SumTree:
+class SumTree(TreeMinimum):
     """Sums of non-negative float64 leaves with prefix-sum search (and, on request, their
     smallest positive leaf).
 
@@ -98,10 +115,26 @@ class SumTree:
         self.capacity = int(capacity)
         self.branching = b = int(branching)
         sizes = search_sizes(self.capacity, b)
-        self._levels = [np.zeros(size, np.float64) for size in sizes]  # last: the root
+        # the levels above the leaves of <= _KEPT_BLOCKS blocks (the root included) are
+        # views of one array, whose exclusive prefix sums find keeps (one product a write)
+        kept = _kept_from(sizes, b)
+        small = np.zeros(sum(sizes[kept:]), np.float64)
+        ends = np.cumsum(sizes[kept:]).tolist()
+        self._levels = [np.zeros(size, np.float64) for size in sizes[:kept]] + [
+            small[end - size : end] for size, end in zip(sizes[kept:], ends, strict=True)
+        ]  # last: the root
         self._blocks = [level.reshape(-1, b) for level in self._levels[:-1]]
         self._top = level_sizes(self.capacity, b)[-1]  # entries of the old top (the total)
         self._exclusive = np.triu(np.ones((b, b)), 1)  # block @ this = exclusive prefix sums
+        self._small = small.reshape(-1, b)
+        self._kept = kept
+        self._prefix = np.zeros_like(self._small)  # self._small @ _exclusive, when not stale
+        self._prefix_stale = False
+        self._prefixes = [  # [blocks, b] prefix sums of the kept level i at [i - kept]
+            self._prefix[(end - size) // b : end // b]
+            for size, end in zip(sizes[kept:], ends, strict=True)
+        ]
+        self._prefixes_flat = [prefix.reshape(-1) for prefix in self._prefixes]
         self._ones = np.ones(b)
         self._shift = b.bit_length() - 1 if b & (b - 1) == 0 else 0  # log2(b) or 0
         # [b-8k] bools viewed as uint64 -> popcounts (uint8) viewed as one int -> count - 1
@@ -119,7 +152,8 @@ class SumTree:
         (``track_min`` adds none: the minimum is two numbers, its rescan a transient chunk)."""
         b = int(branching)
         table = _child_table(b)
-        return 8 * (sum(search_sizes(int(capacity), b)) + b * b + b) + (
+        sizes = search_sizes(int(capacity), b)  # the levels, and the kept prefix sums
+        return 8 * (sum(sizes) + sum(sizes[_kept_from(sizes, b) :]) + b * b + b) + (
             0 if table is None else table.nbytes
         )
 
@@ -128,19 +162,11 @@ class SumTree:
         """Bytes of the tree's arrays (levels and the small search arrays)."""
         return (
             sum(level.nbytes for level in self._levels)
+            + self._prefix.nbytes
             + self._exclusive.nbytes
             + self._ones.nbytes
             + (0 if self._child is None else self._child.nbytes)
         )
-
-    @property
-    def min(self) -> float:
-        """The smallest positive leaf (``inf`` when none); needs ``track_min=True``."""
-        if not self.track_min:
-            raise ValueError("this SumTree keeps no minimum; construct it with track_min=True.")
-        if self._min_stale:
-            self._rescan_min()
-        return self._min
 
     # -- reading ----------------------------------------------------------
     @property
@@ -156,7 +182,7 @@ class SumTree:
         read it once)."""
         total = self._total
         if total is None:
-            total = self._total = float(self._levels[-2][: self._top].sum())
+            total = self._total = float(np.add.reduce(self._levels[-2][: self._top]))
         return total
 
     def __getitem__(self, indices: np.ndarray) -> np.ndarray:
@@ -176,14 +202,31 @@ class SumTree:
 
     def find_values(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(find(targets), values of those leaves)``: float64 ``[Q]`` values, read once."""
+        targets = np.asarray(targets, dtype=np.float64).reshape(-1)
+        return self.search(np.fmax(targets, 0.0), targets, 1.0)[:2]  # a copy; NaN -> 0
+
+    def search(
+        self, u: np.ndarray, draws: np.ndarray, scale: float
+    ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray] | None]:
+        """:meth:`find_values` of the float64 ``[Q]`` targets ``draws * scale``, given ``u``,
+        a float64 ``[Q]`` copy of them that is >= 0 and not NaN: ``u`` is overwritten (a
+        sampler's uniform doubles times the total need neither find_values' conversion nor
+        its clamp; the targets are only recomputed for the rare exact search).
+
+        Returns:
+            ``(leaves, values, parents)``: ``parents[i]``, the node of each target at
+            level ``i + 1`` (``leaves // b^(i + 1)``), for a :meth:`set` of exactly these
+            leaves; None when some leaf came from the exact search."""
         # ndarray methods and out= buffers: every numpy call costs ~1 us, a dozen per level
-        u = np.fmax(np.asarray(targets, dtype=np.float64).reshape(-1), 0.0)  # a copy; NaN -> 0
         buffers = self._queries.get(len(u))
         if buffers is None:
             buffers = self._buffers(len(u))
         base, block, prefix, le, le_root, words, counts, pairs = buffers
+        if self._prefix_stale:  # the small levels' prefix sums, one product
+            np.matmul(self._small, self._exclusive, out=self._prefix)
+            self._prefix_stale = False
         # the root (<= b entries): counts of exclusive prefixes <= u, one [b, Q] compare
-        root_prefix = self._levels[-1] @ self._exclusive
+        root_prefix = self._prefixes_flat[-1]
         np.less_equal(root_prefix[:, None], u, out=le_root)
         count = np.add.reduce(le_root.view(np.uint8), axis=0, dtype=np.uint8)
         if len(self._blocks[-1]) < self.branching:  # past the total (round-off): the last
@@ -191,10 +234,14 @@ class SumTree:
         node = np.subtract(count, 1, dtype=np.int64)
         u -= root_prefix[node]
         flat_prefix, column, b, table = prefix.reshape(-1), u[:, None], self.branching, self._child
-        leaves = self._blocks[0]
-        for blocks in reversed(self._blocks):
-            blocks.take(node, axis=0, out=block, mode="clip")  # in range by construction
-            np.matmul(block, self._exclusive, out=prefix)  # [Q, B] exclusive sums
+        kept, parents = self._kept, [node] * len(self._blocks)
+        for i in range(len(self._blocks) - 1, -1, -1):
+            parents[i] = node  # kept for set: node is replaced below, not updated in place
+            if i >= kept:  # a small level: the node's row of the kept prefix sums
+                self._prefixes[i - kept].take(node, axis=0, out=prefix, mode="clip")
+            else:  # [Q, B] exclusive sums of the node's children (in range by construction)
+                self._blocks[i].take(node, axis=0, out=block, mode="clip")
+                np.matmul(block, self._exclusive, out=prefix)
             # the last child whose prefix is <= u (prefix[:, 0] = 0 <= u: count >= 1)
             np.less_equal(prefix, column, out=le)
             if table is None:  # any branching: a row sum
@@ -202,16 +249,18 @@ class SumTree:
             else:  # b = 8 or 16: a popcount per 8 bools; the 1 or 2 counts, read as one
                 _bitwise_count(words, out=counts)  # integer, index a table of count - 1
                 child = table[pairs]
-            if blocks is not leaves:  # the leaves need no remainder
+            if i and i < kept:  # the remainder past the child (the leaves need none)
                 u -= flat_prefix[base + child]
-            node *= b
+            node = node * b
             node += child
+            if i >= kept:  # the remainder past the child (its flat index: the next node)
+                u -= self._prefixes_flat[i - kept].take(node, mode="clip")
         values = self._levels[0][node]
-        if len(values) and values.min() <= 0:
+        if np.count_nonzero(values) < len(values):  # a zero leaf (leaves are >= 0)
             bad = values <= 0
-            node[bad] = self._find_exact(np.asarray(targets, dtype=np.float64).reshape(-1)[bad])
-            values = self._levels[0][node]
-        return node, values
+            node[bad] = self._find_exact(draws[bad] * scale)
+            return node, self._levels[0][node], None
+        return node, values, parents
 
     def _buffers(self, queries: int) -> tuple[np.ndarray, ...]:
         """find's scratch arrays for ``queries`` targets, and views of them (a few kept; the
@@ -245,23 +294,36 @@ class SumTree:
         return np.where(leaves[found] > 0, found, last)
 
     # -- writing ----------------------------------------------------------
-    def set(self, indices: np.ndarray, values: np.ndarray) -> None:
+    def set(
+        self,
+        indices: np.ndarray,
+        values: np.ndarray,
+        old: np.ndarray | None = None,
+        parents: list[np.ndarray] | None = None,
+    ) -> None:
         """Sets leaves ``indices`` to ``values``; with repeated indices the last write wins.
 
         Args:
             indices: int ``[K]`` leaf indices in ``[0, capacity)``.
             values: float64 ``[K]`` non-negative finite values (not checked here;
                 callers validate).
+            old: float64 ``[K]`` the leaves' values now (``tree[indices]``, as a
+                :meth:`find_values` just returned them), or None: read here (the
+                minimum's bookkeeping needs them).
+            parents: the :meth:`search` that found exactly ``indices`` returned them
+                (their nodes at every level), or None: computed here.
         """
         if type(indices) is not np.ndarray or indices.dtype != np.int64 or indices.ndim != 1:
             indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         if type(values) is not np.ndarray or values.dtype != np.float64 or values.ndim != 1:
             values = np.asarray(values, dtype=np.float64).reshape(-1)
         leaves = self._levels[0]
-        old = leaves[indices] if self.track_min else values
+        if old is None:
+            old = leaves[indices] if self.track_min else values
         leaves[indices] = values
         final = leaves[indices]
-        if not (final == values).all():  # repeated indices with different values
+        # repeated indices with different values (the same bits otherwise: a copy; one memcmp)
+        if final.tobytes() != values.tobytes():
             order = np.argsort(indices, kind="stable")
             ordered = indices[order]
             last = np.empty(len(ordered), bool)
@@ -269,69 +331,28 @@ class SumTree:
             last[-1] = True
             leaves[ordered[last]] = values[order[last]]
             final = leaves[indices]
-        self._refresh(indices)
+        self._refresh(indices, parents)
         if self.track_min and len(indices):
             self._note_min(indices, old, final)
 
-    def _refresh(self, indices: np.ndarray) -> None:
+    def _refresh(self, indices: np.ndarray, parents: list[np.ndarray] | None = None) -> None:
         self._total = None
+        self._prefix_stale = True
         node = indices
-        for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
+        for i, (blocks, level) in enumerate(zip(self._blocks, self._levels[1:], strict=True)):
             if len(level) <= len(node):  # a small level: all of it, no index arithmetic
                 np.dot(blocks, self._ones, out=level[: len(blocks)])
                 continue
-            # a shift when b is a power of two (int64 floor division is ~5x slower)
-            node = node >> self._shift if self._shift else node // self.branching
+            if parents is not None:  # the search's nodes of these leaves
+                node = parents[i]
+            else:  # a shift when b is a power of two (int64 floor division is ~5x slower)
+                node = node >> self._shift if self._shift else node // self.branching
             level[node] = blocks.take(node, axis=0).dot(self._ones)  # .dot: 0.4 us less than @
-
-    def _note_min(self, indices: np.ndarray, old: np.ndarray, final: np.ndarray) -> None:
-        """Keeps :attr:`min` after leaves ``indices`` went from ``old`` to ``final`` (both
-        ``[K]``, per position: a repeated index has the same old and final value at each)."""
-        smallest = float(final.min())
-        if smallest <= 0:  # zeroed leaves (a priority update with epsilon > 0 has none)
-            smallest = float(np.where(final > 0, final, np.inf).min())
-        if smallest < self._min:  # below every other leaf, stale or not: the new minimum
-            self._min, self._min_stale = smallest, False
-            self._min_count = _distinct(indices[final == smallest])
-            return
-        if self._min_stale:  # the minimum is rescanned when read; a lower value set it above
-            return
-        m = self._min
-        if smallest > m and old.min() > m:  # no leaf reached or left the minimum (one pass)
-            return
-        was = old == m
-        if smallest == m:  # leaves that took the minimum's value
-            self._min_count += _distinct(indices[(final == m) & ~was])
-        if was.any():  # leaves that held the minimum and left it
-            self._min_count -= _distinct(indices[was & (final != m)])
-            if self._min_count <= 0:
-                self._min_stale = True
-
-    def _rescan_min(self) -> None:
-        """Recomputes :attr:`min` and its count from the leaves (after the last minimum leaf
-        rose or was zeroed): one pass in chunks of ``_SCAN`` leaves, each viewed as uint64
-        minus 1, so that 0.0 wraps to the largest integer and positive floats keep their
-        order (a non-negative float64 orders like its bits), without a float mask."""
-        bits = self._levels[0].view(np.uint64)
-        chunk = np.empty(min(len(bits), _SCAN), np.uint64)
-        best, count = _INF_BITS_MINUS_ONE, 0
-        for start in range(0, len(bits), _SCAN):
-            shifted = np.subtract(bits[start : start + _SCAN], _ONE, out=chunk[: len(bits) - start])
-            low = shifted.min()
-            if low < best:
-                best, count = low, 0
-            if low == best:
-                count += int(np.count_nonzero(shifted == low))
-        self._min_stale = False
-        if best >= _INF_BITS_MINUS_ONE:  # no positive finite leaf (-0.0 lands here too)
-            self._min, self._min_count = math.inf, 0
-        else:
-            self._min = float(np.array(best + _ONE, np.uint64).view(np.float64))
-            self._min_count = count
 
     def fill(self, values: np.ndarray) -> None:
         """Replaces all leaves with ``values`` float64 ``[capacity]`` and rebuilds every level."""
         self._total = None
+        self._prefix_stale = True
         self._levels[0][: self.capacity] = values
         self._levels[0][self.capacity :] = 0.0
         for blocks, level in zip(self._blocks, self._levels[1:], strict=True):
@@ -344,50 +365,7 @@ class SumTree:
     def clear(self) -> None:
         """Sets every leaf to zero."""
         self._total = 0.0
-        for level in self._levels:
+        for level in (*self._levels, self._prefix):
             level[:] = 0.0
+        self._prefix_stale = False
         self._min, self._min_count, self._min_stale = math.inf, 0, False
-
-
-_SCAN = 1 << 16  # leaves per chunk of a min rescan (512 KiB of uint64: stays in cache)
-_ONE = np.uint64(1)
-_INF_BITS_MINUS_ONE = np.uint64(0x7FF0000000000000 - 1)  # inf's bits minus 1: 0.0 and -0.0
-# minus 1 are above it, every positive finite float below
-
-
-def _distinct(indices: np.ndarray) -> int:
-    """Number of distinct entries of a (usually empty or one-entry) int array."""
-    return len(indices) if len(indices) < 2 else len(np.unique(indices))
-
-
-def _child_table(b: int) -> np.ndarray | None:
-    """``count - 1`` of every popcount pair that ``find`` views as one uint8 (b = 8) or
-    uint16 (b = 16; the counts c0 + 256 c1), or None: rows are summed."""
-    if _bitwise_count is None or b not in (8, 16):
-        return None
-    if b == 8:
-        return np.arange(-1, 8, dtype=np.int64)
-    pairs = np.arange(8 * 256 + 9, dtype=np.int64)
-    return (pairs & 255) + (pairs >> 8) - 1
-
-
-_bitwise_count: Any = getattr(np, "bitwise_count", None)  # numpy >= 2.0
-
-
-def search_sizes(capacity: int, b: int) -> list[int]:
-    """Entries of each level of a :class:`SumTree`, leaves first, then the root: the levels
-    of :func:`level_sizes` with the top padded to ``r`` full blocks, every level below it
-    padded likewise (``r * b^(depth + 1 - i)`` entries) and a root of ``r <= b`` block sums
-    (stored in ``b`` entries)."""
-    sizes = level_sizes(capacity, b)
-    r = -(-sizes[-1] // b)
-    depth = len(sizes)
-    return [r * b ** (depth - i) for i in range(depth)] + [b]
-
-
-def level_sizes(capacity: int, b: int) -> list[int]:
-    """Entries of each level, leaves first: level i holds top * b^(depth - i) entries."""
-    top, depth = capacity, 0
-    while top > b * b:  # too big to be the top: add a level of block sums
-        top, depth = -(-top // b), depth + 1
-    return [top * b ** (depth - i) for i in range(depth + 1)]

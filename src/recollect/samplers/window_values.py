@@ -42,11 +42,19 @@ class WindowValues:
     _length: int  # max_length
     _all_rows: np.ndarray
     _row_base: np.ndarray  # int64 [num_envs]: row * max_length
-    _drawn: tuple[np.ndarray, np.ndarray, int] | None  # forgotten on every change
+    _drawn: tuple[np.ndarray, bytes, int] | None  # forgotten on every change
 
-    def _set(self, keys: np.ndarray, values: np.ndarray) -> None:
-        """Sets the sampling values of ``keys`` in the sum tree (and its minimum)."""
-        self._tree.set(keys, values)
+    def _set(
+        self,
+        keys: np.ndarray,
+        values: np.ndarray,
+        old: np.ndarray | None = None,
+        parents: list[np.ndarray] | None = None,
+    ) -> None:
+        """Sets the sampling values of ``keys`` in the sum tree (and its minimum); ``old``
+        and ``parents``: their current values and nodes, when the caller has them (a
+        search's; see :meth:`SumTree.set`)."""
+        self._tree.set(keys, values, old, parents)
         self._values_set(keys, values)
 
     def _values_set(self, keys: np.ndarray, values: np.ndarray) -> None:

@@ -155,10 +155,15 @@ class TableReads:
         """The :class:`Draw` of selected windows ``w`` (their rows, times, probabilities,
         table size, priorities and weights)."""
         priorities = w.priorities if w.priorities is not None else self._unit(batch_size)
+        ids = w.ids
+        if ids is None:
+            ids = id_layout.encode(w.rows, w.times, self.shard)
+        elif self.shard:
+            ids = ids | self.shard << id_layout.SHARD_SHIFT
         return Draw(
             rows=w.rows,
             times=w.times,
-            ids=id_layout.encode(w.rows, w.times, self.shard),
+            ids=ids,
             probabilities=w.probabilities,
             table_size=int(w.table_size),
             priorities=priorities,
