@@ -4,9 +4,15 @@
 elements per call (one when the buffer was written since the previous call,
 doubling up to a cap while it is not); :func:`splitter` splits a chunk into
 its elements and, given the writer's generation variable, drops what was
-drawn before a write. :data:`in_flight` counts the sampling calls running
-inside TensorFlow and, at ``atexit``, stops and drains them so that a
-process whose parallel ``map`` iterator is destroyed at shutdown exits.
+drawn before a write. While the buffer is only read, :func:`chunked_sample_fn`
+draws the next chunk on a background thread (the gather releases the GIL
+while TensorFlow consumes the current chunk) and uses it only if the table's
+generation did not change since that draw began; it never draws ahead on a
+table whose draws change it (``table.read_only_draws``). :data:`in_flight`
+counts the sampling calls running inside TensorFlow and those background
+draws and, at ``atexit``, stops and drains them so that a process whose
+parallel ``map`` iterator is destroyed at shutdown exits (a background draw
+waiting on a ``MinSize`` limiter ends then too).
 """
 
 from __future__ import annotations
