@@ -18,6 +18,7 @@ waiting on a ``MinSize`` limiter ends then too).
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -90,7 +91,7 @@ class _Predraw:
     the draw, ``k`` its elements; ``out`` or ``error`` once ``done`` is set."""
 
     def __init__(self, tag: Any, k: int) -> None:
-        self.tag, self.k = tag, k
+        self.tag, self.k, self.pid = tag, k, os.getpid()
         self.done = threading.Event()
         self.cancelled = False
         self.out: list[np.ndarray] | None = None
@@ -117,11 +118,18 @@ class _Worker:
     """
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """No thread, no job (also in a forked child: the thread stayed in the parent)."""
         self.cond = threading.Condition()
         self.jobs: list[Callable[[], None]] = []
         self.alive = False
+        self.pid = os.getpid()
 
     def submit(self, job: Callable[[], None]) -> None:
+        if self.pid != os.getpid():
+            self.reset()
         with self.cond:
             self.jobs.append(job)
             if self.alive:
@@ -232,7 +240,7 @@ def chunked_sample_fn(
 
     def take(pending: _Predraw, now: Any) -> list[np.ndarray] | None:
         """The pre-drawn chunk when the table was not written since its tag, else None."""
-        if pending.tag != now:
+        if pending.tag != now or pending.pid != os.getpid():  # written, or drawn in the parent
             pending.cancelled = True  # ends a draw waiting on a MinSize limiter
             return None
         while not pending.done.wait(_WAIT_SLICE_S):
