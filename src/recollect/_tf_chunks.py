@@ -4,14 +4,21 @@
 elements per call (one when the buffer was written since the previous call,
 doubling up to a cap while it is not); :func:`splitter` splits a chunk into
 its elements and, given the writer's generation variable, drops what was
-drawn before a write. :data:`in_flight` counts the sampling calls running
-inside TensorFlow and, at ``atexit``, stops and drains them so that a
-process whose parallel ``map`` iterator is destroyed at shutdown exits.
+drawn before a write. While the buffer is only read, :func:`chunked_sample_fn`
+draws the next chunk on a background thread (the gather releases the GIL
+while TensorFlow consumes the current chunk) and uses it only if the table's
+generation did not change since that draw began; it never draws ahead on a
+table whose draws change it (``table.read_only_draws``). :data:`in_flight`
+counts the sampling calls running inside TensorFlow and those background
+draws and, at ``atexit``, stops and drains them so that a process whose
+parallel ``map`` iterator is destroyed at shutdown exits (a background draw
+waiting on a ``MinSize`` limiter ends then too).
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.buffers.prefetcher import draw_stopped_by
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import StateError
 from recollect.extras import missing_extra
@@ -78,6 +86,77 @@ in_flight = InFlight()
 atexit.register(in_flight.quiesce)
 
 
+class _Predraw:
+    """A chunk drawn on a background thread: ``tag`` is the table's generation read before
+    the draw, ``k`` its elements; ``out`` or ``error`` once ``done`` is set."""
+
+    def __init__(self, tag: Any, k: int) -> None:
+        self.tag, self.k, self.pid = tag, k, os.getpid()
+        self.done = threading.Event()
+        self.cancelled = False
+        self.out: list[np.ndarray] | None = None
+        self.error: BaseException | None = None
+
+    def is_set(self) -> bool:
+        """The ``stop`` of a rate-limited draw: dropped unused, or the process exits."""
+        return self.cancelled or in_flight.exiting
+
+
+#: Seconds between checks of the buffer's close and the process's exit while a call waits.
+_WAIT_SLICE_S = 0.05
+#: Seconds a read-ahead thread waits for its next chunk before it ends (the next one restarts it).
+_IDLE_S = 1.0
+
+
+class _Worker:
+    """One daemon thread running the jobs handed to it in turn; it ends after ``_IDLE_S``
+    without one and holds no job (nor what the job references) meanwhile.
+
+    A thread kept and woken, not one started per chunk: ``Thread.start`` waits
+    until the new thread runs, and that thread then holds the GIL the caller
+    needs to return its chunk to TensorFlow (up to the 5 ms switch interval).
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """No thread, no job (also in a forked child: the thread stayed in the parent)."""
+        self.cond = threading.Condition()
+        self.jobs: list[Callable[[], None]] = []
+        self.alive = False
+        self.pid = os.getpid()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        if self.pid != os.getpid():
+            self.reset()
+        with self.cond:
+            self.jobs.append(job)
+            if self.alive:
+                self.cond.notify()
+                return
+            self.alive = True
+        try:
+            threading.Thread(target=self.run, name="recollect-read-ahead", daemon=True).start()
+        except BaseException:
+            with self.cond:
+                self.alive = False
+                self.jobs.remove(job)
+            raise
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                if not self.jobs:
+                    self.cond.wait(_IDLE_S)
+                if not self.jobs:
+                    self.alive = False
+                    return
+                job = self.jobs.pop(0)
+            job()
+            del job
+
+
 def chunked_sample_fn(
     buffer: Any,
     sample_batch_size: int | None,
@@ -93,6 +172,17 @@ def chunked_sample_fn(
     drawn ahead of its writes, and one that only reads amortises the
     ``tf.numpy_function`` call over up to ``most`` elements. ``ok`` is False
     (and k = 0) once the buffer is closed or the process exits.
+
+    Read-ahead that cannot go stale: a call that found no write since the
+    previous one starts drawing the next chunk on a background thread (the
+    gather releases the GIL while TensorFlow consumes this chunk), tagged with
+    the table's generation read before that draw. The next call takes it only
+    when the table's generation still equals the tag, so it holds exactly the
+    steps stored when the call came; otherwise it drops it and draws anew. It
+    does so only where a draw leaves the table as it was
+    (``table.read_only_draws``: no rate limiter that counts samples, no
+    ``max_times_sampled``), and an error of the background draw is raised by
+    the next call.
     """
     flat = flat_spec_of(buffer)
     outer = outer_shape(sample_batch_size, num_steps)
@@ -101,36 +191,93 @@ def chunked_sample_fn(
     shapes: list[list[Any]] = [[None, *outer, *s] for s in flat.shapes] + [[None, *info_tail]] * 2
     dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64]
     table = getattr(buffer, "table", None)
-    state: dict[str, Any] = {"generation": None, "size": 0}
+    index = getattr(table, "index", None)
+    read_ahead = index is not None and bool(getattr(table, "read_only_draws", False))
+    state: dict[str, Any] = {"generation": None, "size": 0, "predraw": None}
+    lock = threading.Lock()
+    worker = _Worker()
 
     def written() -> Any:
-        index = getattr(table, "index", None)
         return None if index is None else index.generation
 
-    def sample_numpy(gen: Any) -> list[np.ndarray]:
+    def stopped() -> bool:
+        return buffer_closed(buffer) or in_flight.exiting
+
+    def closed(gen: Any) -> list[Any]:
+        empty = [
+            np.zeros([0, *s[1:]], d.as_numpy_dtype) for s, d in zip(shapes, dtypes, strict=True)
+        ]
+        return [*empty, gen, np.bool_(False)]
+
+    def draw(k: int) -> list[np.ndarray]:
+        s = sample_concurrent(buffer, batch * k, num_steps)
+        leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
+        return [x.reshape([k, *shape[1:]]) for x, shape in zip(leaves, shapes, strict=True)]
+
+    def predraw(pending: _Predraw) -> None:  # on its thread; counted in ``in_flight``
+        try:
+            if not pending.is_set():
+                pending.out = draw_stopped_by(pending, lambda: draw(pending.k))
+        except BaseException as err:  # raised by the call that takes it
+            pending.error = err
+        finally:
+            pending.done.set()
+            in_flight.__exit__()
+
+    def start_predraw(k: int) -> None:
+        pending = _Predraw(written(), k)  # the tag is read before the draw
+        with lock:
+            if state["predraw"] is not None or in_flight.exiting:
+                return
+            state["predraw"] = pending
+        in_flight.__enter__()
+        try:
+            worker.submit(lambda: predraw(pending))
+        except BaseException as err:  # no thread: the next call raises it
+            pending.error = err
+            pending.done.set()
+            in_flight.__exit__()
+
+    def take(pending: _Predraw, now: Any) -> list[np.ndarray] | None:
+        """The pre-drawn chunk when the table was not written since its tag, else None."""
+        if pending.tag != now or pending.pid != os.getpid():  # written, or drawn in the parent
+            pending.cancelled = True  # ends a draw waiting on a MinSize limiter
+            return None
+        while not pending.done.wait(_WAIT_SLICE_S):
+            if stopped():
+                raise StateError("the buffer was closed or the process exits.")
+        if written() != pending.tag:  # a write while it was drawn
+            return None
+        if pending.error is not None:
+            raise pending.error
+        return pending.out
+
+    def sample_numpy(gen: Any) -> list[Any]:
         with in_flight:
-            if buffer_closed(buffer) or in_flight.exiting:
-                empty = [
-                    np.zeros([0, *s[1:]], d.as_numpy_dtype)
-                    for s, d in zip(shapes, dtypes, strict=True)
-                ]
-                return [*empty, gen, np.bool_(False)]
+            if stopped():
+                return closed(gen)
             now = written()
             same = now is not None and now == state["generation"]
             k = min(most, 2 * state["size"]) if same else 1
-            state["generation"], state["size"] = now, k
+            with lock:
+                pending, state["predraw"] = state["predraw"], None
             try:  # a rate limiter may block the draw; closing the buffer wakes it
-                s = sample_concurrent(buffer, batch * k, num_steps)
+                out = None if pending is None else take(pending, now)
+                if out is None:
+                    out = draw(k)
+                else:
+                    k = pending.k
             except StateError:
-                if buffer_closed(buffer):
-                    return sample_numpy(gen)
+                if stopped():
+                    return closed(gen)
                 raise
             except Exception as err:
                 if wrap_error is None:
                     raise
                 raise wrap_error(err) from err
-            leaves = [*flat.treedef.flatten_up_to(s.data), s.ids, s.probabilities]
-            out = [x.reshape([k, *shape[1:]]) for x, shape in zip(leaves, shapes, strict=True)]
+            state["generation"], state["size"] = now, k
+            if same and read_ahead and not stopped():
+                start_predraw(min(most, 2 * k))
             return [*out, gen, np.bool_(True)]
 
     def fn(gen: Any) -> tuple[Any, BufferInfo, Any, Any]:

@@ -12,6 +12,12 @@ chunk of elements per call to amortise the call's overhead (split with
 ``from_tensor_slices``, whose slices share the chunk's memory): one element
 when the buffer was written since the previous call, twice the previous
 count (up to ``MAX_CHUNK``) while it was not (the chunk sampler of this package).
+While it was not, the next chunk is also drawn on a background thread as
+TensorFlow consumes this one, and the next call takes it only if the buffer
+was still not written since that draw began (else it drops it and draws
+anew): read-ahead that cannot go stale, made only where a draw leaves the
+table as it was (no rate limiter that counts samples, no
+``max_times_sampled``); see the ``_tf_chunks`` module.
 With ``num_parallel_calls`` several samples are drawn at once: windows are
 drawn under the buffer lock and gathered outside it (numpy releases the GIL
 while gathering), see :func:`recollect.prefetch.sample_concurrent`.

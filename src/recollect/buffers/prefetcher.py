@@ -17,7 +17,14 @@ from typing import Any
 from recollect.arguments import positive_int
 from recollect.errors import RateLimiterTimeout, StateError
 
-__all__ = ["Prefetcher", "check_prefetch", "check_threads", "draw_waiting", "prefetched"]
+__all__ = [
+    "Prefetcher",
+    "check_prefetch",
+    "check_threads",
+    "draw_stopped_by",
+    "draw_waiting",
+    "prefetched",
+]
 
 _POLL_S = 0.05
 _local = threading.local()  # .stop: the Event of the Prefetcher drawing on this thread
@@ -40,6 +47,17 @@ def draw_waiting(table: Any, batch_size: int, num_steps: int | None) -> Any:
     if stop is None or table.rate_limiter is None:  # the common case, one call deep
         return table.draw(batch_size, num_steps)
     return _draw_waiting(table, batch_size, num_steps, stop)
+
+
+def draw_stopped_by(stop: Any, draw: Callable[[], Any]) -> Any:
+    """``draw()`` on this thread as a prefetch thread's: a rate-limited draw in it waits in
+    slices and raises StateError once ``stop.is_set()`` (an object with that method)."""
+    previous = getattr(_local, "stop", None)
+    _local.stop = stop
+    try:
+        return draw()
+    finally:
+        _local.stop = previous
 
 
 def _draw_waiting(table: Any, batch_size: int, num_steps: int | None, stop: Any) -> Any:

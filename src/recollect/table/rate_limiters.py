@@ -112,6 +112,12 @@ class RateLimiter:
         """``inserts * samples_per_insert - samples``."""
         return inserts * self.samples_per_insert - samples
 
+    @property
+    def counts_samples(self) -> bool:
+        """Whether a sample moves a bound the limiter checks (False for :class:`MinSize`, whose
+        ``diff`` bounds are unbounded: only the table's size gates a sample, nothing an insert)."""
+        return self.min_diff > -_BIG or self.max_diff < _BIG
+
     def insert_allowed(self, inserts: int, samples: int, k: int, size: int) -> bool:
         """Whether an insert of ``k`` steps may go ahead now (``size`` sampleable windows)."""
         free = size + k <= self.min_size_to_sample  # filling up is free

@@ -63,6 +63,15 @@ class TableReads:
         """Steps stored over all rows."""
         return self.index.num_stored
 
+    @property
+    def read_only_draws(self) -> bool:
+        """Whether a draw leaves what later draws and writes see as it was: no times-sampled
+        counts (``max_times_sampled``'s removals) and no rate limiter that counts samples (a
+        :class:`~recollect.MinSize` only waits for a size), so a reader may draw ahead and
+        drop the draw unused. The ``samples`` counter counts every draw all the same."""
+        limiter = self.rate_limiter
+        return not self.track_times_sampled and (limiter is None or not limiter.counts_samples)
+
     def can_sample(self, batch_size: int = 1, num_steps: int | None = None) -> bool:
         """Whether :meth:`draw` of ``batch_size`` windows of ``num_steps`` would succeed now.
 
