@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from recollect.storage import zstd_codec
 from recollect.storage.codecs import ZstdCodec
-from recollect.storage.zstd_native import NativeDecoder, native_decoder
+from recollect.storage.zstd_native import CallerShare, NativeDecoder, native_decoder
 
 pytest.importorskip("zstandard")
 
@@ -148,10 +148,9 @@ def test_several_threads_decode_with_one_codec_at_once():
     assert not failures, failures[0]
 
 
-def test_split_decodes_use_small_chunks_claimed_one_at_a_time(monkeypatch):
-    """With the native decoder a split batch is cut into chunks of
-    ``NATIVE_CHUNK_VALUES`` values (at most ``NATIVE_MAX_CHUNKS``), so a worker
-    that starts late takes fewer of them."""
+def test_split_decodes_give_the_caller_the_larger_chunk(monkeypatch):
+    """A split has one chunk per thread; the caller's is larger by the workers' measured
+    start delay, and a worker's chunk never shrinks below n // (4 T) values."""
     rng = np.random.default_rng(4)
     values = _values(rng, 300)
     codec = _codec(False, values)
@@ -160,12 +159,23 @@ def test_split_decodes_use_small_chunks_claimed_one_at_a_time(monkeypatch):
     run = codec._pool.run
     monkeypatch.setattr(codec._pool, "run", lambda fn, b: (seen.append(b), run(fn, b)))
     _force(codec, True)
+    share = codec._share
+    share.value_s, share.wake_s, share.weight = 1e-6, 40e-6, 0.0  # fixed: no learning
     for n in (64, 160, 300):
         out = np.empty((n, values.shape[1]), np.uint8)
         codec.decode_into(arena, offsets[:n], lengths[:n], out)
         np.testing.assert_array_equal(out, values[:n])
-    want = [
-        min(zstd_codec.NATIVE_MAX_CHUNKS, n // zstd_codec.NATIVE_CHUNK_VALUES)
-        for n in (64, 160, 300)
-    ]
-    assert [len(b) - 1 for b in seen] == want
+    assert seen == [[0, 52, 64], [0, 100, 160], [0, 170, 300]]
+    share.wake_s = 1.0  # a worker that never comes in time: it keeps its smallest share
+    assert share.bounds(300, 2) == [0, 263, 300]
+    assert share.bounds(300, 4) == [0, 282, 288, 294, 300]
+
+
+def test_caller_share_learns_the_delay_and_the_value_time():
+    share = CallerShare(wake_s=0.0, weight=0.5)
+    assert share.bounds(100, 2) == [0, 50, 100]  # nothing measured: even halves
+    share.record_values(1e-3, 100)  # 10 us per value
+    share.record_wake(200e-6)  # averaged with 0: 100 us, 10 values ahead
+    assert share.value_s == pytest.approx(10e-6) and share.wake_s == pytest.approx(100e-6)
+    assert share.bounds(100, 2) == [0, 55, 100]
+    assert share.bounds(90, 3) == [0, 36, 63, 90]

@@ -36,16 +36,12 @@ from recollect.storage.codec_base import (
     usable_threads,
 )
 from recollect.storage.gather import ChunkPool, ThreadChooser
-from recollect.storage.zstd_native import NativeDecoder, native_decoder
+from recollect.storage.zstd_native import CallerShare, NativeDecoder, native_decoder
 
 __all__ = ["ZstdCodec"]
 
 #: Decodes of at least this many values may use several threads (zstd).
 PARALLEL_MIN_VALUES = 64
-#: Values per chunk of a split native decode (chunks are claimed one at a time).
-NATIVE_CHUNK_VALUES = 8
-#: Most chunks of one split native decode.
-NATIVE_MAX_CHUNKS = 16
 #: Encodes of at least this many values may use several threads (zstd).
 PARALLEL_MIN_ENCODE = 8
 #: Default largest size of a zstd dictionary, and the values a store waits for to train one.
@@ -137,6 +133,7 @@ class ZstdCodec:
         self._chooser = ThreadChooser()
         self._encode_chooser = ThreadChooser()
         self._native: NativeDecoder | bool | None = False  # False: not looked up yet
+        self._share = CallerShare()
         weakref.finalize(self, self._pool.stop)
 
     # -- dictionaries ---------------------------------------------------------
@@ -227,16 +224,41 @@ class ZstdCodec:
         t0 = time.perf_counter()
         if not split:
             self._decode_part(native, data, offsets, lengths, out)
-        else:
+            self._share.record_values(time.perf_counter() - t0, n)
+        elif native is None:  # the stream reader: one chunk per thread, fewer GIL handoffs
 
             def decode(a: int, b: int) -> None:
                 self._decode_part(native, data, offsets[a:b], lengths[a:b], out[a:b])
 
-            chunks = self.threads  # the stream reader: fewer chunks, fewer GIL handoffs
-            if native is not None:  # small chunks claimed one at a time balance the threads
-                chunks = max(chunks, min(NATIVE_MAX_CHUNKS, n // NATIVE_CHUNK_VALUES))
-            self._pool.run(decode, bounds(n, chunks))
+            self._pool.run(decode, bounds(n, self.threads))
+        else:
+            self._decode_split(native, data, offsets, lengths, out, t0)
         self._chooser.record(out.nbytes, split, time.perf_counter() - t0)
+
+    def _decode_split(
+        self,
+        native: NativeDecoder,
+        data: np.ndarray,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        out: np.ndarray,
+        t0: float,
+    ) -> None:
+        """One chunk per thread, the caller's larger by the workers' start delay
+        (:class:`~recollect.storage.zstd_native.CallerShare`)."""
+        share, caller = self._share, threading.get_ident()
+        started: list[float] = []
+
+        def decode(a: int, b: int) -> None:
+            begin = time.perf_counter()
+            if threading.get_ident() != caller:
+                started.append(begin - t0)
+            self._decode_part(native, data, offsets[a:b], lengths[a:b], out[a:b])
+            if a == 0:
+                share.record_values(time.perf_counter() - begin, b)
+
+        self._pool.run(decode, share.bounds(len(offsets), self.threads))
+        share.record_wake(min(started) if started else time.perf_counter() - t0)
 
     def _native_decoder(self) -> NativeDecoder | None:
         native = self._native
