@@ -9,6 +9,10 @@ with AUTOTUNE parallel calls and a prefetch, and with neither), and
 :func:`recollect.jax.as_iterator`, for W1 batch 32 (windows of 2) and W2
 batch 256 (``num_steps=None``, the W2 spec with ``next_observation`` and
 ``is_last`` leaves, capacity 1M). ``--detail`` adds the W1 tables below.
+``--isolated`` times each row alone instead (its pipeline built, warmed up,
+timed and closed before the next row's is built): interleaved, a pipeline
+that draws ahead while nobody reads (tf.data's injected prefetch after a
+``map``, a ``prefetch``) banks batches while the other rows are timed.
 
 W1 atari data (WORKLOADS.md): observation uint8 [84, 84, 4], action int64,
 reward float32, is_last bool (episode ends with probability 0.01), filled with
@@ -35,6 +39,7 @@ release the GIL). "(defaults)" rows use each adapter's default arguments. Run:
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import time
@@ -248,39 +253,96 @@ def in_tf_function(dataset: object, tf: object) -> Callable[[], object]:
     return next_batch
 
 
-def target_rows(
+Factory = Callable[[], tuple[Callable[[], object], Callable[[], None] | None]]
+
+
+def target_factories(
     name: str, buf: ReplayBuffer, batch: int, num_steps: int | None, skip: set[str]
-) -> tuple[dict[str, Callable[[], object]], list[Callable[[], None]]]:
-    """The issue-17 rows of one workload: ``buf.sample`` first, then each adapter."""
-    rows: dict[str, Callable[[], object]] = {
-        f"{name} buf.sample({batch}, {num_steps})": lambda: buf.sample(batch, num_steps)
+) -> dict[str, Factory]:
+    """The issue-17 rows of one workload as factories: each builds its pipeline when called
+    and returns ``(next_batch, close or None)``; ``buf.sample`` first, then each adapter."""
+    rows: dict[str, Factory] = {
+        f"{name} buf.sample({batch}, {num_steps})": lambda: (
+            lambda: buf.sample(batch, num_steps),
+            None,
+        )
     }
     if name == "W1":
-        rows[f"{name} limit: numpy gather"] = limit_rows(buf)["limit: numpy gather store[idx]"]
-    closers: list[Callable[[], None]] = []
+        gather = limit_rows(buf)["limit: numpy gather store[idx]"]
+        rows[f"{name} limit: numpy gather"] = lambda: (gather, None)
     if "tf" not in skip:
         import tensorflow as tf
 
         from recollect.tf_data import as_dataset
 
-        eager = iter(as_dataset(buf, batch, num_steps).prefetch(4))
-        rows[f"{name} tf.data eager"] = lambda: next(eager)
-        graph = as_dataset(buf, batch, num_steps, num_parallel_calls=tf.data.AUTOTUNE)
-        rows[f"{name} tf.data in tf.function"] = in_tf_function(graph.prefetch(4), tf)
-        mapped = as_dataset(buf, batch, num_steps, num_parallel_calls=tf.data.AUTOTUNE)
-        mapped = mapped.map(lambda items, info: (items, info)).prefetch(4)
-        rows[f"{name} tf.data .map in tf.function"] = in_tf_function(mapped, tf)
-        sequential = as_dataset(buf, batch, num_steps).map(lambda items, info: (items, info))
-        rows[f"{name} tf.data .map, no parallel calls"] = in_tf_function(sequential, tf)
+        def eager() -> tuple[Callable[[], object], None]:
+            it = iter(as_dataset(buf, batch, num_steps).prefetch(4))
+            return (lambda: next(it)), None
+
+        def graph() -> tuple[Callable[[], object], None]:
+            dataset = as_dataset(buf, batch, num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+            return in_tf_function(dataset.prefetch(4), tf), None
+
+        def mapped() -> tuple[Callable[[], object], None]:
+            dataset = as_dataset(buf, batch, num_steps, num_parallel_calls=tf.data.AUTOTUNE)
+            dataset = dataset.map(lambda items, info: (items, info)).prefetch(4)
+            return in_tf_function(dataset, tf), None
+
+        def sequential() -> tuple[Callable[[], object], None]:
+            dataset = as_dataset(buf, batch, num_steps).map(lambda items, info: (items, info))
+            return in_tf_function(dataset, tf), None
+
+        rows[f"{name} tf.data eager"] = eager
+        rows[f"{name} tf.data in tf.function"] = graph
+        rows[f"{name} tf.data .map in tf.function"] = mapped
+        rows[f"{name} tf.data .map, no parallel calls"] = sequential
     if "jax" not in skip and name == "W1":
         import jax
 
         from recollect.jax import as_iterator
 
-        it = as_iterator(buf, batch, num_steps)
-        rows[f"{name} jax as_iterator"] = lambda: jax.block_until_ready(next(it)[0])
-        closers.append(it.close)
+        def jax_row() -> tuple[Callable[[], object], Callable[[], None]]:
+            it = as_iterator(buf, batch, num_steps)
+            return (lambda: jax.block_until_ready(next(it)[0])), it.close
+
+        rows[f"{name} jax as_iterator"] = jax_row
+    return rows
+
+
+def target_rows(
+    name: str, buf: ReplayBuffer, batch: int, num_steps: int | None, skip: set[str]
+) -> tuple[dict[str, Callable[[], object]], list[Callable[[], None]]]:
+    """Every row of :func:`target_factories` built at once (their pipelines all live)."""
+    rows: dict[str, Callable[[], object]] = {}
+    closers: list[Callable[[], None]] = []
+    for row, factory in target_factories(name, buf, batch, num_steps, skip).items():
+        rows[row], close = factory()
+        if close is not None:
+            closers.append(close)
     return rows, closers
+
+
+def isolated(factories: dict[str, Factory], batches: int, repeats: int) -> dict:
+    """Median batches/s of every row timed alone: its pipeline is built, warmed up, timed
+    ``repeats`` times in a row and closed before the next row's is built, so no pipeline
+    draws ahead in the background while another row is timed."""
+    results = {}
+    for name, factory in factories.items():
+        fn, close = factory()
+        for _ in range(max(5, batches // 10)):
+            fn()
+        rates = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(batches):
+                fn()
+            rates.append(batches / (time.perf_counter() - start))
+        results[name] = statistics.median(rates)
+        if close is not None:
+            close()
+        del fn, close
+        gc.collect()
+    return results
 
 
 def interleaved(rows: dict[str, Callable[[], object]], batches: int, repeats: int) -> dict:
@@ -302,7 +364,8 @@ def print_targets(args: argparse.Namespace, skip: set[str]) -> None:
     """The issue-17 table: W1 batch 32 and W2 batch 256 through the adapters vs ``buf.sample``."""
     print(
         f"issue-17 rows: W1 capacity={args.w1_capacity}, W2 capacity={args.w2_capacity}, "
-        f"{NUM_ENVS} envs; {args.batches} batches x {args.repeats} repeats, interleaved, medians"
+        f"{NUM_ENVS} envs; {args.batches} batches x {args.repeats} repeats, "
+        f"{'each row alone' if args.isolated else 'interleaved'}, medians"
     )
     print(f"{'row':36s} {'batches/s':>10s} {'x buf.sample':>13s}")
     workloads = [("W1", args.w1_capacity, make_buffer, BATCH, NUM_STEPS)]
@@ -311,14 +374,19 @@ def print_targets(args: argparse.Namespace, skip: set[str]) -> None:
         if name.lower() not in args.workloads:
             continue
         buf = make(capacity)
-        rows, closers = target_rows(name, buf, batch, num_steps, skip)
-        results = interleaved(rows, args.batches, args.repeats)
-        for close in closers:
-            close()
+        if args.isolated:
+            factories = target_factories(name, buf, batch, num_steps, skip)
+            results = isolated(factories, args.batches, args.repeats)
+        else:
+            rows, closers = target_rows(name, buf, batch, num_steps, skip)
+            results = interleaved(rows, args.batches, args.repeats)
+            for close in closers:
+                close()
+            del rows
         base = next(iter(results.values()))
         for row, rate in results.items():
             print(f"{row:36s} {rate:10.0f} {rate / base:13.2f}", flush=True)
-        del rows, buf
+        del buf
 
 
 def main() -> None:
@@ -331,6 +399,11 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="8k capacity, 100 batches x 3")
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="time each target row alone (its pipeline built, timed and closed before the next)",
+    )
     parser.add_argument("--skip", default="", help="comma list of torch,jax,tf to skip")
     parser.add_argument(
         "--step-ms", type=float, default=1.0, help="simulated train step per batch (0: off)"
