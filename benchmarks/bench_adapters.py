@@ -329,15 +329,7 @@ def isolated(factories: dict[str, Factory], batches: int, repeats: int) -> dict:
     results = {}
     for name, factory in factories.items():
         fn, close = factory()
-        for _ in range(max(5, batches // 10)):
-            fn()
-        rates = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(batches):
-                fn()
-            rates.append(batches / (time.perf_counter() - start))
-        results[name] = statistics.median(rates)
+        results[name] = measure(fn, batches, repeats)  # warm-up, then repeats in a row
         if close is not None:
             close()
         del fn, close
