@@ -30,6 +30,7 @@ CORE_DEPS = [
     "matplotlib>=3.8",
     "import-linter>=2.1",
     "zstandard>=0.22",  # the compression extra: light wheels, no framework
+    "cffi>=1.17",
     "lz4>=4.3",
 ]
 

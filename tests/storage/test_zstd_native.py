@@ -21,6 +21,10 @@ from recollect.storage.zstd_native import CallerShare, NativeDecoder, native_dec
 
 pytest.importorskip("zstandard")
 
+needs_native = pytest.mark.skipif(
+    native_decoder(None) is None, reason="needs cffi (python-zstandard's cffi backend)"
+)
+
 
 def _values(rng: np.random.Generator, n: int, size: int = 700) -> np.ndarray:
     """Compressible values: a few gray levels in runs, each row shifted."""
@@ -66,6 +70,7 @@ def test_the_cffi_backend_is_available_with_the_compression_extra():
     assert isinstance(native_decoder(None), NativeDecoder)
 
 
+@needs_native
 @settings(max_examples=25, deadline=None)
 @given(
     n=st.integers(1, 400),
@@ -102,6 +107,7 @@ def test_a_codec_without_the_cffi_backend_falls_back_to_the_stream_reader(monkey
     np.testing.assert_array_equal(out, values)
 
 
+@needs_native
 @pytest.mark.parametrize("dictionary", [False, True])
 def test_corrupt_or_short_frames_raise_value_error(dictionary):
     rng = np.random.default_rng(2)
@@ -148,6 +154,7 @@ def test_several_threads_decode_with_one_codec_at_once():
     assert not failures, failures[0]
 
 
+@needs_native
 def test_split_decodes_give_the_caller_the_larger_chunk(monkeypatch):
     """A split has one chunk per thread; the caller's is larger by the workers' measured
     start delay, and a worker's chunk never shrinks below n // (4 T) values."""
