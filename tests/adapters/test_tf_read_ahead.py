@@ -232,7 +232,14 @@ EXIT_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("shape", ["drawing", "blocked"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "drawing",
+        # about 13 s (a draw blocked on MinSize until exit): runs with CI=true / --run-slow
+        pytest.param("blocked", marks=pytest.mark.slow),
+    ],
+)
 def test_a_script_exits_with_a_chunk_drawn_ahead(shape):
     out = subprocess.run(
         [sys.executable, "-c", EXIT_SCRIPT, shape],
