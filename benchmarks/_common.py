@@ -2,7 +2,10 @@
 
 Rows of one table are timed interleaved (one repeat of every row, then the
 next repeat), so load from other processes hits all rows alike; each row's
-figure is the median over repeats, after a warm-up call.
+figure is the median over repeats, after a warm-up of ``WARMUP_CALLS`` calls
+and ``WARMUP_REPEATS`` repeats' time (at most ``WARMUP_MAX_S``): a row's
+first calls allocate its buffers, and code that measures its own choices
+(a split over threads) settles before it is timed.
 """
 
 from __future__ import annotations
@@ -63,10 +66,25 @@ def _calls_for(fn: Callable[[], object], target_s: float) -> int:
     return max(1, min(100_000, int(target_s / max(once, 1e-7))))
 
 
+#: A row's warm-up: at least this many calls and repeats' time, at most WARMUP_MAX_S.
+WARMUP_CALLS, WARMUP_REPEATS, WARMUP_MAX_S = 20, 3, 1.0
+
+
+def _warm_up(fn: Callable[[], object], repeat_s: float) -> None:
+    t0 = time.perf_counter()
+    fn()
+    calls, least = 1, WARMUP_REPEATS * repeat_s
+    while calls < WARMUP_CALLS or time.perf_counter() - t0 < least:
+        if time.perf_counter() - t0 > WARMUP_MAX_S:
+            return
+        fn()
+        calls += 1
+
+
 def measure(rows: list[Row], repeats: int, repeat_s: float) -> list[Row]:
     """Sets ``row.seconds`` (median seconds per call) for every row, timed interleaved."""
-    for row in rows:  # warm-up
-        row.fn()
+    for row in rows:
+        _warm_up(row.fn, repeat_s)
     calls = [_calls_for(row.fn, repeat_s) for row in rows]
     times: list[list[float]] = [[] for _ in rows]
     gc_was = gc.isenabled()

@@ -25,7 +25,7 @@ from recollect.arguments import positive_int
 from recollect.errors import InsufficientMemoryError, InvalidArgumentError
 from recollect.specs import FlatSpec
 from recollect.storage.codecs import DictionaryCodec
-from recollect.storage.compressed import MIN_DICTIONARY_GAIN, slots_nbytes
+from recollect.storage.compressed import MIN_DICTIONARY_GAIN, slots_nbytes, tuned
 from recollect.storage.factory import STORAGES, check_storage, resolve_compression
 from recollect.storage.frame_store import frame_store_nbytes, resolve_frame_stacks, stack_ring
 from recollect.validation import check_structure
@@ -152,7 +152,8 @@ def _mean_compressed(codec: Any, values: np.ndarray, leaf: Any, stack: Any, stor
     if dictionary is None:
         return mean
     plain = float(lengths[half:].sum())
-    _, with_dictionary = codec.with_dictionary(dictionary).encode(raw[half:])
+    trained = tuned(codec.with_dictionary(dictionary), raw[:half])
+    _, with_dictionary = trained.encode(raw[half:])
     ratio = float(with_dictionary.sum()) / max(plain, 1.0)
     return mean * ratio if ratio <= 1 - MIN_DICTIONARY_GAIN else mean
 

@@ -137,7 +137,11 @@ def codec_from_config(config: dict[str, Any]) -> Codec:
 
 
 #: Config keys a codec takes besides ``name`` and ``level``.
-OPTIONS = {"zstd": ("dictionary_size_bytes", "train_values"), "lz4": (), "zlib": ()}
+OPTIONS = {
+    "zstd": ("dictionary_size_bytes", "train_values", "min_match", "raw_literals"),
+    "lz4": (),
+    "zlib": (),
+}
 
 
 def resolve(codec: Any, path: str, level: Any = None) -> Codec:

@@ -31,6 +31,8 @@ BLOCK_BYTES = 1 << 20
 REENCODE_VALUES = 512
 #: A trained dictionary is kept only when it shrinks the stored values by this fraction.
 MIN_DICTIONARY_GAIN = 0.1
+#: Stored values decoded on restore to choose a dictionary codec's encoder options.
+TUNE_SAMPLE = 256
 
 
 def block_bytes(codec: Codec, size: int) -> int:
@@ -221,9 +223,10 @@ class CompressedSlots:
         keys = np.flatnonzero(self.offsets.reshape(-1) >= 0)
         sample = self._decode_keys_raw(self._index, keys[: codec.train_values])
         dictionary = codec.train(sample)
+        trained = None if dictionary is None else tuned(codec.with_dictionary(dictionary), sample)
         del sample
-        if dictionary is not None:
-            new = self._reencoded(codec.with_dictionary(dictionary), keys)
+        if trained is not None:
+            new = self._reencoded(trained, keys)
             plain = int(self.lengths.reshape(-1)[keys].astype(np.int64).sum())
             if int(new.lengths.sum()) <= (1 - MIN_DICTIONARY_GAIN) * plain:
                 self._index = new  # one swap: readers outside the lock keep the old index
@@ -362,6 +365,13 @@ class CompressedSlots:
         index.offsets[written] = offsets
         index.lengths[written] = lengths[written]
         live = int(np.count_nonzero(written))
+        if codec is not self.codec and live:  # a restored dictionary: encode new values alike
+            keys = np.flatnonzero(index.offsets.reshape(-1) >= 0)[:TUNE_SAMPLE]
+            sample = np.empty((len(keys), self.size), np.uint8)
+            self._decode(
+                index, index.offsets.reshape(-1)[keys], index.lengths.reshape(-1)[keys], sample
+            )
+            self._index = _Index(tuned(codec, sample), index.arena, index.offsets, index.lengths)
         base, self._untrained = self.codec, None
         if codec is base and isinstance(base, DictionaryCodec) and base.trains(self.size):
             self._untrained = live if live < base.train_values else None
@@ -378,3 +388,10 @@ class CompressedSlots:
         if dictionary.dtype != np.uint8 or dictionary.ndim != 1 or not len(dictionary):
             raise CheckpointError(f"saved compressed {name}: its dictionary is not uint8 bytes.")
         return self.codec.with_dictionary(dictionary.tobytes())
+
+
+def tuned(codec: Codec, values: np.ndarray) -> Codec:
+    """``codec.tuned(values)`` for a codec that chooses encoder options on sample values
+    (:meth:`~recollect.storage.zstd_codec.ZstdCodec.tuned`); any other codec as it is."""
+    tune = getattr(codec, "tuned", None)
+    return codec if tune is None else tune(values)

@@ -1,19 +1,16 @@
 """The zstd codec (``zstandard`` package): the default, with per-store trained dictionaries.
 
 Measured on real ALE frames (``benchmarks/bench_memory.py``): level 1 alone
-keeps an 84x84 frame in 171 (Pong) to 1,184 (MsPacman) bytes at 4-8 us per
-decode; with a dictionary trained on a store's first 2,048 frames, 95 to 370
-bytes at 2-3.5 us. Levels 5-6 (greedy, lazy) decode 15-30% faster still but
-encode 3-4x slower (too slow for 8 frames per ``add_batch``); lz4, even with
-the same dictionary, is larger and no faster to decode. A batch decodes as one
-stream of frames read into the output (``read_across_frames``), the GIL
-released while zstd works; large batches are split over threads when that
-measures faster. python-zstandard releases the GIL once per frame, so two
-threads decoding small frames hand the GIL back and forth at every frame:
-splitting pays for large batches of large frames (MsPacman ``sample(256, 2)``:
-about 20% less wall time with a free core) and can lose for small or very
-compressible ones, which is why a :class:`~recollect.storage.gather.ThreadChooser`
-measures both per batch size.
+keeps an 84x84 frame in 171 (Pong) to 1,184 (MsPacman) bytes; with a
+dictionary trained on a store's first 2,048 frames, 95 to 330 bytes at
+0.8-2.6 us per decode (encoder options chosen per store: :meth:`ZstdCodec.tuned`).
+Levels 5-9 decode 15-50% faster still but encode 2.5-5x slower (too slow for
+8 frames per ``add_batch``); lz4, even with the same dictionary, is larger
+and no faster to decode. A batch decodes as one C call per chunk into the
+output (:mod:`~recollect.storage.zstd_native`), split over threads where a
+:class:`~recollect.storage.gather.ThreadChooser` measures that faster
+(MsPacman ``sample(256, 2)``: 1,280 frames, 4.3 ms on one thread, 2.9 ms on
+two cores).
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ import os
 import threading
 import time
 import weakref
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -36,7 +34,14 @@ from recollect.storage.codec_base import (
     usable_threads,
 )
 from recollect.storage.gather import ChunkPool, ThreadChooser
-from recollect.storage.zstd_native import CallerShare, NativeDecoder, native_decoder
+from recollect.storage.zstd_native import (
+    CallerShare,
+    NativeDecoder,
+    NativeEncoder,
+    choose_options,
+    native_decoder,
+    native_encoder,
+)
 
 __all__ = ["ZstdCodec"]
 
@@ -84,11 +89,21 @@ class ZstdCodec:
         dictionary_size_bytes: the trained dictionary's largest size; 0 trains none.
         train_values: stored values a store waits for before it trains (values
             of at most 256 KiB; at most 32 MiB of them are used).
+        min_match: zstd's minimum match length, 3-7, or 0 for the level's
+            default. None (default): chosen with the dictionary (:meth:`tuned`).
+        raw_literals: store literals as they are instead of Huffman-coding
+            them: frames 2-3% larger that decode 10-14% faster (MsPacman,
+            SpaceInvaders, Seaquest frames). None (default): chosen with the
+            dictionary (:meth:`tuned`). Both options need the ``cffi``
+            package (in the ``compression`` extra); without it zstd's defaults
+            are used. Either way every frame decodes with any zstd.
 
     Raises:
         InvalidArgumentError: the ``zstandard`` package is not installed,
             ``level`` is not an int in ``[-7, 22]``, ``dictionary_size_bytes``
-            not 0 or in ``[1024, 2**20]``, or ``train_values`` not in ``[16, 2**20]``.
+            not 0 or in ``[1024, 2**20]``, ``train_values`` not in ``[16, 2**20]``,
+            ``min_match`` not None, 0 or in ``[3, 7]``, or ``raw_literals`` not
+            None or a bool.
     """
 
     name = "zstd"
@@ -99,6 +114,8 @@ class ZstdCodec:
         threads: int | None = None,
         dictionary_size_bytes: int = DICTIONARY_SIZE_BYTES,
         train_values: int = TRAIN_VALUES,
+        min_match: int | None = None,
+        raw_literals: bool | None = None,
     ) -> None:
         try:
             import zstandard
@@ -118,9 +135,20 @@ class ZstdCodec:
         train_values = check_int(
             "train_values", train_values, minimum=16, maximum=1 << 20, show_name=False, owner="zstd"
         )
+        if min_match is not None and not (is_int(min_match) and min_match in (0, 3, 4, 5, 6, 7)):
+            raise InvalidArgumentError(
+                f"zstd `min_match` must be None (chosen), 0 (the level's default) or an int in "
+                f"[3, 7]; got {min_match!r}."
+            )
+        if raw_literals is not None and not isinstance(raw_literals, (bool, np.bool_)):
+            raise InvalidArgumentError(
+                f"zstd `raw_literals` must be None (chosen) or a bool; got {raw_literals!r}."
+            )
         self.level = level
         self.threads = usable_threads() if threads is None else max(1, int(threads))
         self.dictionary_size_bytes, self.train_values = size, train_values
+        self.min_match = None if min_match is None else int(min_match)
+        self.raw_literals = None if raw_literals is None else bool(raw_literals)
         self.dictionary: bytes | None = None  # set on the copies that with_dictionary returns
         self._zstd = zstandard
         self.reset()
@@ -133,6 +161,7 @@ class ZstdCodec:
         self._chooser = ThreadChooser()
         self._encode_chooser = ThreadChooser()
         self._native: NativeDecoder | bool | None = False  # False: not looked up yet
+        self._encoder: NativeEncoder | bool | None = False
         self._share = CallerShare()
         weakref.finalize(self, self._pool.stop)
 
@@ -158,9 +187,27 @@ class ZstdCodec:
 
     def with_dictionary(self, dictionary: bytes) -> ZstdCodec:
         """This codec with ``dictionary`` (from :meth:`train`); what it encodes needs it."""
-        codec = ZstdCodec(self.level, self.threads, self.dictionary_size_bytes, self.train_values)
-        codec.dictionary = bytes(dictionary)
+        return self._copy(bytes(dictionary), self.min_match, self.raw_literals)
+
+    def _copy(
+        self, dictionary: bytes | None, min_match: int | None, raw_literals: bool | None
+    ) -> ZstdCodec:
+        codec = ZstdCodec(
+            self.level, self.threads, self.dictionary_size_bytes, self.train_values,
+            min_match, raw_literals,
+        )  # fmt: skip
+        codec.dictionary = dictionary
         return codec
+
+    def tuned(self, values: np.ndarray) -> ZstdCodec:
+        """This codec with the options left None chosen on ``values`` uint8 ``[n, size]``
+        (:func:`~recollect.storage.zstd_native.choose_options`: ``min_match`` 7 where
+        it makes them smaller, raw literals where they cost at most 5% of the size).
+        A store calls it when it trains its dictionary and when it restores one."""
+        if self.min_match is not None and self.raw_literals is not None:
+            return self
+        args = (self.level, self.dictionary, self.min_match, self.raw_literals)
+        return self._copy(self.dictionary, *choose_options(values, *args))
 
     def _context(self, kind: str) -> Any:
         """This thread's compressor (``kind="c"``) or decompressor (``"d"``)."""
@@ -185,23 +232,38 @@ class ZstdCodec:
     def encode(self, values: np.ndarray) -> tuple[bytes, np.ndarray]:
         n = len(values)
         if n < PARALLEL_MIN_ENCODE or self.threads == 1:
-            return join(self._encode_part(values))
+            return self._encode_part(values)
         split = self._encode_chooser.split(values.nbytes)  # threads where they measure faster
         t0 = time.perf_counter()
         if not split:
-            parts = self._encode_part(values)
+            encoded = self._encode_part(values)
         else:
-            parts = [b""] * n
+            chunks = bounds(n, self.threads)
+            parts: dict[int, tuple[bytes, np.ndarray]] = {}
 
             def encode(a: int, b: int) -> None:
-                parts[a:b] = self._encode_part(values[a:b])
+                parts[a] = self._encode_part(values[a:b])
 
-            self._pool.run(encode, bounds(n, self.threads))
+            self._pool.run(encode, chunks)
+            ordered = [parts[a] for a in chunks[:-1]]
+            encoded = b"".join(p[0] for p in ordered), np.concatenate([p[1] for p in ordered])
         self._encode_chooser.record(values.nbytes, split, time.perf_counter() - t0)
-        return join(parts)
+        return encoded
 
-    def _encode_part(self, values: np.ndarray) -> list[bytes]:
-        return list(map(self._context("c").compress, values))  # C-level map; GIL released
+    def _encode_part(self, values: np.ndarray) -> tuple[bytes, np.ndarray]:
+        encoder = self._native_encoder()
+        if encoder is not None:
+            return encoder.encode(np.ascontiguousarray(values))
+        return join(list(map(self._context("c").compress, values)))  # C-level map; GIL released
+
+    def _native_encoder(self) -> NativeEncoder | None:
+        """The cffi encoder when an option zstd's C backend lacks is on, else None."""
+        encoder = self._encoder
+        if encoder is False:
+            on = bool(self.min_match) or bool(self.raw_literals)
+            args = (self.level, self.dictionary, self.min_match or 0, bool(self.raw_literals))
+            encoder = self._encoder = native_encoder(*args) if on else None
+        return encoder  # type: ignore[return-value]
 
     def decode_into(
         self, data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
@@ -232,7 +294,7 @@ class ZstdCodec:
 
             self._pool.run(decode, bounds(n, self.threads))
         else:
-            self._decode_split(native, data, offsets, lengths, out, t0)
+            self._decode_split(native, data, offsets, lengths, out)
         self._chooser.record(out.nbytes, split, time.perf_counter() - t0)
 
     def _decode_split(
@@ -242,23 +304,34 @@ class ZstdCodec:
         offsets: np.ndarray,
         lengths: np.ndarray,
         out: np.ndarray,
-        t0: float,
     ) -> None:
         """One chunk per thread, the caller's larger by the workers' start delay
-        (:class:`~recollect.storage.zstd_native.CallerShare`)."""
+        (:class:`~recollect.storage.zstd_native.CallerShare`).
+
+        Each chunk's frames are joined here, before the workers start: the join
+        holds the GIL, so a worker that joined its own would wait for the
+        caller's join and then make the caller wait for its own (measured: a
+        worker then starts 300-900 us late instead of about 40 us), while the
+        decodes release the GIL and run side by side."""
         share, caller = self._share, threading.get_ident()
+        cuts = share.bounds(len(offsets), self.threads)
+        sources = {
+            a: b"".join(segments(data, offsets[a:b], lengths[a:b])) for a, b in pairwise(cuts)
+        }
         started: list[float] = []
+        posted = time.perf_counter()
 
         def decode(a: int, b: int) -> None:
             begin = time.perf_counter()
             if threading.get_ident() != caller:
-                started.append(begin - t0)
-            self._decode_part(native, data, offsets[a:b], lengths[a:b], out[a:b])
+                started.append(begin - posted)
+            if b > a:
+                native.decode_into(sources[a], out[a:b])
             if a == 0:
                 share.record_values(time.perf_counter() - begin, b)
 
-        self._pool.run(decode, share.bounds(len(offsets), self.threads))
-        share.record_wake(min(started) if started else time.perf_counter() - t0)
+        self._pool.run(decode, cuts)
+        share.record_wake(min(started) if started else time.perf_counter() - posted)
 
     def _native_decoder(self) -> NativeDecoder | None:
         native = self._native
@@ -296,6 +369,10 @@ class ZstdCodec:
             config["dictionary_size_bytes"] = self.dictionary_size_bytes
         if self.train_values != TRAIN_VALUES:
             config["train_values"] = self.train_values
+        if self.min_match is not None:
+            config["min_match"] = self.min_match
+        if self.raw_literals is not None:
+            config["raw_literals"] = self.raw_literals
         return config
 
     def bound(self, size: int) -> int:
