@@ -38,6 +38,8 @@ __all__ = [
     "native_encoder",
 ]
 
+#: A :class:`NativeEncoder` keeps output slots for this many values per thread.
+SCRATCH_VALUES = 64
 #: :func:`choose_options` encodes at most this many values with each choice ...
 TUNE_VALUES = 256
 #: ... of at least this many bytes (smaller values keep zstd's defaults) ...
@@ -180,10 +182,9 @@ class NativeEncoder:
         bound = int(lib.ZSTD_compressBound(size))
         scratch = getattr(local, "scratch", None)
         if scratch is None or scratch[0] != bound or len(scratch[2]) < n:
-            out = np.empty(max(n, 64) * bound, np.uint8)
-            dst = self._ffi.from_buffer(out, require_writable=True)
-            starts = np.arange(max(n, 64), dtype=np.int64) * bound
-            scratch = local.scratch = (bound, out, list(map(dst.__add__, starts.tolist())), starts)
+            scratch = self._scratch(bound, max(n, SCRATCH_VALUES))
+            if n <= SCRATCH_VALUES:  # kept for the next add_batch; larger ones are not
+                local.scratch = scratch
         _, out, slots, starts = scratch
         src = self._ffi.from_buffer(values)
         calls = map(
@@ -195,6 +196,13 @@ class NativeEncoder:
             self._check(int(got[np.flatnonzero(got > bound)[0]]))
         lengths = got.view(np.int64)
         return b"".join(segments(out, starts[:n], lengths)), lengths
+
+    def _scratch(self, bound: int, n: int) -> tuple[int, np.ndarray, list[Any], np.ndarray]:
+        """``n`` output slots of ``bound`` bytes: the array, a pointer per slot, their offsets."""
+        out = np.empty(n * bound, np.uint8)
+        dst = self._ffi.from_buffer(out, require_writable=True)
+        starts = np.arange(n, dtype=np.int64) * bound
+        return bound, out, list(map(dst.__add__, starts.tolist())), starts
 
 
 def _backend() -> Any:
