@@ -174,3 +174,32 @@ def test_a_store_tunes_at_training_and_again_after_restore(tmp_path):
     for step in more:
         loaded.add_batch({"image": step, "is_last": np.zeros(4, bool)})
     np.testing.assert_array_equal(loaded.gather_all()["image"][:, -5:], np.moveaxis(more, 0, 1))
+
+
+class _Pinned:
+    def __init__(self, split: bool) -> None:
+        self.mode = split
+
+    def split(self, nbytes: int) -> bool:
+        return self.mode
+
+    def record(self, nbytes: int, split: bool, seconds: float) -> None:
+        pass
+
+
+@pytest.mark.parametrize("options", [(None, None), (7, True)])
+def test_a_split_encode_writes_the_bytes_of_one_thread_in_order(options):
+    """Encodes of >= PARALLEL_MIN_ENCODE values may split over threads; the chunks are
+    joined in value order, so the bytes equal a one-thread encode."""
+    values = _images(np.random.default_rng(5), 200)
+    one = ZstdCodec(threads=1, min_match=options[0], raw_literals=options[1])
+    two = ZstdCodec(threads=2, min_match=options[0], raw_literals=options[1])
+    two._encode_chooser = _Pinned(True)  # type: ignore[assignment]
+    n = zstd_codec.PARALLEL_MIN_ENCODE + 37
+    data, lengths = two.encode(values[:n])
+    want, want_lengths = one.encode(values[:n])
+    assert data == want
+    np.testing.assert_array_equal(lengths, want_lengths)
+    out = np.empty((n, values.shape[1]), np.uint8)
+    two.decode_into(np.frombuffer(data, np.uint8), np.cumsum(lengths) - lengths, lengths, out)
+    np.testing.assert_array_equal(out, values[:n])

@@ -47,8 +47,11 @@ __all__ = ["ZstdCodec"]
 
 #: Decodes of at least this many values may use several threads (zstd).
 PARALLEL_MIN_VALUES = 64
-#: Encodes of at least this many values may use several threads (zstd).
-PARALLEL_MIN_ENCODE = 8
+#: Encodes of at least this many values may use several threads (zstd). An ``add_batch``
+#: of 8 frames encodes on one thread: 26-32 us there, 88-168 us split over 2 cores
+#: (waking the worker and passing the GIL between values), and trying the split every
+#: 64th call cost 5-9 us per call on average.
+PARALLEL_MIN_ENCODE = 64
 #: Default largest size of a zstd dictionary, and the values a store waits for to train one.
 DICTIONARY_SIZE_BYTES = 64 << 10
 TRAIN_VALUES = 2048
@@ -85,7 +88,7 @@ class ZstdCodec:
         threads: threads decoding one batch (default: usable CPUs, at most 4);
             a batch of >= 64 values is split over them when that measures
             faster than one thread (:class:`~recollect.storage.gather.ThreadChooser`),
-            and so is an encode of >= 8 values (one ``add_batch`` of 8 envs).
+            and so is an encode of >= 64 values.
         dictionary_size_bytes: the trained dictionary's largest size; 0 trains none.
         train_values: stored values a store waits for before it trains (values
             of at most 256 KiB; at most 32 MiB of them are used).
