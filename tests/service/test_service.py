@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 import pytest
-from scipy import stats
 
 import recollect as rc
+from chi_square import assert_fits
 from recollect.errors import (
     InvalidArgumentError,
     NotEnoughDataError,
@@ -21,8 +21,6 @@ from recollect.errors import (
     StateError,
 )
 from recollect.service import Server
-
-P_MIN = 1e-4  # chi-square tests: a false alarm once in 10,000 runs
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
 
@@ -215,16 +213,19 @@ def test_uniform_sampling_over_four_shards_is_uniform_over_all_steps(
     universe = _all_ids(server, "t")
     assert len(universe) == 2 * (3 + 9 + 20 + 40)
     stored = _stored_leaf(server, "obs")
-    ids = []
-    for sample in _batches(client, per_request):
-        assert sample.table_size == len(universe) and sample.ids.shape == (256,)
-        assert sample.data["obs"].shape == (256, 3)
-        # each window holds the step its id names (the shards' parts were put in order right)
-        np.testing.assert_array_equal(sample.data["obs"], stored(sample.ids))
-        np.testing.assert_allclose(sample.probabilities, 1 / len(universe))
-        ids.append(sample.ids)
-    counts = _counts(np.concatenate(ids), universe)
-    assert stats.chisquare(counts).pvalue > P_MIN
+
+    def draw() -> np.ndarray:
+        ids = []
+        for sample in _batches(client, per_request):
+            assert sample.table_size == len(universe) and sample.ids.shape == (256,)
+            assert sample.data["obs"].shape == (256, 3)
+            # each window holds the step its id names (the shards' parts were put in order)
+            np.testing.assert_array_equal(sample.data["obs"], stored(sample.ids))
+            np.testing.assert_allclose(sample.probabilities, 1 / len(universe))
+            ids.append(sample.ids)
+        return _counts(np.concatenate(ids), universe)
+
+    assert_fits(draw)
     # windows of 3 within episodes: the same over every valid window of every shard
     sample = client.sample("t", 64, num_steps=3)
     local_sizes = sum(s.buffer.table.sampling_weight(3)[1] for s in server.shards["t"])
@@ -250,21 +251,26 @@ def test_prioritized_sampling_over_four_shards_follows_the_global_priorities(
     assert client.update_priorities("t", universe, priorities, wait=True) == 0
     value = (priorities + eps) ** alpha
     expected = value / value.sum()
-    ids = []
-    for sample in _batches(client, per_request):
-        k = np.searchsorted(universe, sample.ids, sorter=np.argsort(universe))
-        position = np.argsort(universe)[k]
-        np.testing.assert_allclose(sample.probabilities, expected[position], rtol=1e-9)
-        np.testing.assert_allclose(sample.priorities, priorities[position], rtol=1e-6, atol=1e-9)
-        assert sample.table_size == len(universe)
-        w = (len(universe) * expected[position]) ** -beta
-        # buffer-wide normalisation (cpprb): by (N * P_min)^-beta of the global P_min
-        np.testing.assert_allclose(
-            sample.weights, w / (len(universe) * expected.min()) ** -beta, rtol=1e-9
-        )
-        ids.append(sample.ids)
-    counts = _counts(np.concatenate(ids), universe)
-    assert stats.chisquare(counts, counts.sum() * expected).pvalue > P_MIN
+
+    def draw() -> np.ndarray:
+        ids = []
+        for sample in _batches(client, per_request):
+            k = np.searchsorted(universe, sample.ids, sorter=np.argsort(universe))
+            position = np.argsort(universe)[k]
+            np.testing.assert_allclose(sample.probabilities, expected[position], rtol=1e-9)
+            np.testing.assert_allclose(
+                sample.priorities, priorities[position], rtol=1e-6, atol=1e-9
+            )
+            assert sample.table_size == len(universe)
+            w = (len(universe) * expected[position]) ** -beta
+            # buffer-wide normalisation (cpprb): by (N * P_min)^-beta of the global P_min
+            np.testing.assert_allclose(
+                sample.weights, w / (len(universe) * expected.min()) ** -beta, rtol=1e-9
+            )
+            ids.append(sample.ids)
+        return _counts(np.concatenate(ids), universe)
+
+    assert_fits(draw, expected)
 
 
 def test_priority_updates_go_to_the_shard_in_each_id() -> None:

@@ -27,7 +27,8 @@ def served() -> rc.service.Client:
 
 def started_by(read) -> Counter:
     """The recollect threads alive after ``read()`` that were not before, by kind:
-    ``{"recollect-sample": n, "recollect-prefetch": m}`` (``read`` keeps its iterator open)."""
+    ``{"recollect-sample": n, "recollect-prefetch": m}``. ``read`` returns a function that
+    holds its iterator (a collected iterator closes, and its threads end) and then closes it."""
     before = set(threading.enumerate())
     done = read()
     kinds: Counter = Counter()
@@ -52,7 +53,12 @@ def test_a_torch_dataset_of_a_served_table_starts_only_the_streams_threads(num_t
         for _ in range(10):
             data, _ = next(it)
             assert isinstance(data["obs"], torch.Tensor) and data["obs"].shape == (8, 2, 3)
-        return dataset.close
+
+        def done() -> None:  # holds the iterator: dropping it would stop the stream's threads
+            assert not it.closed
+            dataset.close()
+
+        return done
 
     started = started_by(read)
     client.close()
