@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pinned_chooser import Pinned
 from recollect.storage import zstd_codec
 from recollect.storage.codecs import ZstdCodec
 from recollect.storage.zstd_native import CallerShare, NativeDecoder, native_decoder
@@ -41,21 +42,8 @@ def _codec(dictionary: bool, values: np.ndarray, threads: int = 2) -> ZstdCodec:
     return codec
 
 
-class _Pinned:
-    """A thread chooser pinned to one mode (results must not depend on it)."""
-
-    def __init__(self, split: bool) -> None:
-        self.mode = split
-
-    def split(self, nbytes: int) -> bool:
-        return self.mode
-
-    def record(self, nbytes: int, split: bool, seconds: float) -> None:
-        pass
-
-
 def _force(codec: ZstdCodec, split: bool) -> None:
-    codec._chooser = _Pinned(split)  # type: ignore[assignment]
+    codec._chooser = Pinned(split)  # type: ignore[assignment]
 
 
 def _arena(codec: ZstdCodec, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import recollect as rc
+from pinned_chooser import Pinned
 from recollect.errors import InvalidArgumentError
 from recollect.storage import zstd_codec, zstd_native
 from recollect.storage.codecs import ZstdCodec, codec_from_config
@@ -176,17 +177,6 @@ def test_a_store_tunes_at_training_and_again_after_restore(tmp_path):
     np.testing.assert_array_equal(loaded.gather_all()["image"][:, -5:], np.moveaxis(more, 0, 1))
 
 
-class _Pinned:
-    def __init__(self, split: bool) -> None:
-        self.mode = split
-
-    def split(self, nbytes: int) -> bool:
-        return self.mode
-
-    def record(self, nbytes: int, split: bool, seconds: float) -> None:
-        pass
-
-
 @pytest.mark.parametrize("options", [(None, None), (7, True)])
 def test_a_split_encode_writes_the_bytes_of_one_thread_in_order(options):
     """Encodes of >= PARALLEL_MIN_ENCODE values may split over threads; the chunks are
@@ -194,7 +184,7 @@ def test_a_split_encode_writes_the_bytes_of_one_thread_in_order(options):
     values = _images(np.random.default_rng(5), 200)
     one = ZstdCodec(threads=1, min_match=options[0], raw_literals=options[1])
     two = ZstdCodec(threads=2, min_match=options[0], raw_literals=options[1])
-    two._encode_chooser = _Pinned(True)  # type: ignore[assignment]
+    two._encode_chooser = Pinned(True)  # type: ignore[assignment]
     n = zstd_codec.PARALLEL_MIN_ENCODE + 37
     data, lengths = two.encode(values[:n])
     want, want_lengths = one.encode(values[:n])
