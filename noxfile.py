@@ -64,7 +64,9 @@ def needs(name):
         if name == prefix or name.startswith(prefix + "."):
             return module
     return name.split(".")[0]
-for path in sorted(pathlib.Path("tests").rglob("test_*.py")):
+TESTS = sorted(pathlib.Path("tests").rglob("test_*.py"))
+sys.path[:0] = sorted({str(p.parent) for p in TESTS})  # pytest puts each test's folder there
+for path in TESTS:
     for node in ast.parse(path.read_text()).body:
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
             [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
