@@ -277,8 +277,8 @@ class ThreadChooser:
         rate = nbytes / max(seconds, 1e-9)
         used.append(rate)
         if len(used) > self.warmup and len(other) >= self.warmup:
-            behind = statistics.median(used) <= statistics.median(other)
-            if behind and rate > statistics.median(other):
+            rival = statistics.median(other)
+            if statistics.median(used) <= rival < rate:
                 self.again.add(key)  # a tried mode beat the used one: try it again
 
 

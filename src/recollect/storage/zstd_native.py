@@ -48,6 +48,22 @@ TUNE_MIN_SIZE = 1024
 RAW_LITERALS_MAX_COST = 0.05
 
 
+def _owned(ffi: Any, made: Any, free: Any, what: str) -> Any:
+    """``made`` (a libzstd object), freed with ``free`` once collected.
+
+    Raises:
+        MemoryError: libzstd returned NULL (it could not ``what``).
+    """
+    if made == ffi.NULL:
+        raise MemoryError(f"libzstd could not {what}.")
+    return ffi.gc(made, free)
+
+
+def _error_name(ffi: Any, lib: Any, code: int) -> str:
+    """libzstd's name of the error ``code``."""
+    return ffi.string(lib.ZSTD_getErrorName(code)).decode()
+
+
 class NativeDecoder:
     """Decodes concatenated zstd frames into a contiguous array (libzstd via cffi).
 
@@ -66,17 +82,14 @@ class NativeDecoder:
         if dictionary is not None:
             self._dictionary = bytes(dictionary)  # kept alive: the digested copy is made now
             ddict = lib.ZSTD_createDDict(self._dictionary, len(self._dictionary))
-            if ddict == ffi.NULL:
-                raise MemoryError("libzstd could not digest the zstd dictionary.")
-            self._ddict = ffi.gc(ddict, lib.ZSTD_freeDDict)
+            self._ddict = _owned(ffi, ddict, lib.ZSTD_freeDDict, "digest the zstd dictionary")
 
     def _context(self) -> Any:
         dctx = getattr(self._local, "dctx", None)
         if dctx is None:
             made = self._lib.ZSTD_createDCtx()
-            if made == self._ffi.NULL:
-                raise MemoryError("libzstd could not create a decompression context.")
-            dctx = self._local.dctx = self._ffi.gc(made, self._lib.ZSTD_freeDCtx)
+            what = "create a decompression context"
+            dctx = self._local.dctx = _owned(self._ffi, made, self._lib.ZSTD_freeDCtx, what)
         return dctx
 
     def decode_into(self, source: bytes, out: np.ndarray) -> None:
@@ -91,7 +104,7 @@ class NativeDecoder:
             self._context(), dst, out.nbytes, source, len(source), self._ddict
         )
         if lib.ZSTD_isError(got):
-            name = self._ffi.string(lib.ZSTD_getErrorName(got)).decode()
+            name = _error_name(self._ffi, lib, got)
             raise ValueError(f"compressed values failed to decode ({name}).")
         if got != out.nbytes:
             raise ValueError(f"compressed values decoded to {got} bytes; expected {out.nbytes}.")
@@ -122,9 +135,8 @@ class NativeEncoder:
         self._ffi, self._lib = ffi, lib
         self._local = threading.local()
         made = lib.ZSTD_createCCtxParams()
-        if made == ffi.NULL:
-            raise MemoryError("libzstd could not create compression parameters.")
-        params = self._params = ffi.gc(made, lib.ZSTD_freeCCtxParams)
+        what = "create compression parameters"
+        params = self._params = _owned(ffi, made, lib.ZSTD_freeCCtxParams, what)
         settings = {
             lib.ZSTD_c_compressionLevel: level,
             lib.ZSTD_c_contentSizeFlag: 1,
@@ -142,13 +154,11 @@ class NativeEncoder:
                 self._dictionary, len(self._dictionary), lib.ZSTD_dlm_byCopy, lib.ZSTD_dct_auto,
                 params, lib.ZSTD_defaultCMem,
             )  # fmt: skip
-            if cdict == ffi.NULL:
-                raise MemoryError("libzstd could not digest the zstd dictionary.")
-            self._cdict = ffi.gc(cdict, lib.ZSTD_freeCDict)
+            self._cdict = _owned(ffi, cdict, lib.ZSTD_freeCDict, "digest the zstd dictionary")
 
     def _check(self, code: int) -> int:
         if self._lib.ZSTD_isError(code):
-            name = self._ffi.string(self._lib.ZSTD_getErrorName(code)).decode()
+            name = _error_name(self._ffi, self._lib, code)
             raise ValueError(f"libzstd refused to compress ({name}).")
         return code
 
@@ -157,9 +167,7 @@ class NativeEncoder:
         if cctx is None:
             lib = self._lib
             made = lib.ZSTD_createCCtx()
-            if made == self._ffi.NULL:
-                raise MemoryError("libzstd could not create a compression context.")
-            cctx = self._ffi.gc(made, lib.ZSTD_freeCCtx)
+            cctx = _owned(self._ffi, made, lib.ZSTD_freeCCtx, "create a compression context")
             self._check(lib.ZSTD_CCtx_setParametersUsingCCtxParams(cctx, self._params))
             if self._cdict != self._ffi.NULL:
                 self._check(lib.ZSTD_CCtx_refCDict(cctx, self._cdict))
@@ -247,7 +255,7 @@ def choose_options(
     """
     sample = np.ascontiguousarray(values[:TUNE_VALUES])
     usable = sample.ndim == 2 and len(sample) and sample.shape[1] >= TUNE_MIN_SIZE
-    if not usable or native_encoder(level, None, 0, False) is None:
+    if not usable or _backend() is None:
         return min_match or 0, bool(raw_literals)
 
     def size(match: int, raw: bool) -> int:
