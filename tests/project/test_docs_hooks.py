@@ -111,3 +111,13 @@ def test_hidden_set_up_blocks_render_collapsed():
         rendered = setup.render(text)
         assert "<!-- setup\n```python" not in rendered, path
         assert rendered.count("```python\n") == text.count("```python\n"), path
+
+
+def test_the_docs_extra_installs_a_signature_formatter():
+    """mkdocstrings formats signatures with black or ruff; without one, ReplayBuffer's
+    signature was one 486-character line (issue #36, item 4)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    docs = project["optional-dependencies"]["docs"]
+    assert any(re.match(r"(ruff|black)\b", requirement) for requirement in docs), docs
