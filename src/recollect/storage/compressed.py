@@ -14,13 +14,14 @@ store later (:meth:`CompressedSlots.store`).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 import threading
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from recollect.errors import CheckpointError
+from recollect.errors import CheckpointError, StateError
 from recollect.storage.arena import ByteArena
 from recollect.storage.codecs import Codec, DictionaryCodec
 
@@ -33,6 +34,11 @@ REENCODE_VALUES = 512
 MIN_DICTIONARY_GAIN = 0.1
 #: Stored values decoded on restore to choose a dictionary codec's encoder options.
 TUNE_SAMPLE = 256
+#: A thread keeps its decode scratch between reads only up to this size; a larger read's
+#: scratch goes with its result (one ``sample(40_000)`` of 4 KiB values kept 160 MiB).
+SCRATCH_KEEP_BYTES = 16 << 20
+#: Restored values are decoded (checked) in batches of at most this many bytes.
+CHECK_BATCH_BYTES = 16 << 20
 
 
 def block_bytes(codec: Codec, size: int) -> int:
@@ -104,12 +110,27 @@ class CompressedSlots:
             that many values and no dictionary keeps none.
         num_envs, slots: the index geometry.
         shape, dtype: one value's shape and dtype.
+        name: the leaf's name in messages (``leaf_1``, ``frames_3``: its checkpoint key).
+
+    A read (:meth:`decode_unique`) may run outside the table lock while a
+    write replaces values; writes count themselves in a sequence number (odd
+    while a write runs), so a read that fails to decode can tell a race (the
+    number moved or was odd: its draw is stale and is drawn again, so it gets
+    zeros) from damaged data (no write ran: :class:`~recollect.errors.StateError`).
     """
 
     def __init__(
-        self, codec: Codec, num_envs: int, slots: int, shape: tuple[int, ...], dtype: Any
+        self,
+        codec: Codec,
+        num_envs: int,
+        slots: int,
+        shape: tuple[int, ...],
+        dtype: Any,
+        name: str = "compressed leaf",
     ) -> None:
         self.codec, self.shape, self.dtype = codec, tuple(shape), np.dtype(dtype)
+        self.name = name
+        self._writes = 0  # sequence number: odd while a write changes the index or arena
         self.num_envs, self.slots = num_envs, slots
         self.size = math.prod(self.shape) * self.dtype.itemsize
         self._index = self._empty_index(codec)
@@ -188,6 +209,13 @@ class CompressedSlots:
         ``slots`` ``[k, T]``.
         """
         encoded = self._current(self.encode(values))
+        self._writes += 1  # odd: readers that fail to decode meanwhile are racing this write
+        try:
+            self._store(rows, slots, encoded)
+        finally:
+            self._writes += 1
+
+    def _store(self, rows: np.ndarray | None, slots: Any, encoded: Encoded) -> None:
         index = self._index
         lengths = encoded.lengths.reshape(-1)
         if rows is None and np.ndim(slots) == 0:  # every row at one slot: column views
@@ -262,44 +290,66 @@ class CompressedSlots:
         array ``[lead + len(keys), *shape]`` (rows ``[:lead]`` left for the caller).
 
         The scratch array is reused by this thread's next call: copy what you keep.
+        Only scratch of up to ``SCRATCH_KEEP_BYTES`` is kept; a larger read gets a
+        fresh array that goes when its result does.
+
+        Raises:
+            StateError: a stored value fails to decode and no write ran meanwhile
+                (damaged data; a read racing a write gets zeros for its stale draw).
         """
         n = lead + len(keys)
         scratch = getattr(self._scratch, "array", None)
         if scratch is None or len(scratch) < n:
-            scratch = self._scratch.array = np.empty((max(n, 64), self.size), np.uint8)
+            scratch = np.empty((max(n, 64), self.size), np.uint8)
+            if scratch.nbytes <= SCRATCH_KEEP_BYTES:  # kept for the next read; larger ones not
+                self._scratch.array = scratch
         raw = scratch[lead:n]
+        before = self._writes  # read before the index: see _decode
         index = self._index  # one consistent version, even outside the lock
         offsets = index.offsets.reshape(-1)[keys]
         lengths = index.lengths.reshape(-1)[keys]
         written = offsets >= 0
         if written.all():
-            self._decode(index, offsets, lengths, raw)
+            self._decode(index, offsets, lengths, raw, before)
         else:
             raw[~written] = 0
             part = np.empty((int(written.sum()), self.size), np.uint8)
-            self._decode(index, offsets[written], lengths[written], part)
+            self._decode(index, offsets[written], lengths[written], part, before)
             raw[written] = part
         return scratch[:n].view(self.dtype).reshape(n, *self.shape)
 
     def _decode(
-        self, index: _Index, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
+        self,
+        index: _Index,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        out: np.ndarray,
+        before: int | None = None,
     ) -> None:
-        """``codec.decode_into``; a value that fails to decode comes back as zeros.
+        """``codec.decode_into``; raises unless a write raced the read (then zeros).
 
-        Under the table lock every stored value decodes. A gather outside the
-        lock (``Table.is_stale`` protocol) can read a slot while a write
-        replaces it; that draw is stale and is drawn again, so its values only
-        need to not raise. The fallback decodes value by value (rare path).
+        Every stored value decodes (checked when restored, encoded by us
+        otherwise). A gather outside the lock (``Table.is_stale`` protocol) can
+        read a slot while a write replaces its bytes; that draw is stale and is
+        drawn again, so its values only need to not raise. That is the case
+        only when the write sequence number ``before`` (read before the index)
+        was odd (a write was running) or has moved since: no write, no tolerance.
+
+        Raises:
+            StateError: a value failed to decode and no write ran during the read.
         """
         data, codec = index.arena.data, index.codec
         try:
             codec.decode_into(data, offsets, lengths, out)
-        except Exception:
-            for j in range(len(offsets)):  # fallback only: one value at a time
-                try:
-                    codec.decode_into(data, offsets[j : j + 1], lengths[j : j + 1], out[j : j + 1])
-                except Exception:
-                    out[j] = 0
+        except Exception as err:
+            raced = before is not None and (before % 2 == 1 or self._writes != before)
+            if not raced:
+                raise StateError(
+                    f"compressed {self.name}: stored values failed to decode ({err}) and no "
+                    "write ran meanwhile, so the data in memory is damaged; reload the buffer "
+                    "from a checkpoint."
+                ) from err
+            out[...] = 0  # a stale draw: discarded by its reader
 
     def load(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Values ``[*shape_of(rows, slots), *shape]`` at ``(rows, slots)`` (broadcasting)."""
@@ -308,16 +358,19 @@ class CompressedSlots:
     def clear(self) -> None:
         """Forgets every value (a trained dictionary is kept)."""
         index = self._index
+        self._writes += 1
         index.offsets[:] = -1
         index.lengths[:] = 0
         index.arena.clear()
+        self._writes += 1
         if self.dictionary is None and isinstance(self.codec, DictionaryCodec):
             self._untrained = 0 if self.codec.trains(self.size) else None
 
     # -- state ----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``{"bytes": uint8 [total], "lengths": int32 [num_envs, slots], "codec": name}``,
-        plus ``"dictionary"`` uint8 when the values are encoded with one.
+        plus ``"dictionary"`` uint8 and ``"dictionary_sha256"`` (its hex digest, kept in
+        the manifest and checked on load) when the values are encoded with one.
 
         ``bytes`` holds the stored values' compressed bytes back to back in slot
         order (row-major), without the arena's free space.
@@ -334,14 +387,26 @@ class CompressedSlots:
         dictionary = self.dictionary
         if dictionary is not None:
             state["dictionary"] = np.frombuffer(dictionary, np.uint8).copy()
+            state["dictionary_sha256"] = hashlib.sha256(dictionary).hexdigest()
         return state
 
     def load_state_dict(self, state: Any, name: str) -> None:
         """Restores :meth:`state_dict` output (bytes copied into fresh blocks).
 
+        Every stored value is checked before the store changes: its length is
+        -1 (never written) or in ``[0, codec.bound(size)]``; a zstd value is
+        exactly one frame stating the slot size as its content size (its
+        headers read for all values at once); and every value decodes to the
+        slot size (batches of ``CHECK_BATCH_BYTES`` through the codec's batch
+        decoder). A saved ``dictionary_sha256`` must match the saved
+        dictionary; checkpoints written before it was saved carry none and skip
+        that check (their values are still decoded with the dictionary).
+
         Raises:
-            CheckpointError: missing entries, another shape, codec or byte count, or a
-                dictionary this codec cannot use.
+            CheckpointError: missing entries, another shape, codec or byte count, a
+                dictionary this codec cannot use or whose sha256 differs from the saved
+                one, or a value (named by row and slot) that is not one valid frame
+                of the slot size.
         """
         if not isinstance(state, dict) or {"bytes", "lengths"} - set(state):
             raise CheckpointError(f"saved compressed {name} lacks its bytes or lengths.")
@@ -357,13 +422,23 @@ class CompressedSlots:
                 f"dtype {data.dtype}; this buffer needs shape {self.offsets.shape}, uint8."
             )
         written = lengths >= 0
+        bound = self.codec.bound(max(1, self.size))
+        bad = np.flatnonzero(((lengths < -1) | (lengths > bound)).reshape(-1))
+        if len(bad):
+            got = int(lengths.reshape(-1)[bad[0]])
+            self._damaged(name, int(bad[0]), f"has length {got}; expected -1 or 0 to {bound}")
         if int(lengths[written].astype(np.int64).sum()) != len(data):
             raise CheckpointError(f"saved compressed {name}: lengths do not add up to its bytes.")
         codec = self._restored_codec(state.get("dictionary"), name)
-        index = self._index = self._empty_index(codec)
+        self._check_dictionary(codec, state.get("dictionary_sha256"), name)
+        index = self._empty_index(codec)
         offsets = index.arena.append(data, lengths[written].astype(np.int64))
         index.offsets[written] = offsets
         index.lengths[written] = lengths[written]
+        self._check_values(index, name)
+        self._writes += 1
+        self._index = index
+        self._writes += 1
         live = int(np.count_nonzero(written))
         if codec is not self.codec and live:  # a restored dictionary: encode new values alike
             keys = np.flatnonzero(index.offsets.reshape(-1) >= 0)[:TUNE_SAMPLE]
@@ -375,6 +450,50 @@ class CompressedSlots:
         base, self._untrained = self.codec, None
         if codec is base and isinstance(base, DictionaryCodec) and base.trains(self.size):
             self._untrained = live if live < base.train_values else None
+
+    def _damaged(self, name: str, key: int, why: str) -> None:
+        row, slot = divmod(int(key), self.slots)
+        raise CheckpointError(
+            f"saved compressed {name}: the value at row {row}, slot {slot} {why}; the "
+            "checkpoint is damaged. Restore it from a backup or discard it."
+        )
+
+    def _check_dictionary(self, codec: Codec, saved: Any, name: str) -> None:
+        """Raises unless the saved ``dictionary_sha256`` (if any) is the dictionary's."""
+        if saved is None:  # written before the digest was saved: nothing to compare
+            return
+        dictionary = codec.dictionary if isinstance(codec, DictionaryCodec) else None
+        got = None if dictionary is None else hashlib.sha256(dictionary).hexdigest()
+        if got != str(saved):
+            raise CheckpointError(
+                f"saved compressed {name}: its dictionary has sha256 {got}; the manifest "
+                f"expects {saved}. The dictionary file was swapped or damaged; restore the "
+                "checkpoint from a backup."
+            )
+
+    def _check_values(self, index: _Index, name: str) -> None:
+        """Raises unless every written value of ``index`` is one frame that decodes."""
+        keys = np.flatnonzero(index.offsets.reshape(-1) >= 0)
+        offsets = index.offsets.reshape(-1)[keys]
+        lengths = index.lengths.reshape(-1)[keys].astype(np.int64)
+        data, codec = index.arena.data, index.codec
+        check = getattr(codec, "check_values", None)  # frame layout (zstd), all values at once
+        found = None if check is None else check(data, offsets, lengths, self.size)
+        if found is not None:
+            self._damaged(name, keys[found[0]], found[1])
+        chunk = max(1, CHECK_BATCH_BYTES // max(1, self.size))
+        out = np.empty((min(chunk, len(keys)), self.size), np.uint8)
+        for start in range(0, len(keys), chunk):  # a loop over batches of values
+            part = slice(start, start + chunk)
+            try:
+                codec.decode_into(data, offsets[part], lengths[part], out[: len(keys[part])])
+            except Exception:
+                for j in range(start, min(start + chunk, len(keys))):  # damaged: find which
+                    try:
+                        codec.decode_into(data, offsets[j : j + 1], lengths[j : j + 1], out[:1])
+                    except Exception as err:
+                        self._damaged(name, keys[j], f"fails to decode ({err})")
+                self._damaged(name, keys[start], "fails to decode in its batch")
 
     def _restored_codec(self, dictionary: Any, name: str) -> Codec:
         if dictionary is None:
