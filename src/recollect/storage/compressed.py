@@ -326,7 +326,8 @@ class CompressedSlots:
         out: np.ndarray,
         before: int | None = None,
     ) -> None:
-        """``codec.decode_into``; raises unless a write raced the read (then zeros).
+        """``codec.decode_into``; raises unless a write raced the read (then zeros for
+        the values that fail, the others decoded one by one).
 
         Every stored value decodes (checked when restored, encoded by us
         otherwise). A gather outside the lock (``Table.is_stale`` protocol) can
@@ -349,7 +350,11 @@ class CompressedSlots:
                     "write ran meanwhile, so the data in memory is damaged; reload the buffer "
                     "from a checkpoint."
                 ) from err
-            out[...] = 0  # a stale draw: discarded by its reader
+            for j in range(len(offsets)):  # a stale draw (rare): decode what still decodes
+                try:
+                    codec.decode_into(data, offsets[j : j + 1], lengths[j : j + 1], out[j : j + 1])
+                except Exception:
+                    out[j] = 0
 
     def load(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Values ``[*shape_of(rows, slots), *shape]`` at ``(rows, slots)`` (broadcasting)."""
