@@ -252,3 +252,68 @@ def test_a_damaged_frame_ring_value_names_its_ring(tmp_path, decoder):
     resign(path, {f"{name}-bytes.npy": data})
     with pytest.raises(CheckpointError, match=r"frames_1: the value at row 0, slot 0 is not"):
         rc.ReplayBuffer.load(path)
+
+
+RSS_SCRIPT = """
+import gc, sys, threading
+import numpy as np
+import recollect as rc
+
+def rss_mib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+buf = rc.ReplayBuffer({"obs": rc.ArraySpec((64, 64), np.uint8)}, 50_000, 1, rng=0,
+                      compression={"obs": "zstd"})
+rng = np.random.default_rng(0)
+base = rng.integers(0, 4, (64, 64), dtype=np.uint8)
+for _ in range(50):
+    block = np.repeat(base[None], 1000, 0)
+    block[:, 0, :8] = rng.integers(0, 255, (1000, 8))
+    buf.extend({"obs": block[None]})
+buf.sample(64)  # the small scratch every thread keeps
+gc.collect()
+before = rss_mib()
+turn, release = threading.Lock(), threading.Event()
+done = threading.Semaphore(0)
+
+def sample():  # 40,000 distinct 4 KiB values: 160 MiB decoded; the thread lives on
+    with turn:  # one after another: the peak stays one sample's
+        assert buf.sample(40_000).data["obs"].shape == (40_000, 64, 64)
+    done.release()
+    release.wait()
+
+count = int(sys.argv[1])
+threads = [threading.Thread(target=sample) for _ in range(count - 1)]
+for thread in threads:
+    thread.start()
+sample_main = buf.sample(40_000)  # and the main thread
+del sample_main
+for _ in threads:
+    done.acquire()
+gc.collect()
+print(before, rss_mib())
+release.set()
+for thread in threads:
+    thread.join()
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_large_sample_gives_its_decode_scratch_back(threads):
+    """A thread keeps at most a small decode scratch: after a ``sample(40_000)`` (in each
+    of ``threads`` threads) of a buffer holding about 4 MiB compressed, RSS returns to
+    within 32 MiB of before (each thread kept 160 MiB). Runs in a fresh process: no other
+    test's memory counts."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-c", RSS_SCRIPT, str(threads)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    before, after = map(float, done.stdout.split())
+    assert after - before < 32, f"RSS {before:.0f} -> {after:.0f} MiB"
