@@ -13,8 +13,6 @@ store later (:meth:`CompressedSlots.store`).
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import math
 import threading
 from typing import Any, NamedTuple
@@ -24,69 +22,20 @@ import numpy as np
 from recollect.errors import CheckpointError, StateError
 from recollect.storage.arena import ByteArena
 from recollect.storage.codecs import Codec, DictionaryCodec
+from recollect.storage.compressed_parts import Encoded, block_bytes, slots_nbytes, trim_heap, tuned
+from recollect.storage.restore_checks import check_dictionary, check_lengths, check_values, digest
 
-__all__ = ["CompressedSlots", "Encoded", "block_bytes", "slots_nbytes"]
+__all__ = ["CompressedSlots", "Encoded", "block_bytes", "slots_nbytes", "trim_heap", "tuned"]
 
-BLOCK_BYTES = 1 << 20
 #: Values re-encoded per chunk when a dictionary is trained (bounds the decoded copy).
 REENCODE_VALUES = 512
 #: A trained dictionary is kept only when it shrinks the stored values by this fraction.
 MIN_DICTIONARY_GAIN = 0.1
 #: Stored values decoded on restore to choose a dictionary codec's encoder options.
 TUNE_SAMPLE = 256
-#: A thread keeps its decode scratch between reads only up to this size; a larger read's
-#: scratch goes with its result (one ``sample(40_000)`` of 4 KiB values kept 160 MiB).
+#: A thread keeps its decode scratch only up to this size (one ``sample(40_000)`` of 4 KiB
+#: values kept 160 MiB for good); a larger read's scratch goes with its result.
 SCRATCH_KEEP_BYTES = 16 << 20
-#: Restored values are decoded (checked) in batches of at most this many bytes.
-CHECK_BATCH_BYTES = 16 << 20
-
-
-def block_bytes(codec: Codec, size: int) -> int:
-    """Arena block size for values of ``size`` bytes (at least 4 worst-case values)."""
-    return max(BLOCK_BYTES, 4 * codec.bound(max(1, size)))
-
-
-def slots_nbytes(codec: Codec, values: int, size: int, mean_bytes: float | None = None) -> int:
-    """Bytes of :class:`CompressedSlots` holding ``values`` slots of ``size`` bytes.
-
-    Without ``mean_bytes``: what an empty store holds (index and first block).
-    With it (measured mean compressed length): a full store, its bytes rounded
-    up to whole blocks plus one block being written.
-    """
-    block = -(-block_bytes(codec, size) // 4096) * 4096
-    index = values * (8 + 4)
-    if mean_bytes is None:
-        return index + block
-    return index + (-(-int(values * mean_bytes) // block) + 1) * block
-
-
-def trim_heap() -> None:
-    """Hands freed heap memory back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
-
-    glibc keeps freed chunks below its dynamic trim threshold (tens of MB once
-    numpy has freed large arrays), so the temporaries of a dictionary training
-    would otherwise stay in the process's RSS for good.
-    """
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc (or no CDLL(None): Windows)
-        return
-    trim(0)
-
-
-class Encoded:
-    """Values already compressed: their bytes joined, int64 ``lengths`` ``[*lead]``, and
-    the codec that encoded them (a store re-encodes them if it has changed since)."""
-
-    __slots__ = ("codec", "data", "lengths")
-
-    def __init__(self, data: bytes, lengths: np.ndarray, codec: Codec) -> None:
-        self.data, self.lengths, self.codec = data, lengths, codec
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The leading (env, time) dims of the values: ``lengths.shape``."""
-        return self.lengths.shape
 
 
 class _Index(NamedTuple):
@@ -112,25 +61,16 @@ class CompressedSlots:
         shape, dtype: one value's shape and dtype.
         name: the leaf's name in messages (``leaf_1``, ``frames_3``: its checkpoint key).
 
-    A read (:meth:`decode_unique`) may run outside the table lock while a
-    write replaces values; writes count themselves in a sequence number (odd
-    while a write runs), so a read that fails to decode can tell a race (the
-    number moved or was odd: its draw is stale and is drawn again, so it gets
-    zeros) from damaged data (no write ran: :class:`~recollect.errors.StateError`).
+    Writes count themselves in a sequence number (odd while one runs): a read
+    outside the lock that fails to decode tells a race (zeros) from damage (raises).
     """
 
     def __init__(
-        self,
-        codec: Codec,
-        num_envs: int,
-        slots: int,
-        shape: tuple[int, ...],
-        dtype: Any,
+        self, codec: Codec, num_envs: int, slots: int, shape: tuple[int, ...], dtype: Any,
         name: str = "compressed leaf",
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.codec, self.shape, self.dtype = codec, tuple(shape), np.dtype(dtype)
-        self.name = name
-        self._writes = 0  # sequence number: odd while a write changes the index or arena
+        self.name, self._writes = name, 0  # _writes: odd while a write changes index or arena
         self.num_envs, self.slots = num_envs, slots
         self.size = math.prod(self.shape) * self.dtype.itemsize
         self._index = self._empty_index(codec)
@@ -289,13 +229,11 @@ class CompressedSlots:
         """Values at distinct flat keys, zeros where never written, in a per-thread scratch
         array ``[lead + len(keys), *shape]`` (rows ``[:lead]`` left for the caller).
 
-        The scratch array is reused by this thread's next call: copy what you keep.
-        Only scratch of up to ``SCRATCH_KEEP_BYTES`` is kept; a larger read gets a
-        fresh array that goes when its result does.
+        The scratch array (up to ``SCRATCH_KEEP_BYTES``; larger ones are not kept) is
+        reused by this thread's next call: copy what you keep.
 
         Raises:
-            StateError: a stored value fails to decode and no write ran meanwhile
-                (damaged data; a read racing a write gets zeros for its stale draw).
+            StateError: a value fails to decode and no write ran meanwhile (see :meth:`_decode`).
         """
         n = lead + len(keys)
         scratch = getattr(self._scratch, "array", None)
@@ -329,12 +267,10 @@ class CompressedSlots:
         """``codec.decode_into``; raises unless a write raced the read (then zeros for
         the values that fail, the others decoded one by one).
 
-        Every stored value decodes (checked when restored, encoded by us
-        otherwise). A gather outside the lock (``Table.is_stale`` protocol) can
-        read a slot while a write replaces its bytes; that draw is stale and is
-        drawn again, so its values only need to not raise. That is the case
-        only when the write sequence number ``before`` (read before the index)
-        was odd (a write was running) or has moved since: no write, no tolerance.
+        A gather outside the lock (``Table.is_stale`` protocol) can read a slot
+        while a write replaces its bytes; that draw is stale and is drawn again.
+        Tolerated only when the write sequence number ``before`` (read before
+        the index) was odd or has moved since: no write, no tolerance.
 
         Raises:
             StateError: a value failed to decode and no write ran during the read.
@@ -392,26 +328,20 @@ class CompressedSlots:
         dictionary = self.dictionary
         if dictionary is not None:
             state["dictionary"] = np.frombuffer(dictionary, np.uint8).copy()
-            state["dictionary_sha256"] = hashlib.sha256(dictionary).hexdigest()
+            state["dictionary_sha256"] = digest(dictionary)
         return state
 
     def load_state_dict(self, state: Any, name: str) -> None:
         """Restores :meth:`state_dict` output (bytes copied into fresh blocks).
 
-        Every stored value is checked before the store changes: its length is
-        -1 (never written) or in ``[0, codec.bound(size)]``; a zstd value is
-        exactly one frame stating the slot size as its content size (its
-        headers read for all values at once); and every value decodes to the
-        slot size (batches of ``CHECK_BATCH_BYTES`` through the codec's batch
-        decoder). A saved ``dictionary_sha256`` must match the saved
-        dictionary; checkpoints written before it was saved carry none and skip
-        that check (their values are still decoded with the dictionary).
+        Every value is checked first (:mod:`~recollect.storage.restore_checks`):
+        one valid frame of the slot size that decodes; the dictionary the one
+        whose sha256 was saved (older checkpoints saved none: check skipped).
 
         Raises:
             CheckpointError: missing entries, another shape, codec or byte count, a
-                dictionary this codec cannot use or whose sha256 differs from the saved
-                one, or a value (named by row and slot) that is not one valid frame
-                of the slot size.
+                dictionary this codec cannot use or of another sha256, or a value
+                (named by row and slot) that is not one valid encoding of the slot.
         """
         if not isinstance(state, dict) or {"bytes", "lengths"} - set(state):
             raise CheckpointError(f"saved compressed {name} lacks its bytes or lengths.")
@@ -421,84 +351,36 @@ class CompressedSlots:
                 f"uses {self.codec.name!r}."
             )
         data, lengths = np.asarray(state["bytes"]), np.asarray(state["lengths"])
-        if lengths.shape != self.offsets.shape or data.dtype != np.uint8 or data.ndim != 1:
+        if (
+            lengths.shape != self.offsets.shape
+            or lengths.dtype.kind not in "iu"
+            or (data.dtype != np.uint8 or data.ndim != 1)
+        ):
             raise CheckpointError(
-                f"saved compressed {name} has lengths of shape {lengths.shape} and bytes of "
-                f"dtype {data.dtype}; this buffer needs shape {self.offsets.shape}, uint8."
+                f"saved compressed {name} has lengths of shape {lengths.shape}, {lengths.dtype} "
+                f"and bytes of dtype {data.dtype}; this buffer needs lengths of shape "
+                f"{self.offsets.shape}, an int dtype, and uint8 bytes."
             )
         written = lengths >= 0
-        bound = self.codec.bound(max(1, self.size))
-        bad = np.flatnonzero(((lengths < -1) | (lengths > bound)).reshape(-1))
-        if len(bad):
-            got = int(lengths.reshape(-1)[bad[0]])
-            self._damaged(name, int(bad[0]), f"has length {got}; expected -1 or 0 to {bound}")
+        check_lengths(lengths, self.codec.bound(max(1, self.size)), name)
         if int(lengths[written].astype(np.int64).sum()) != len(data):
             raise CheckpointError(f"saved compressed {name}: lengths do not add up to its bytes.")
         codec = self._restored_codec(state.get("dictionary"), name)
-        self._check_dictionary(codec, state.get("dictionary_sha256"), name)
+        check_dictionary(codec, state.get("dictionary_sha256"), name)
         index = self._empty_index(codec)
         offsets = index.arena.append(data, lengths[written].astype(np.int64))
         index.offsets[written] = offsets
         index.lengths[written] = lengths[written]
-        self._check_values(index, name)
-        self._writes += 1
-        self._index = index
-        self._writes += 1
+        check_values(codec, index.arena.data, index.offsets, index.lengths, self.size, name)
+        self._index = index  # one swap: a reader outside the lock keeps the version it read
         live = int(np.count_nonzero(written))
         if codec is not self.codec and live:  # a restored dictionary: encode new values alike
             keys = np.flatnonzero(index.offsets.reshape(-1) >= 0)[:TUNE_SAMPLE]
-            sample = np.empty((len(keys), self.size), np.uint8)
-            self._decode(
-                index, index.offsets.reshape(-1)[keys], index.lengths.reshape(-1)[keys], sample
-            )
+            sample = self._decode_keys_raw(index, keys)
             self._index = _Index(tuned(codec, sample), index.arena, index.offsets, index.lengths)
         base, self._untrained = self.codec, None
         if codec is base and isinstance(base, DictionaryCodec) and base.trains(self.size):
             self._untrained = live if live < base.train_values else None
-
-    def _damaged(self, name: str, key: int, why: str) -> None:
-        row, slot = divmod(int(key), self.slots)
-        raise CheckpointError(
-            f"saved compressed {name}: the value at row {row}, slot {slot} {why}; the "
-            "checkpoint is damaged. Restore it from a backup or discard it."
-        )
-
-    def _check_dictionary(self, codec: Codec, saved: Any, name: str) -> None:
-        """Raises unless the saved ``dictionary_sha256`` (if any) is the dictionary's."""
-        if saved is None:  # written before the digest was saved: nothing to compare
-            return
-        dictionary = codec.dictionary if isinstance(codec, DictionaryCodec) else None
-        got = None if dictionary is None else hashlib.sha256(dictionary).hexdigest()
-        if got != str(saved):
-            raise CheckpointError(
-                f"saved compressed {name}: its dictionary has sha256 {got}; the manifest "
-                f"expects {saved}. The dictionary file was swapped or damaged; restore the "
-                "checkpoint from a backup."
-            )
-
-    def _check_values(self, index: _Index, name: str) -> None:
-        """Raises unless every written value of ``index`` is one frame that decodes."""
-        keys = np.flatnonzero(index.offsets.reshape(-1) >= 0)
-        offsets = index.offsets.reshape(-1)[keys]
-        lengths = index.lengths.reshape(-1)[keys].astype(np.int64)
-        data, codec = index.arena.data, index.codec
-        check = getattr(codec, "check_values", None)  # frame layout (zstd), all values at once
-        found = None if check is None else check(data, offsets, lengths, self.size)
-        if found is not None:
-            self._damaged(name, keys[found[0]], found[1])
-        chunk = max(1, CHECK_BATCH_BYTES // max(1, self.size))
-        out = np.empty((min(chunk, len(keys)), self.size), np.uint8)
-        for start in range(0, len(keys), chunk):  # a loop over batches of values
-            part = slice(start, start + chunk)
-            try:
-                codec.decode_into(data, offsets[part], lengths[part], out[: len(keys[part])])
-            except Exception:
-                for j in range(start, min(start + chunk, len(keys))):  # damaged: find which
-                    try:
-                        codec.decode_into(data, offsets[j : j + 1], lengths[j : j + 1], out[:1])
-                    except Exception as err:
-                        self._damaged(name, keys[j], f"fails to decode ({err})")
-                self._damaged(name, keys[start], "fails to decode in its batch")
 
     def _restored_codec(self, dictionary: Any, name: str) -> Codec:
         if dictionary is None:
@@ -512,10 +394,3 @@ class CompressedSlots:
         if dictionary.dtype != np.uint8 or dictionary.ndim != 1 or not len(dictionary):
             raise CheckpointError(f"saved compressed {name}: its dictionary is not uint8 bytes.")
         return self.codec.with_dictionary(dictionary.tobytes())
-
-
-def tuned(codec: Codec, values: np.ndarray) -> Codec:
-    """``codec.tuned(values)`` for a codec that chooses encoder options on sample values
-    (:meth:`~recollect.storage.zstd_codec.ZstdCodec.tuned`); any other codec as it is."""
-    tune = getattr(codec, "tuned", None)
-    return codec if tune is None else tune(values)
