@@ -367,3 +367,19 @@ def test_gathers_outside_the_lock_racing_writes_never_raise_and_fresh_ones_are_e
         writer.join()
     assert not errors, errors[0]
     assert fresh > 0
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zlib"])
+def test_other_codecs_values_that_do_not_decode_are_rejected_at_load(codec, tmp_path):
+    """lz4 and zlib have no frame headers to read: the batch decode at load finds the value."""
+    buf = rc.ReplayBuffer(SPEC, 60, 2, rng=0, compression={"image": codec})
+    for t in range(12):
+        image = np.full((2, 8, 8), t, np.uint8) + np.arange(8, dtype=np.uint8)
+        buf.add_batch({"image": image, "is_last": np.zeros(2, bool)})
+    path = tmp_path / "buf"
+    buf.save(path)
+    replace_value(path, 1, 6, frame_at(path, 1, 6)[:-2])
+    with pytest.raises(
+        CheckpointError, match=r"leaf_0: the value at row 1, slot 6 fails to decode"
+    ):
+        rc.ReplayBuffer.load(path)
