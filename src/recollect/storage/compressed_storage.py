@@ -44,7 +44,9 @@ class CompressedStorage:
     ) -> None:
         self.flat_spec, self.num_envs, self.max_length = flat_spec, num_envs, max_length
         self._slots = {
-            i: CompressedSlots(c, num_envs, max_length, flat_spec.shapes[i], flat_spec.dtypes[i])
+            i: CompressedSlots(
+                c, num_envs, max_length, flat_spec.shapes[i], flat_spec.dtypes[i], f"leaf_{i}"
+            )
             for i, c in sorted(codecs.items())
         }
         placeholder = [

@@ -129,7 +129,15 @@ class FrameStackStorage:
             pad = stack.padding_frame(path, frame_shape, leaf.dtype)
             if i in codecs:
                 ring = CompressedFrameRing(
-                    leaf.shape, leaf.dtype, axis, num_envs, self.ring, pad, codecs[i], self.gatherer
+                    leaf.shape,
+                    leaf.dtype,
+                    axis,
+                    num_envs,
+                    self.ring,
+                    pad,
+                    codecs[i],
+                    self.gatherer,
+                    f"frames_{i}",
                 )
                 self._leaves[i] = _Leaf(stack, ring)
                 continue
