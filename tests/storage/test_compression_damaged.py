@@ -195,6 +195,48 @@ def test_a_slot_length_out_of_range_is_rejected(saved, tmp_path, length):
         rc.ReplayBuffer.load(path)
 
 
+def drop_value(path: Path, name: str, row: int, slot: int) -> None:
+    """Marks the written value ``(row, slot)`` of ``name`` never written (length -1) and
+    removes its bytes, so every other value stays where its offset says."""
+    lengths = np.load(path / f"{name}-lengths.npy").copy()
+    data = np.load(path / f"{name}-bytes.npy")
+    flat = lengths.reshape(-1)
+    ends = np.cumsum(np.where(flat >= 0, flat, 0))
+    key = row * lengths.shape[1] + slot
+    assert flat[key] >= 0
+    start = int(ends[key] - flat[key])
+    kept = np.concatenate([data[:start], data[int(ends[key]) :]])
+    lengths[row, slot] = -1
+    resign(path, {f"{name}-bytes.npy": kept, f"{name}-lengths.npy": lengths})
+
+
+def test_a_stored_step_whose_value_is_marked_never_written_is_rejected(saved, tmp_path):
+    """Length -1 with the bytes removed is a consistent store (every check of the values
+    passes), but the step is stored: it would sample as zeros."""
+    path = copy(saved, tmp_path)
+    drop_value(path, LEAF, 1, 5)
+    with pytest.raises(
+        CheckpointError,
+        match=r"leaf_0: the value at row 1, slot 5 is never written but holds the stored step "
+        r"at time 5 \(1 such values\)",
+    ):
+        rc.ReplayBuffer.load(path)
+
+
+def test_a_stored_frame_marked_never_written_is_rejected(tmp_path):
+    spec = {"obs": rc.ArraySpec((6, 5, 4), np.uint8), "is_last": rc.ArraySpec((), bool)}
+    buf = rc.ReplayBuffer(
+        spec, 30, 2, frame_stacks={"obs": rc.FrameStack(4)}, compression={"obs": "zstd"}
+    )
+    for t in range(10):
+        frame = np.full((2, 6, 5, 1), t, np.uint8)
+        buf.add_batch({"obs": np.repeat(frame, 4, -1), "is_last": np.zeros(2, bool)})
+    buf.save(tmp_path / "buf")
+    drop_value(tmp_path / "buf", "state-storage-compressed_frames-frames_1", 0, 3)
+    with pytest.raises(CheckpointError, match=r"frames_1: the value at row 0, slot 3 is never"):
+        rc.ReplayBuffer.load(tmp_path / "buf")
+
+
 def test_a_swapped_dictionary_is_rejected(saved, tmp_path, decoder):
     """Another store's dictionary (its frames decode to wrong data or fail): the manifest
     names the dictionary by sha256."""

@@ -23,7 +23,13 @@ from recollect.errors import CheckpointError, StateError
 from recollect.storage.arena import ByteArena
 from recollect.storage.codecs import Codec, DictionaryCodec
 from recollect.storage.compressed_parts import Encoded, block_bytes, slots_nbytes, trim_heap, tuned
-from recollect.storage.restore_checks import check_dictionary, check_lengths, check_values, digest
+from recollect.storage.restore_checks import (
+    check_dictionary,
+    check_lengths,
+    check_values,
+    damaged,
+    digest,
+)
 
 __all__ = ["CompressedSlots", "Encoded", "block_bytes", "slots_nbytes", "trim_heap", "tuned"]
 
@@ -91,6 +97,30 @@ class CompressedSlots:
     def offsets(self) -> np.ndarray:
         """int64 ``[num_envs, slots]``: each value's offset in the arena (-1: never written)."""
         return self._index.offsets
+
+    def check_written(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Raises CheckpointError unless the values of row ``r`` at times ``[lo[r], hi[r])``
+        (slots ``time % slots``; int64 ``[num_envs]`` each) were all written.
+
+        A restored length of -1 marks a value never written: a checkpoint whose stored
+        steps include one would sample it as zeros."""
+        counts = np.clip(np.asarray(hi, np.int64) - lo, 0, self.slots)
+        if not counts.any():
+            return
+        rows = np.repeat(self._all_rows, counts)
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        times = np.repeat(np.asarray(lo, np.int64), counts) + np.arange(len(rows)) - starts
+        slots = times % self.slots
+        missing = np.flatnonzero(self._index.offsets[rows, slots] < 0)
+        if len(missing):
+            first = missing[0]
+            raise damaged(
+                self.name,
+                int(rows[first] * self.slots + slots[first]),
+                self.slots,
+                f"is never written but holds the stored step at time {int(times[first])} "
+                f"({len(missing)} such values)",
+            )
 
     @property
     def lengths(self) -> np.ndarray:

@@ -336,6 +336,12 @@ class FrameStackStorage:
             state["compressed_frames"] = compressed
         return state
 
+    def check_stored(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Raises CheckpointError when a stored step's compressed frame was never written."""
+        for ring in self.compressed_rings().values():
+            ring.slots.check_written(lo, hi)
+        self._inner.check_stored(lo, hi)
+
     def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
         """Restores :meth:`state_dict` output (frames and history are copied).
 
