@@ -31,12 +31,10 @@ PENDING_MIXINS: set[str] = {
     "StoredReads",
     "TransitionReads",
     "TransitionState",
-    "_Ordered",
     "WindowValues",
     "PrioritizedState",
     "Sb3Attributes",
     "Saving",
-    "PrioritizedSetup",
     "TableReads",
     "TableState",
 }
