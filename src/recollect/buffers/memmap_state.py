@@ -33,7 +33,8 @@ import numpy as np
 from recollect.errors import CheckpointError
 from recollect.state.files import read_state, write_in_place
 from recollect.state.manifest import FORMAT_VERSION, MANIFEST
-from recollect.state.npyio import check_npy_length
+from recollect.state.npyio import map_npy
+from recollect.state.safe_files import create_new, read_regular
 from recollect.state.space import create_npy_memmap
 from recollect.windows import WindowIndex
 
@@ -79,7 +80,7 @@ class MemmapState:
 
     def _read(self) -> Any:
         try:
-            manifest = json.loads(self.manifest_path.read_text())
+            manifest = json.loads(read_regular(self.manifest_path))
         except (OSError, ValueError) as err:
             raise CheckpointError(f"cannot read {self.manifest_path}: {err}") from err
         version = manifest.get("format_version") if isinstance(manifest, dict) else None
@@ -117,8 +118,9 @@ class MemmapState:
         written = None
         if path.exists():
             try:
-                check_npy_length(path)
-                written = np.lib.format.open_memmap(path, mode="r+")
+                written = map_npy(path)
+            except CheckpointError:
+                raise
             except Exception as err:  # a torn file: np.load raises EOFError, ValueError, ...
                 raise CheckpointError(f"cannot read {path}: {err}") from err
             if written.shape == t.shape and written.dtype == np.int64:
@@ -129,8 +131,9 @@ class MemmapState:
         if written is None:
             written = create_npy_memmap(path, t.shape, np.dtype(np.int64))
         self.written = written
-        self.written[...] = t
-        self.written.flush()
+        written[...] = t
+        if isinstance(written, np.memmap):
+            written.flush()
         return before
 
     def discard_created(self) -> None:
@@ -200,7 +203,7 @@ class MemmapState:
         """Marks the directory dirty (once per flush) and records the clocks about to be
         written (``rows`` None: every row at ``times``); the caller holds the lock."""
         if self.clean:
-            (self.directory / DIRTY).touch()
+            create_new(self.directory / DIRTY).close()  # never through a planted link
             self.clean = False
         if self.written is not None:
             if rows is None:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from recollect.errors import CheckpointError
 from recollect.state.manifest import FORMAT_NAME, MANIFEST, parse_manifest
+from recollect.state.safe_files import create_new, read_regular
 
 __all__ = ["atomic_write", "find_checkpoint", "resolve_checkpoint"]
 
@@ -57,14 +58,14 @@ _TOKEN = re.compile(r"[0-9a-f]{16}")
 def _token(directory: Path) -> str | None:
     """The save token in ``directory``'s marker file, or None (no marker: not ours)."""
     try:
-        token = (directory / MARKER).read_text().strip()
-    except (OSError, UnicodeDecodeError):
+        token = read_regular(directory / MARKER).decode().strip()
+    except (OSError, UnicodeDecodeError, CheckpointError):
         return None
     return token if _TOKEN.fullmatch(token) else None
 
 
 def _mark(directory: Path, token: str) -> None:
-    with open(directory / MARKER, "w") as f:
+    with create_new(directory / MARKER, "w") as f:
         f.write(token)
         f.flush()
         os.fsync(f.fileno())
@@ -175,8 +176,8 @@ def _is_checkpoint(path: Path) -> bool:
     if _token(path) is not None:
         return True
     try:
-        manifest = json.loads((path / MANIFEST).read_bytes())
-    except (OSError, ValueError):
+        manifest = json.loads(read_regular(path / MANIFEST))
+    except (OSError, ValueError, CheckpointError):
         return False
     return isinstance(manifest, dict) and manifest.get("format") == FORMAT_NAME
 

@@ -32,7 +32,7 @@ from recollect.state.manifest import (
     to_json,
 )
 from recollect.state.npyio import (
-    check_npy_length,
+    map_npy,
     mmap_columns,
     read_array,
     read_columns_into,
@@ -40,6 +40,7 @@ from recollect.state.npyio import (
     write_columns,
 )
 from recollect.state.rng import state_file_path
+from recollect.state.safe_files import create_new, read_regular
 from recollect.state.space import disk_full_error
 from recollect.version import __version__
 
@@ -122,7 +123,7 @@ class _Writer:
 
 def _write_manifest(path: Path, data: bytes) -> None:
     try:
-        with open(path, "wb") as f:
+        with create_new(path) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -240,8 +241,9 @@ class _Reader:
     def memmap(self, name: Any) -> np.ndarray:
         path = state_file_path(self.root, name)
         try:
-            check_npy_length(path)  # numpy would silently zero-extend a torn file
-            return np.load(path, mmap_mode="r+", allow_pickle=False)
+            return map_npy(path)  # a regular file (no link), not torn
+        except CheckpointError as err:
+            raise CheckpointError(f"{self.where}: cannot map {path}: {err}") from err
         except (OSError, ValueError, EOFError) as err:
             raise CheckpointError(f"{self.where}: cannot map {path}: {err}") from err
 
@@ -297,7 +299,7 @@ def _identity(path: str | os.PathLike) -> tuple[str, str] | None:
     """
     try:
         root = resolve_checkpoint(path)
-        return str(root), hashlib.sha256((root / MANIFEST).read_bytes()).hexdigest()
+        return str(root), hashlib.sha256(read_regular(root / MANIFEST)).hexdigest()
     except (OSError, CheckpointError):
         return None
 

@@ -37,6 +37,7 @@ import numpy as np
 from recollect.arguments import is_int
 from recollect.errors import CheckpointError
 from recollect.specs import ArraySpec
+from recollect.state.safe_files import read_regular
 
 __all__ = [
     "FORMAT_NAME",
@@ -194,13 +195,15 @@ def parse_manifest(path: Path) -> dict[str, Any]:
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory.")
     try:
-        raw = file.read_bytes()
+        if not file.is_symlink() and not file.exists():
+            raise FileNotFoundError(file)
+        raw = read_regular(file)  # no link, FIFO or device: CheckpointError
     except FileNotFoundError:
         raise CheckpointError(
             f"{file}: missing; {path} is not a recollect checkpoint (or it was not "
             "completely written)."
         ) from None
-    except OSError as err:  # a directory named manifest.json, unreadable, ...
+    except (OSError, CheckpointError) as err:  # a directory, link or FIFO, unreadable, ...
         raise CheckpointError(
             f"{file}: cannot be read ({err}); the checkpoint is damaged. Restore it from a "
             "backup or discard it."

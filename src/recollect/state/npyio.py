@@ -25,10 +25,12 @@ from typing import Any
 import numpy as np
 
 from recollect.errors import CheckpointError
+from recollect.state.safe_files import create_new, open_regular
 from recollect.state.space import disk_full_error
 
 __all__ = [
     "column_ranges",
+    "map_npy",
     "mmap_columns",
     "read_array",
     "read_columns_into",
@@ -129,7 +131,7 @@ def _chunks(pieces: list[np.ndarray]) -> Iterator[memoryview]:
 def _write(path: Path, head: bytes, pieces: list[np.ndarray], nbytes: int) -> tuple[str, int]:
     digest = Digest(threaded=nbytes >= _THREADED_BYTES)
     try:
-        with open(path, "wb") as f:
+        with create_new(path) as f:
             f.write(head)
             digest.update(head)
             for chunk in _chunks(pieces):
@@ -174,11 +176,8 @@ def write_array(path: Path, array: np.ndarray) -> tuple[str, int]:
     return _write(path, _header(array.shape, array.dtype), [array], array.nbytes)
 
 
-def _open(path: Path):
-    try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: missing file listed in the manifest.") from None
+def _open(path: Path) -> Any:
+    return open_regular(path)  # no link, FIFO or device: CheckpointError
 
 
 def _read_header(f, path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -306,17 +305,24 @@ def mmap_columns(
         return np.asarray(np.memmap(f, dtype, mode="c", offset=data_offset, shape=tuple(shape)))
 
 
-def check_npy_length(path: Path) -> None:
-    """Raises when ``path`` holds fewer bytes than its ``.npy`` header describes."""
-    fmt = np.lib.format
-    with open(path, "rb") as f:
-        version = fmt.read_magic(f)
-        read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        shape, _, dtype = read_header(f)
-        needed = f.tell() + int(np.prod(shape)) * dtype.itemsize
-    size = path.stat().st_size
-    if size < needed:
-        raise CheckpointError(
-            f"{path} is truncated ({size} bytes, its header needs {needed}); the directory "
-            "is damaged. Delete it to start over, or restore it from a checkpoint."
-        )
+def map_npy(path: Path) -> np.ndarray:
+    """The ``.npy`` file ``path`` mapped read-write (``r+``), opened as a regular file (no
+    link, FIFO or device: :func:`~recollect.state.safe_files.open_regular`).
+
+    Raises:
+        CheckpointError: not a regular file, not a valid ``.npy`` (object dtype or
+            fortran order), or shorter than its header describes (numpy would silently
+            zero-extend a torn file).
+    """
+    with open_regular(path, "r+b") as f:
+        shape, dtype, offset = _read_header(f, path)
+        needed = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = os.fstat(f.fileno()).st_size
+        if size < needed:
+            raise CheckpointError(
+                f"{path} is truncated ({size} bytes, its header needs {needed}); the "
+                "directory is damaged. Delete it to start over, or restore it from a checkpoint."
+            )
+        if needed == offset:  # nothing to map
+            return np.zeros(shape, dtype)
+        return np.memmap(f, dtype, mode="r+", offset=offset, shape=shape)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from recollect.errors import DiskFullError
+from recollect.state.safe_files import create_new
 
 __all__ = ["FULL_ERRNOS", "create_npy_memmap", "disk_full_error", "reserve"]
 
@@ -85,7 +86,8 @@ def create_npy_memmap(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> np
     """A new zero-filled ``.npy`` file at ``path``, every block reserved, mapped ``r+``.
 
     Args:
-        path: the file; replaced if it exists.
+        path: the file; an existing file or link there is removed first (a link's
+            target is never written: :func:`~recollect.state.safe_files.create_new`).
         shape: the array shape; dtype: its dtype (no object dtypes).
 
     Raises:
@@ -95,12 +97,13 @@ def create_npy_memmap(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> np
     header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
     needed = 0
     try:
-        with open(path, "wb") as f:
+        with create_new(path, "w+b") as f:  # never through a planted link
             np.lib.format.write_array_header_1_0(f, {**header, "shape": tuple(shape)})
-            needed = f.tell() + int(np.prod(shape)) * dtype.itemsize
+            offset = f.tell()
+            needed = offset + int(np.prod(shape)) * dtype.itemsize
             f.flush()
             reserve(f, path, needed)
-        return np.lib.format.open_memmap(path, mode="r+")
+            return np.memmap(f, dtype, mode="r+", offset=offset, shape=tuple(shape))
     except BaseException as err:
         path.unlink(missing_ok=True)
         full = disk_full_error(err, path, needed or 128) if isinstance(err, OSError) else None

@@ -16,7 +16,7 @@ import numpy as np
 
 from recollect.errors import CheckpointError
 from recollect.specs import FlatSpec
-from recollect.state.npyio import check_npy_length
+from recollect.state.npyio import map_npy
 from recollect.state.space import create_npy_memmap
 from recollect.storage.gather import Gatherer
 from recollect.storage.ring import RingStorage
@@ -42,8 +42,9 @@ def memmap_allocator(directory: pathlib.Path, reopen: bool) -> Any:
         if not reopen:
             return create_npy_memmap(path, shape, dtype)
         try:
-            check_npy_length(path)  # numpy would silently zero-extend a torn file opened "r+"
-            array = np.lib.format.open_memmap(path, mode="r+")
+            array = map_npy(path)  # a regular file (no link), not torn
+        except CheckpointError:
+            raise
         except (OSError, ValueError, EOFError) as err:  # EOFError: an empty (torn) file
             raise CheckpointError(f"cannot reopen memmap file {path}: {err}") from err
         if array.shape != tuple(shape) or array.dtype != dtype:
