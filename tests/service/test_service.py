@@ -21,6 +21,7 @@ from recollect.errors import (
     StateError,
 )
 from recollect.service import Server
+from recollect.service import requests as rq
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
 
@@ -103,7 +104,7 @@ def test_bad_steps_fail_as_on_a_local_buffer_and_change_nothing(bad: dict) -> No
     endpoint = client.endpoints("t")[0]
     block = {k: np.asarray(v)[:, None] if np.ndim(v) else v for k, v in bad.items()}
     want = _error(lambda: local.extend(block, rows=[0, 1, 2, 3]))
-    got = _error(lambda: endpoint.result(endpoint.extend(writer.lease_id, block, None)))
+    got = _error(lambda: endpoint.result(endpoint.send(rq.Extend(writer.lease_id, block, None))))
     assert type(got) is type(want) and str(got) == str(want)
     assert len(served) == 4
 

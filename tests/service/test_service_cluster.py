@@ -13,6 +13,7 @@ ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 rc_ray = pytest.importorskip("recollect.ray")
 from recollect.ray.actor import ChunkCall  # noqa: E402
+from recollect.service import requests as rq  # noqa: E402
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32)}
 
@@ -54,7 +55,7 @@ def test_spread_shards_land_on_different_nodes_and_sample_as_one_table(cluster) 
         here = ray.get_runtime_context().get_node_id()
         for writer in [client.writer("t", 1) for _ in range(2)]:
             endpoint = client.endpoints("t")[writer.shard]
-            handle = endpoint.extend(writer.lease_id, {"obs": np.ones((1, 0, 3))}, None)
+            handle = endpoint.send(rq.Extend(writer.lease_id, {"obs": np.ones((1, 0, 3))}, None))
             assert (type(handle) is ChunkCall) is (where[writer.shard]["node_id"] == here)
             assert endpoint.result(handle) == 0
             writer.close()

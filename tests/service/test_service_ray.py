@@ -26,6 +26,7 @@ from recollect.ids import decode
 ray = pytest.importorskip("ray")
 rc_ray = pytest.importorskip("recollect.ray")
 from recollect.ray.actor import ChunkCall  # noqa: E402
+from recollect.service import requests as rq  # noqa: E402
 
 SPEC = {
     "obs": rc.ArraySpec((3,), np.float32),
@@ -163,7 +164,7 @@ def test_bad_input_over_ray_fails_as_on_a_local_buffer(local_writes: bool) -> No
             ),
             (
                 lambda: local.extend(block, rows=[0, 1]),
-                lambda: endpoint.result(endpoint.extend(writer.lease_id, block, None)),
+                lambda: endpoint.result(endpoint.send(rq.Extend(writer.lease_id, block, None))),
             ),
         ]:
             with pytest.raises(Exception) as want:
@@ -172,12 +173,12 @@ def test_bad_input_over_ray_fails_as_on_a_local_buffer(local_writes: bool) -> No
                 call_served()
             assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
         # a writer's chunks go over the shard's socket on its node, unless told otherwise
-        handle = endpoint.extend(writer.lease_id, block, None)
+        handle = endpoint.send(rq.Extend(writer.lease_id, block, None))
         assert (type(handle) is ChunkCall) is local_writes
         with pytest.raises(type(want.value)):
             endpoint.result(handle)
         copy = pickle.loads(pickle.dumps(endpoint))  # its sockets stay in this process
-        assert copy.result(copy.info()).num_stored == 2
+        assert copy.result(copy.send(rq.Info())).num_stored == 2
         assert client.info("t").num_stored == 2
     finally:
         client.close()

@@ -18,7 +18,7 @@ import pytest
 import recollect as rc
 from recollect.errors import StateError
 from recollect.service import requests as rq
-from recollect.service.endpoint import LocalEndpoint, ShardCalls
+from recollect.service.endpoint import Endpoint, LocalEndpoint
 from recollect.service.protocol import ShardProtocol
 from recollect.service.shard import Shard
 from recollect.service.writer import Writer
@@ -40,12 +40,15 @@ def chunk(k: int) -> dict[str, np.ndarray]:
     return {"seq": np.broadcast_to(np.arange(k * CHUNK, (k + 1) * CHUNK), (ENVS, CHUNK)).copy()}
 
 
-def test_every_shard_method_is_a_request_an_endpoint_method_and_a_shard_method() -> None:
+def test_every_shard_method_is_a_request_and_a_shard_method_and_nothing_else() -> None:
     methods = shard_methods()
     assert {"reserve", "extend", "release", "sample_batches", "update_priorities"} <= methods
     for name in methods:
         assert callable(getattr(Shard, name)), name
-        assert callable(getattr(ShardCalls, name)), name
+    # an endpoint delivers requests; it restates no shard operation
+    endpoint_methods = {n for n in vars(Endpoint) if not n.startswith("_")}
+    assert endpoint_methods & methods == set(), endpoint_methods & methods
+    assert {"send", "result"} <= endpoint_methods
     applied = set()
     for request in vars(rq).values():
         if (

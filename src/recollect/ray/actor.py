@@ -20,7 +20,7 @@ from recollect.service.channel import (
     ChunkChannel,
     ChunkListener,
 )
-from recollect.service.endpoint import Raised, ShardCalls
+from recollect.service.endpoint import Raised
 from recollect.service.requests import Request
 from recollect.service.server import open_shard
 
@@ -149,7 +149,7 @@ class ChunkCall:
     request: Request[Any]
 
 
-class RayEndpoint(ShardCalls):
+class RayEndpoint:
     """A shard hosted by a :class:`ShardActor` (see :class:`~recollect.service.Endpoint`).
 
     The requests of a stream (a writer's chunks) go over the actor's chunk

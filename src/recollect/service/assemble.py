@@ -94,12 +94,8 @@ def draw_over_shards(
         ask = dataclasses.replace(request, sizes=sizes, updates=updates(0))
         drawn = endpoint.result(endpoint.send(ask), wait)
         return np.full((k, 1), sizes[0], np.int64), np.zeros(1, np.int64), [drawn], None
-    handles = [
-        (e.sampling_bounds if buffer_normalized else e.sampling_weight)(
-            request.num_steps, updates(s)
-        )
-        for s, e in enumerate(endpoints)
-    ]
+    ask_weight = rq.SamplingBounds if buffer_normalized else rq.SamplingWeight
+    handles = [e.send(ask_weight(request.num_steps, updates(s))) for s, e in enumerate(endpoints)]
     queried = np.array([gather(endpoints, handles, wait)], np.float64)
     queried = queried.reshape(len(endpoints), -1)
     counts = split(queried[:, 0])  # counts[i, s]: windows of batch i drawn on shard s

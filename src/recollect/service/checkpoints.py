@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from recollect.service import requests as rq
 from recollect.service.endpoint import Endpoint, gather
 
 __all__ = ["MANIFEST", "save_shards", "shard_path"]
@@ -32,7 +33,7 @@ def save_shards(directory: Path, tables: Mapping[str, Sequence[Endpoint]]) -> Pa
     parallel), then writes the manifest; returns ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
     for table, endpoints in tables.items():
-        handles = [e.save(str(shard_path(directory, table, e.shard))) for e in endpoints]
+        handles = [e.send(rq.Save(str(shard_path(directory, table, e.shard)))) for e in endpoints]
         gather(endpoints, handles, None)
     manifest = {"tables": {t: {"num_shards": len(e)} for t, e in tables.items()}}
     tmp = directory / f".{MANIFEST}.tmp-{os.getpid()}"

@@ -130,7 +130,7 @@ class Client:
         found = self._describe.get(table)
         if found is None:
             endpoint = self._endpoints(table)[0]
-            found = self._describe[table] = endpoint.result(endpoint.describe())
+            found = self._describe[table] = endpoint.result(endpoint.send(rq.Describe()))
         return found
 
     def data_spec(self, table: str) -> Any:
@@ -269,7 +269,7 @@ class Client:
 
         def shard_bounds(shard: int) -> np.ndarray:
             endpoint = endpoints[shard]
-            return np.asarray(endpoint.result(endpoint.sampling_bounds()), np.float64)
+            return np.asarray(endpoint.result(endpoint.send(rq.SamplingBounds())), np.float64)
 
         bounds = shard_bounds if buffer_normalized else None
         return assemble(*drawn, beta, self._id_base[table], bounds)
@@ -280,7 +280,7 @@ class Client:
         found = self._normalization.get(table)
         if found is None:
             endpoint = self._endpoints(table)[0]
-            mode = endpoint.result(endpoint.weight_normalization())
+            mode = endpoint.result(endpoint.send(rq.WeightNormalization()))
             found = self._normalization[table] = mode == "buffer"
         return found
 
@@ -360,7 +360,7 @@ class Client:
         """``table``'s :class:`~recollect.TableInfo`, summed over shards, with one entry per
         shard in ``shards`` and the steps lost in shard crashes in ``lost_steps``."""
         endpoints = self._endpoints(table)
-        infos = gather(endpoints, [e.info() for e in endpoints], None)
+        infos = gather(endpoints, [e.send(rq.Info()) for e in endpoints], None)
         return merge_infos(infos)
 
     def reset(self, table: str) -> None:
@@ -369,7 +369,7 @@ class Client:
         endpoints = self._endpoints(table)
         for shard in range(len(endpoints)):
             self._held.take(table, shard)
-        gather(endpoints, [e.reset() for e in endpoints], None)
+        gather(endpoints, [e.send(rq.Reset()) for e in endpoints], None)
 
     def checkpoint(self, directory: str | os.PathLike | None = None) -> Path:
         """Checkpoints every shard of every table to ``directory`` (default: the

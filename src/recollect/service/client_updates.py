@@ -14,6 +14,7 @@ import numpy as np
 
 from recollect.errors import InvalidArgumentError
 from recollect.samplers.prioritized import check_update
+from recollect.service import requests as rq
 from recollect.service.endpoint import Endpoint
 from recollect.service.priority_updates import HeldUpdates
 from recollect.service.replies import ShardDescription
@@ -61,7 +62,7 @@ class ClientUpdates:
         self._held.settle_done(table)
         if not self._describe(table).priorities:  # the shard raises as a local buffer
             endpoint = endpoints[0]
-            return endpoint.result(endpoint.update_priorities(ids, priorities))
+            return endpoint.result(endpoint.send(rq.UpdatePriorities(ids, priorities)))
         # a local buffer's checks and messages, made by this call for this call
         ids, priorities, _ = check_update(ids, priorities)
         # each id to its shard; ids of no shard of this table (another table's, negative)
@@ -87,7 +88,7 @@ class ClientUpdates:
         self.flush(table)
         ids = ids.astype(np.int64, copy=False)
         routed = route(ids, np.zeros(len(ids)), self._id_base[table], len(endpoints))
-        handles = [(endpoints[s], endpoints[s].delete(i)) for s, i, _ in routed]
+        handles = [(endpoints[s], endpoints[s].send(rq.Delete(i))) for s, i, _ in routed]
         skipped = sum(int(e.result(h)) for e, h in handles)
         return skipped + int(len(ids) - sum(len(i) for _, i, _ in routed))
 

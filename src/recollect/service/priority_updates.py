@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.service import requests as rq
 from recollect.service.endpoint import Endpoint
 from recollect.service.replies import PriorityUpdates
 
@@ -103,10 +104,12 @@ class HeldUpdates:
         """Sends ``table``'s held-back updates, waits until applied, then applies
         ``[(shard, ids, priorities)]`` and returns the ids they skipped."""
         held = [(s, self.take(table, s)) for s in range(len(endpoints))]
-        earlier = [(endpoints[s], endpoints[s].update_priorities(*u)) for s, u in held if u]
+        earlier = [(endpoints[s], endpoints[s].send(rq.UpdatePriorities(*u))) for s, u in held if u]
         for e, h in earlier:
             e.result(h)
-        handles = [(endpoints[s], endpoints[s].update_priorities(i, p)) for s, i, p in routed]
+        handles = [
+            (endpoints[s], endpoints[s].send(rq.UpdatePriorities(i, p))) for s, i, p in routed
+        ]
         return sum(int(e.result(h)) for e, h in handles)
 
     def send(self, table: str, shard: int, endpoint: Endpoint) -> None:
@@ -114,7 +117,7 @@ class HeldUpdates:
         waited for: :meth:`settle_done` or :meth:`drain` settle them)."""
         updates = self.take(table, shard)
         if updates is not None:
-            self.sent(table, endpoint, endpoint.update_priorities(*updates))
+            self.sent(table, endpoint, endpoint.send(rq.UpdatePriorities(*updates)))
 
     def sent(self, table: str, endpoint: Endpoint, handle: Any) -> None:
         """Keeps the handle of updates sent on their own; settles the oldest beyond

@@ -12,6 +12,7 @@ import numpy as np
 
 from recollect.arguments import positive_int
 from recollect.errors import InvalidArgumentError, StateError
+from recollect.service import requests as rq
 from recollect.service.endpoint import Endpoint
 from recollect.specs import FlatSpec
 from recollect.validation import convert_step
@@ -21,7 +22,7 @@ __all__ = ["Writer"]
 
 def _release(endpoint: Endpoint, lease_id: int) -> None:
     try:
-        endpoint.result(endpoint.release(lease_id), timeout=5.0)
+        endpoint.result(endpoint.send(rq.Release(lease_id)), timeout=5.0)
     except Exception:  # best effort (garbage collection); the shard reclaims
         pass
 
@@ -69,7 +70,9 @@ class Writer:
         self.chunk_length = chunk_length
         self.max_in_flight = max_in_flight
         self.timeout = timeout
-        lease = endpoint.result(endpoint.reserve(num_envs, socket.gethostname(), os.getpid()))
+        lease = endpoint.result(
+            endpoint.send(rq.Reserve(num_envs, socket.gethostname(), os.getpid()))
+        )
         self.lease_id, self.rows = lease
         self._in_flight: collections.deque[Any] = collections.deque()
         self._sent = 0  # chunks sent: the next one's number (the shard stores them in order)
@@ -153,7 +156,7 @@ class Writer:
         self._new_chunk()
         while len(self._in_flight) >= self.max_in_flight:
             self._endpoint.result(self._in_flight.popleft())
-        handle = self._endpoint.extend(self.lease_id, steps, self.timeout, self._sent)
+        handle = self._endpoint.send(rq.Extend(self.lease_id, steps, self.timeout, self._sent))
         self._sent += 1
         self._in_flight.append(handle)
 
