@@ -103,6 +103,8 @@ class Sampler:
 
     #: Window length fixed at construction (prioritized samplers), or None.
     sequence_length: int | None = None
+    #: Whether the table is episode-aware (its spec has ``is_last``), told at :meth:`bind`.
+    episode_aware: bool = False
     #: Name under which the class is registered (default: the class name).
     name: ClassVar[str] = "Sampler"
     #: Whether :meth:`sample` is a deterministic order (Fifo, Lifo, heaps): ``sample(k)``
@@ -117,8 +119,13 @@ class Sampler:
             cls.name = cls.__name__
         _REGISTRY[cls.name] = cls
 
-    def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
+    def bind(
+        self, index: WindowIndex, sequence_length: int | None, *, episode_aware: bool = False
+    ) -> None:
         """Attaches the sampler to a table's window index.
+
+        ``episode_aware``: whether the table's windows stop at ``is_last`` (its spec has an
+        ``is_last`` leaf). The table decides it; a sampler never infers it from its writes.
 
         Raises:
             InvalidArgumentError: the sampler already serves another table.
@@ -131,6 +138,7 @@ class Sampler:
             )
         self.index = index
         self.sequence_length = sequence_length
+        self.episode_aware = bool(episode_aware)
 
     def estimate_nbytes(self, num_envs: int, max_length: int) -> int:
         """Bytes this sampler allocates when bound to a table of that geometry (0: none)."""
@@ -174,7 +182,8 @@ class Sampler:
     def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
         """Called after step ``index.t[r] - 1`` was written to each row ``r`` of ``rows``.
 
-        ``rows`` None means every row; ``is_last`` is bool, one per written row, or None.
+        ``rows`` None means every row; ``is_last`` is bool, one per written row, or None
+        (always None, and only then, when the table is not episode-aware).
         """
 
     def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
@@ -182,8 +191,8 @@ class Sampler:
         (``ReplayBuffer.extend``); must equal ``count`` calls of :meth:`on_add`.
 
         ``is_last`` is bool ``[len(rows), count]`` (``[num_envs, count]`` for None) or
-        None. A sampler that overrides :meth:`on_add` but not this hook gets its
-        writes one step at a time.
+        None (as in :meth:`on_add`). A sampler that overrides :meth:`on_add` but not this
+        hook gets its writes one step at a time.
         """
 
     def on_clear(self) -> None:

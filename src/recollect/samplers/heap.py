@@ -65,8 +65,10 @@ class _Heap(Prioritized):
         top = getattr(self, "_top", None)
         return super().nbytes + (0 if top is None else top.nbytes)
 
-    def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
-        super().bind(index, sequence_length)
+    def bind(
+        self, index: WindowIndex, sequence_length: int | None, *, episode_aware: bool = False
+    ) -> None:
+        super().bind(index, sequence_length, episode_aware=episode_aware)
         self._top = TopTree(index.num_envs * index.max_length)
         self._updates = 0  # the update counter: ties go in update order
 

@@ -96,7 +96,6 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
                 f"`initial_max_priority` must be a finite float > 0; got {initial_max_priority!r}."
             )
         self.num_valid = 0
-        self.episode_aware: bool | None = None
         # the last draw (keys, the bytes of its shard-0 ids, index generation) until a write,
         # removal or clear: an update of exactly its ids needs no validity checks
         self._drawn: tuple[np.ndarray, bytes, int] | None = None
@@ -128,14 +127,16 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         return self._tree.nbytes + sum(a.nbytes for a in arrays)
 
     # -- table hooks ------------------------------------------------------
-    def bind(self, index: WindowIndex, sequence_length: int | None) -> None:
+    def bind(
+        self, index: WindowIndex, sequence_length: int | None, *, episode_aware: bool = False
+    ) -> None:
         if sequence_length is None:
             raise InvalidArgumentError(
                 "Prioritized sampling scores windows of a fixed length; construct the buffer "
                 "with sequence_length=... (1 for single steps, 2 for transitions, n + 1 for "
                 "n-step windows)."
             )
-        super().bind(index, sequence_length)
+        super().bind(index, sequence_length, episode_aware=episode_aware)
         self._length = index.max_length
         size = index.num_envs * index.max_length
         # buffer-wide weights need P_min: the tree keeps its smallest positive leaf
@@ -235,10 +236,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
     def _check_request(self, within_episode: bool, kwargs: dict) -> None:
         if kwargs:
             no_options("Prioritized sampling", kwargs, takes="importance_sampling_exponent")
-        if within_episode != bool(self.episode_aware):
+        if within_episode != self.episode_aware:
             raise InvalidArgumentError(
                 f"Prioritized sampling decides window validity at write time (episode-aware="
-                f"{bool(self.episode_aware)}); got within_episode={within_episode}. Leave "
+                f"{self.episode_aware}); got within_episode={within_episode}. Leave "
                 "within_episode=None."
             )
 

@@ -32,7 +32,7 @@ class PrioritizedState:
     priority_exponent: float
     epsilon: float
     num_valid: int
-    episode_aware: bool | None
+    episode_aware: bool
     _drawn: tuple[np.ndarray, bytes, int] | None
 
     def _start_times(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -48,7 +48,7 @@ class PrioritizedState:
             "priority_exponent": self.priority_exponent,
             "epsilon": self.epsilon,
             "num_valid": self.num_valid,
-            "episode_aware": -1 if self.episode_aware is None else int(self.episode_aware),
+            "episode_aware": int(self.episode_aware),  # kept for the format; not read back
             **({"priority": self._priority.copy()} if len(self._priority) else {}),
         }
 
@@ -83,5 +83,5 @@ class PrioritizedState:
         self.priority_exponent = float(state["priority_exponent"])
         self.epsilon = float(state["epsilon"])
         self.num_valid = int(state["num_valid"])
-        aware = int(state["episode_aware"])
-        self.episode_aware = None if aware < 0 else bool(aware)
+        # "episode_aware" is not read back: the table told it at bind (its spec decides);
+        # older checkpoints may hold 1 for a table without is_last (its ``add`` path said so)

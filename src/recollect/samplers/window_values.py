@@ -34,7 +34,7 @@ class WindowValues:
     priority_exponent: float
     epsilon: float
     num_valid: int
-    episode_aware: bool | None
+    episode_aware: bool
     _tree: SumTree
     _valid: np.ndarray  # bool [size]: whether the window keyed by each slot is valid
     _priority: np.ndarray  # float64 raw priorities [size] (alpha == 0), else [0]
@@ -63,8 +63,6 @@ class WindowValues:
     def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
         """Zeroes the windows whose first step was just overwritten; scores the new windows."""
         self._drawn = None
-        if self.episode_aware is None:
-            self.episode_aware = is_last is not None
         index, n = self.index, self.sequence_length
         assert n is not None  # bind refuses None
         # lo = max(t_clear, t - max_length) and n <= max_length: only t_clear can cut the window
@@ -109,8 +107,6 @@ class WindowValues:
         crossing an episode end, cleared, or whose first step the block overwrote.
         """
         self._drawn = None
-        if self.episode_aware is None:
-            self.episode_aware = is_last is not None
         index, n, length = self.index, self.sequence_length, self._length
         assert n is not None  # bind refuses None
         row_ids = self._all_rows if rows is None else rows

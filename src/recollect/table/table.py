@@ -117,7 +117,9 @@ class Table(TableReads, TableState):
         self.cond = threading.Condition(self.lock)
         self.index = WindowIndex(num_envs, max_length)
         self.sampler = sampler if sampler is not None else Uniform()
-        self.sampler.bind(self.index, sequence_length)
+        self.sampler.bind(self.index, sequence_length, episode_aware=episode_aware)
+        # what insert_one tells the sampler of a step that ended no episode: None without is_last
+        self._not_ended = _NOT_ENDED if episode_aware else None
         self._sampler_tracks_writes = type(self.sampler).on_add is not Sampler.on_add
         self._sampler_blocks = type(self.sampler).on_add_block is not Sampler.on_add_block
         self._per_item = self.max_times_sampled > 0 or self.sampler.deterministic
@@ -247,7 +249,7 @@ class Table(TableReads, TableState):
         self._clock += 1
         self.index.advance(None, _ENDED if ended else None)
         if self._sampler_tracks_writes:
-            self.sampler.on_add(None, _ENDED if ended else _NOT_ENDED)
+            self.sampler.on_add(None, _ENDED if ended else self._not_ended)
         if self.waiters:
             self.cond.notify_all()
 
