@@ -27,6 +27,15 @@ class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
     """
 
 
+class WrongClassError(RecollectError, AttributeError):
+    """A method of another recollect class was called (e.g. ``TransitionBuffer.add_batch``,
+    a ``ReplayBuffer`` method); the message names the call to make instead.
+
+    Also an ``AttributeError``, as Python raises for a missing attribute (``hasattr`` stays
+    False).
+    """
+
+
 class NoFreeRowsError(InvalidArgumentError):
     """A replay-service shard has fewer free rows than a new writer asked for.
 

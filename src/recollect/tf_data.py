@@ -63,6 +63,8 @@ import numpy as np
 from recollect import _tf_chunks, _tf_pass, errors
 from recollect.arguments import positive_int
 from recollect.buffers.sample import BufferInfo
+from recollect.buffers.transition_buffer import TransitionBuffer
+from recollect.buffers.transition_source import TransitionSource
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.extras import missing_extra
 from recollect.prefetch import (
@@ -257,18 +259,28 @@ def as_dataset(
             raise instead (e.g. one TensorFlow reports as
             ``tf.errors.InvalidArgumentError``); None keeps it.
 
+    A :class:`~recollect.TransitionBuffer` (once added to: its spec comes
+    from the first ``add``) gives transition batches: ``items`` is the dict
+    ``{"observation", "action", "reward", "next_observation", "terminated",
+    "truncated"}`` named as its ``sample`` names them, leaves
+    ``[sample_batch_size, ...]`` (``num_steps`` must be None), see
+    :class:`~recollect.buffers.transition_source.TransitionSource`.
+
     Returns:
         The dataset; its ``element_spec`` gives the exact shapes and dtypes.
 
     Raises:
         InvalidArgumentError: a non-positive size, ``num_steps`` > the buffer's
-            ``max_length``, or a deterministic pass over a buffer that is not a
-            :class:`~recollect.ReplayBuffer`.
+            ``max_length`` (not None, for a TransitionBuffer), or a deterministic
+            pass over a buffer that is not a :class:`~recollect.ReplayBuffer`.
+        NotEnoughDataError: a TransitionBuffer that was never added to.
         NotEnoughDataError: (while iterating, wrapped in a
             ``tf.errors.UnknownError``; :func:`unwrap_error` returns it) no
             valid window is stored, or, in a deterministic pass, the windows
             were overwritten or cleared before they were read.
     """
+    if isinstance(buffer, TransitionBuffer):
+        buffer = TransitionSource(buffer)
     check_args(buffer, sample_batch_size, num_steps)
     check_max_in_flight(max_in_flight)
     check_batches_per_request(batches_per_request)

@@ -8,11 +8,18 @@ from the following step. Only when the chain breaks (episode end, reset, or
 any other jump) is the previous ``next_observation`` kept, in a small
 growable side ring of "final observations". So observations cost one copy per
 step, and a sampled ``next_observation`` is always exactly what was passed.
+
+It is also a read-only ``collections.abc.Sequence`` of the stored transitions, oldest
+first, written with ``append((s, a, r, s2, done))`` as a ``deque(maxlen=N)`` replay
+memory is (see :mod:`recollect.buffers.transition_items`), so that ``random.sample``,
+``random.choices``, iteration and ``zip(*batch)`` work unchanged.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, cast
+import operator
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, cast, overload
 
 import numpy as np
 
@@ -20,10 +27,24 @@ from recollect.arguments import positive_int
 from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.source_reads import LocalSource
+from recollect.buffers.transition_items import (
+    DEFAULT_FORM,
+    ItemForm,
+    OtherClassMethod,
+    add_args,
+    check_same_form,
+    form_of,
+    items_of,
+)
 from recollect.buffers.transition_reads import TransitionReads
 from recollect.buffers.transition_sample import TransitionSample
 from recollect.buffers.transition_state import TransitionState
-from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    NotEnoughDataError,
+    StateError,
+)
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
 from recollect.storage.frame_store import FrameStack
@@ -32,7 +53,11 @@ from recollect.validation import convert_step
 __all__ = ["TransitionBuffer", "TransitionSample"]
 
 
-class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
+#: Transitions read per gather while iterating a TransitionBuffer.
+_ITER_CHUNK = 256
+
+
+class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[tuple[Any, ...]]):
     """Stores ``(observation, action, reward, next_observation, terminated, truncated)``.
 
     Args:
@@ -59,6 +84,14 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
     reward is stored as float32). Sampling is uniform over the stored
     transitions, or prioritized with ``prioritized=True``.
 
+    As a sequence (``len(buf)``, ``buf[i]``, ``buf[-1]``, ``buf[a:b]``, iteration,
+    ``random.sample(buf, k)``, ``random.choices(buf, k=k)``) it holds the stored
+    transitions in insertion order, oldest first (with ``num_envs > 1``: by add,
+    then env), each read back in the form :meth:`append` was given (a
+    :class:`~recollect.buffers.transition_items.Transition` namedtuple when only
+    :meth:`add` wrote it). Reading one transition gathers one slot per leaf, never
+    the whole buffer.
+
     Example:
         >>> buf = TransitionBuffer(capacity=1000, rng=0)
         >>> buf.add(np.zeros(4, np.float32), 1, 1.0, np.ones(4, np.float32), False)
@@ -67,6 +100,9 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
     """
 
     kind: ClassVar[str] = "TransitionBuffer"
+    #: Methods of other classes: reading them raises WrongClassError naming the right call.
+    add_batch = OtherClassMethod()
+    get_next = OtherClassMethod()
 
     def __init__(
         self,
@@ -94,6 +130,7 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
             )
         self._rng = rng
         self._buffer: ReplayBuffer | None = None
+        self._form: ItemForm | None = None
 
     # -- lazily built state ----------------------------------------------
     def _build(self, observation: Any, action: Any, reward: Any) -> None:
@@ -295,6 +332,114 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
         refs = self._finals.append([p[broken] for p in self._pending], prev_t, new_lo)
         self._final_ref[broken, prev_t % buffer.max_length] = refs
         return chained
+
+    def append(self, transition: tuple[Any, ...]) -> None:
+        """Stores one transition given as a tuple, as ``deque.append`` would.
+
+        ``transition`` is a tuple or namedtuple in :meth:`add`'s order:
+        ``(observation, action, reward, next_observation, done)`` (``done`` is
+        stored as ``terminated``), ``(..., terminated, truncated)``, or
+        ``(observation, action, reward, next_observation)`` for a transition
+        type without a done field (stored as not terminated). Its form (plain
+        tuple or namedtuple class, and length) is how ``buf[i]`` reads stored
+        transitions back; every append must use the form of the first one.
+
+        Raises:
+            InvalidArgumentTypeError: not a tuple.
+            InvalidArgumentError: not 4, 5 or 6 fields, a namedtuple whose field
+                names are in another order (``next_state`` before ``reward``), or
+                another form than the first append's.
+            SpecError, ShapeError, DTypeError, CastError: as :meth:`add`; nothing
+                is written.
+        """
+        form = form_of(transition)
+        check_same_form(self._form, form)
+        self.add(*add_args(transition))
+        self._form = form
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Any, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[Any, ...]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Any, ...] | list[tuple[Any, ...]]:
+        """The stored transition at ``index`` (oldest first; negative from the newest), or a
+        list of them for a slice; values are numpy arrays (numpy scalars for scalar
+        leaves) in the form :meth:`append` was given.
+
+        Raises:
+            IndexError: ``index`` outside ``[-len(buf), len(buf))``.
+            InvalidArgumentTypeError: ``index`` is neither an int nor a slice.
+        """
+        if isinstance(index, slice):
+            if self._buffer is None:
+                return []
+            with self._buffer.lock:
+                positions = np.arange(self._stored())[index]
+                return self._read(positions)
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise InvalidArgumentTypeError(
+                f"TransitionBuffer indices must be ints or slices; got {type(index).__name__}."
+            ) from None
+        if self._buffer is None:
+            raise IndexError(f"TransitionBuffer index {i} out of range: it is empty.")
+        with self._buffer.lock:
+            n = self._stored()
+            if not -n <= i < n:
+                raise IndexError(
+                    f"TransitionBuffer index {i} out of range: it holds {n} transitions."
+                )
+            return self._read(np.array([i % n], np.int64))[0]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        """The transitions stored when iteration starts, oldest first, read a chunk at a time.
+
+        Transitions added meanwhile are not included.
+
+        Raises:
+            StateError: a transition not yet reached was overwritten or cleared meanwhile.
+        """
+        buffer = self._buffer
+        if buffer is None:
+            return
+        envs = self._num_envs
+        with buffer.lock:
+            t, end = self._oldest(), self._clock()
+        while t < end:
+            stop = min(end, t + max(1, _ITER_CHUNK // envs))
+            with buffer.lock:
+                if self._oldest() > t:
+                    raise StateError(
+                        f"the TransitionBuffer was overwritten or cleared while being iterated "
+                        f"(the transitions of add {t} are gone); iterate list(buf) or add after "
+                        "the loop."
+                    )
+                times = np.repeat(np.arange(t, stop, dtype=np.int64), envs)
+                rows = np.tile(np.arange(envs, dtype=np.int64), stop - t)
+                sample = self._sample_at(rows, times, 1, None, None)
+            yield from items_of(sample, self._form or DEFAULT_FORM)
+            t = stop
+
+    def _oldest(self) -> int:
+        """Step time of the oldest stored add; the caller holds the buffer lock."""
+        buffer = self.replay_buffer
+        return max(int(buffer.table.cleared_before[0]), self._clock() - buffer.max_length)
+
+    def _stored(self) -> int:
+        """Transitions stored; the caller holds the buffer lock."""
+        return (self._clock() - self._oldest()) * self._num_envs
+
+    def _read(self, positions: np.ndarray) -> list[tuple[Any, ...]]:
+        """Items at sequence ``positions`` (in range); the caller holds the buffer lock."""
+        if len(positions) == 0:
+            return []
+        rows = positions % self._num_envs
+        times = self._oldest() + positions // self._num_envs
+        sample = self._sample_at(rows, times, 1, None, None)
+        return items_of(sample, self._form or DEFAULT_FORM)
 
     def clear(self) -> None:
         """Forgets every transition. An add whose observation continues the last
