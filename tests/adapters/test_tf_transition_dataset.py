@@ -16,22 +16,19 @@ from recollect import ids as rc_ids  # noqa: E402
 FIELDS = ["action", "next_observation", "observation", "reward", "terminated", "truncated"]
 
 
+def add(buf: rc.TransitionBuffer, t: int) -> None:
+    obs = np.array([t, -t], np.float32)
+    buf.add(
+        obs, np.int32(t % 3), t / 2, obs + np.array([1, -1], np.float32), t % 7 == 6, t % 5 == 4
+    )
+
+
 def filled(n: int, capacity: int = 100) -> rc.TransitionBuffer:
     """Transition t has observation [t, -t], next observation [t + 1, -t - 1] (one episode,
     chained), action t % 3 (int32), reward t / 2, terminated t % 7 == 6, truncated t % 5 == 4."""
     buf = rc.TransitionBuffer(capacity=capacity, rng=0)
     for t in range(n):
-        obs = np.array([t, -t], np.float32)
-        buf.append(
-            (
-                obs,
-                np.int32(t % 3),
-                t / 2,
-                obs + np.array([1, -1], np.float32),
-                t % 7 == 6,
-                t % 5 == 4,
-            )
-        )
+        add(buf, t)
     return buf
 
 
@@ -87,17 +84,7 @@ def test_as_dataset_samples_uniformly_and_sees_later_appends():
 
     assert_fits(lambda: sum(counts() for _ in range(8)))
     for t in range(10, 20):
-        obs = np.array([t, -t], np.float32)
-        buf.append(
-            (
-                obs,
-                np.int32(t % 3),
-                t / 2,
-                obs + np.array([1, -1], np.float32),
-                t % 7 == 6,
-                t % 5 == 4,
-            )
-        )
+        add(buf, t)
     items, info = next(iterator)
     check_element(items, info, 20)
 
