@@ -63,8 +63,6 @@ import numpy as np
 from recollect import _tf_chunks, _tf_pass, errors
 from recollect.arguments import positive_int
 from recollect.buffers.sample import BufferInfo
-from recollect.buffers.transition_buffer import TransitionBuffer
-from recollect.buffers.transition_source import TransitionSource
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.extras import missing_extra
 from recollect.prefetch import (
@@ -263,8 +261,8 @@ def as_dataset(
     from the first ``add``) gives transition batches: ``items`` is the dict
     ``{"observation", "action", "reward", "next_observation", "terminated",
     "truncated"}`` named as its ``sample`` names them, leaves
-    ``[sample_batch_size, ...]`` (``num_steps`` must be None), see
-    :class:`~recollect.buffers.transition_source.TransitionSource`.
+    ``[sample_batch_size, ...]`` (``num_steps`` must be None): its
+    ``data_spec`` describes one sampled transition.
 
     Returns:
         The dataset; its ``element_spec`` gives the exact shapes and dtypes.
@@ -279,8 +277,6 @@ def as_dataset(
             valid window is stored, or, in a deterministic pass, the windows
             were overwritten or cleared before they were read.
     """
-    if isinstance(buffer, TransitionBuffer):
-        buffer = TransitionSource(buffer)
     check_args(buffer, sample_batch_size, num_steps)
     check_max_in_flight(max_in_flight)
     check_batches_per_request(batches_per_request)

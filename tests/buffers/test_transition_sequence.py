@@ -282,3 +282,28 @@ def test_other_classes_methods_name_the_right_call(name, message):
     assert not hasattr(buf, name)
     with pytest.raises(AttributeError, match="no attribute 'add_batchh'"):
         buf.add_batchh  # noqa: B018 - an unknown name stays a plain AttributeError
+
+
+@pytest.mark.parametrize("appended", ["namedtuple", "tuple", "add"])
+def test_a_checkpoint_keeps_the_appended_form(tmp_path, appended):
+    steps = episode_steps(12)
+    buf = rc.TransitionBuffer(capacity=8)
+    for transition in steps[:10]:
+        if appended == "namedtuple":
+            buf.append(transition)
+        elif appended == "tuple":
+            buf.append(tuple(transition))
+        else:
+            buf.add(*transition)
+    loaded = rc.TransitionBuffer.load(buf.save(tmp_path / "ckpt"))
+    item = loaded[-1]
+    want_type = {"namedtuple": "Transition", "tuple": "tuple", "add": "Transition"}[appended]
+    assert type(item).__name__ == want_type and len(item) == len(buf[-1])
+    assert_items_equal([tuple(x) for x in loaded], [tuple(x) for x in buf])
+    if appended == "namedtuple":
+        assert item._fields == Transition._fields
+        loaded.append(steps[10])  # the user's own class is taken back
+        assert type(loaded[-1]) is Transition
+    elif appended == "tuple":
+        with pytest.raises(InvalidArgumentError, match="holds tuples of 5 fields"):
+            loaded.append(steps[10])

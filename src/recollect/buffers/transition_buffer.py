@@ -17,7 +17,6 @@ memory is (see :mod:`recollect.buffers.transition_items`), so that ``random.samp
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, cast, overload
 
@@ -27,34 +26,18 @@ from recollect.arguments import positive_int
 from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.source_reads import LocalSource
-from recollect.buffers.transition_items import (
-    DEFAULT_FORM,
-    ItemForm,
-    OtherClassMethod,
-    add_args,
-    check_same_form,
-    form_of,
-    items_of,
-)
+from recollect.buffers.transition_items import OtherClassMethod, TransitionSequence
 from recollect.buffers.transition_reads import TransitionReads
-from recollect.buffers.transition_sample import TransitionSample
+from recollect.buffers.transition_sample import TransitionSample, transition_spec
 from recollect.buffers.transition_state import TransitionState
-from recollect.errors import (
-    InvalidArgumentError,
-    InvalidArgumentTypeError,
-    NotEnoughDataError,
-    StateError,
-)
+from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
 from recollect.storage.frame_store import FrameStack
+from recollect.table import Table
 from recollect.validation import convert_step
 
 __all__ = ["TransitionBuffer", "TransitionSample"]
-
-
-#: Transitions read per gather while iterating a TransitionBuffer.
-_ITER_CHUNK = 256
 
 
 class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[tuple[Any, ...]]):
@@ -130,7 +113,7 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
             )
         self._rng = rng
         self._buffer: ReplayBuffer | None = None
-        self._form: ItemForm | None = None
+        self._sequence = TransitionSequence(self)
 
     # -- lazily built state ----------------------------------------------
     def _build(self, observation: Any, action: Any, reward: Any) -> None:
@@ -352,10 +335,7 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
             SpecError, ShapeError, DTypeError, CastError: as :meth:`add`; nothing
                 is written.
         """
-        form = form_of(transition)
-        check_same_form(self._form, form)
-        self.add(*add_args(transition))
-        self._form = form
+        self._sequence.append(transition)
 
     @overload
     def __getitem__(self, index: int) -> tuple[Any, ...]: ...
@@ -372,27 +352,7 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
             IndexError: ``index`` outside ``[-len(buf), len(buf))``.
             InvalidArgumentTypeError: ``index`` is neither an int nor a slice.
         """
-        if isinstance(index, slice):
-            if self._buffer is None:
-                return []
-            with self._buffer.lock:
-                positions = np.arange(self._stored())[index]
-                return self._read(positions)
-        try:
-            i = operator.index(index)
-        except TypeError:
-            raise InvalidArgumentTypeError(
-                f"TransitionBuffer indices must be ints or slices; got {type(index).__name__}."
-            ) from None
-        if self._buffer is None:
-            raise IndexError(f"TransitionBuffer index {i} out of range: it is empty.")
-        with self._buffer.lock:
-            n = self._stored()
-            if not -n <= i < n:
-                raise IndexError(
-                    f"TransitionBuffer index {i} out of range: it holds {n} transitions."
-                )
-            return self._read(np.array([i % n], np.int64))[0]
+        return self._sequence.get(index)
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         """The transitions stored when iteration starts, oldest first, read a chunk at a time.
@@ -402,44 +362,38 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
         Raises:
             StateError: a transition not yet reached was overwritten or cleared meanwhile.
         """
-        buffer = self._buffer
-        if buffer is None:
-            return
-        envs = self._num_envs
-        with buffer.lock:
-            t, end = self._oldest(), self._clock()
-        while t < end:
-            stop = min(end, t + max(1, _ITER_CHUNK // envs))
-            with buffer.lock:
-                if self._oldest() > t:
-                    raise StateError(
-                        f"the TransitionBuffer was overwritten or cleared while being iterated "
-                        f"(the transitions of add {t} are gone); iterate list(buf) or add after "
-                        "the loop."
-                    )
-                times = np.repeat(np.arange(t, stop, dtype=np.int64), envs)
-                rows = np.tile(np.arange(envs, dtype=np.int64), stop - t)
-                sample = self._sample_at(rows, times, 1, None, None)
-            yield from items_of(sample, self._form or DEFAULT_FORM)
-            t = stop
+        return self._sequence.iterate()
 
-    def _oldest(self) -> int:
-        """Step time of the oldest stored add; the caller holds the buffer lock."""
-        buffer = self.replay_buffer
-        return max(int(buffer.table.cleared_before[0]), self._clock() - buffer.max_length)
+    # -- SampleSource: a sample's ``data`` is the dict of TransitionSample's fields --------
+    @property
+    def data_spec(self) -> dict[str, Any]:
+        """The spec of one sampled transition: ``{"observation", "action", "reward",
+        "next_observation", "terminated", "truncated"}`` (readers such as
+        ``recollect.tf_data.as_dataset`` read a sample's ``data`` by it).
 
-    def _stored(self) -> int:
-        """Transitions stored; the caller holds the buffer lock."""
-        return (self._clock() - self._oldest()) * self._num_envs
+        Raises:
+            NotEnoughDataError: nothing was added yet (the spec comes from the first add).
+        """
+        return transition_spec(self.replay_buffer.data_spec)
 
-    def _read(self, positions: np.ndarray) -> list[tuple[Any, ...]]:
-        """Items at sequence ``positions`` (in range); the caller holds the buffer lock."""
-        if len(positions) == 0:
-            return []
-        rows = positions % self._num_envs
-        times = self._oldest() + positions // self._num_envs
-        sample = self._sample_at(rows, times, 1, None, None)
-        return items_of(sample, self._form or DEFAULT_FORM)
+    @property
+    def table(self) -> Table:
+        """The inner buffer's table (its ``generation`` tells readers of writes)."""
+        return self.replay_buffer.table
+
+    def time_steps(self, num_steps: int | None) -> int | None:
+        """None: a transition sample has no time axis.
+
+        Raises:
+            InvalidArgumentError: ``num_steps`` is not None.
+        """
+        if num_steps is not None:
+            raise InvalidArgumentError(
+                f"a TransitionBuffer samples single transitions: num_steps must be None; got "
+                f"num_steps={num_steps}. Use sample(batch_size, n_step=..., discount=...) for "
+                "n-step returns, or a recollect.ReplayBuffer for windows of steps."
+            )
+        return None
 
     def clear(self) -> None:
         """Forgets every transition. An add whose observation continues the last
