@@ -2,7 +2,8 @@
 
 Every error is a subclass of :class:`RecollectError` and of the builtin
 exception a caller would expect (``ValueError``, ``TypeError`` or
-``RuntimeError``), so ``except ValueError`` keeps working. Messages name the
+``RuntimeError``; ``AttributeError`` for a method of another class), so
+``except ValueError`` keeps working. Messages name the
 leaf path, what was expected, what was received and what to do.
 """
 
