@@ -2,7 +2,8 @@
 
 Every error is a subclass of :class:`RecollectError` and of the builtin
 exception a caller would expect (``ValueError``, ``TypeError`` or
-``RuntimeError``), so ``except ValueError`` keeps working. Messages name the
+``RuntimeError``; ``AttributeError`` for a method of another class), so
+``except ValueError`` keeps working. Messages name the
 leaf path, what was expected, what was received and what to do.
 """
 
@@ -24,6 +25,15 @@ class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
     Also a :class:`InvalidArgumentError` (so ``except ValueError`` keeps catching every
     bad argument) and a ``TypeError`` (as Python raises for a wrong type). A value of the
     right type that is out of range raises a plain :class:`InvalidArgumentError`.
+    """
+
+
+class WrongClassError(RecollectError, AttributeError):
+    """A method of another recollect class was called (e.g. ``TransitionBuffer.add_batch``,
+    a ``ReplayBuffer`` method); the message names the call to make instead.
+
+    Also an ``AttributeError``, as Python raises for a missing attribute (``hasattr`` stays
+    False).
     """
 
 

@@ -257,13 +257,21 @@ def as_dataset(
             raise instead (e.g. one TensorFlow reports as
             ``tf.errors.InvalidArgumentError``); None keeps it.
 
+    A :class:`~recollect.TransitionBuffer` (once added to: its spec comes
+    from the first ``add``) gives transition batches: ``items`` is the dict
+    ``{"observation", "action", "reward", "next_observation", "terminated",
+    "truncated"}`` named as its ``sample`` names them, leaves
+    ``[sample_batch_size, ...]`` (``num_steps`` must be None): its
+    ``data_spec`` describes one sampled transition.
+
     Returns:
         The dataset; its ``element_spec`` gives the exact shapes and dtypes.
 
     Raises:
         InvalidArgumentError: a non-positive size, ``num_steps`` > the buffer's
-            ``max_length``, or a deterministic pass over a buffer that is not a
-            :class:`~recollect.ReplayBuffer`.
+            ``max_length`` (not None, for a TransitionBuffer), or a deterministic
+            pass over a buffer that is not a :class:`~recollect.ReplayBuffer`.
+        NotEnoughDataError: a TransitionBuffer that was never added to.
         NotEnoughDataError: (while iterating, wrapped in a
             ``tf.errors.UnknownError``; :func:`unwrap_error` returns it) no
             valid window is stored, or, in a deterministic pass, the windows

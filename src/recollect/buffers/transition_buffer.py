@@ -8,11 +8,17 @@ from the following step. Only when the chain breaks (episode end, reset, or
 any other jump) is the previous ``next_observation`` kept, in a small
 growable side ring of "final observations". So observations cost one copy per
 step, and a sampled ``next_observation`` is always exactly what was passed.
+
+It is also a read-only ``collections.abc.Sequence`` of the stored transitions, oldest
+first, written with ``append((s, a, r, s2, done))`` as a ``deque(maxlen=N)`` replay
+memory is (see :mod:`recollect.buffers.transition_items`), so that ``random.sample``,
+``random.choices``, iteration and ``zip(*batch)`` work unchanged.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, cast
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, cast, overload
 
 import numpy as np
 
@@ -20,19 +26,21 @@ from recollect.arguments import positive_int
 from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.source_reads import LocalSource
+from recollect.buffers.transition_items import OtherClassMethod, TransitionSequence
 from recollect.buffers.transition_reads import TransitionReads
-from recollect.buffers.transition_sample import TransitionSample
+from recollect.buffers.transition_sample import TransitionSample, transition_spec
 from recollect.buffers.transition_state import TransitionState
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec, spec_from_example
 from recollect.storage.frame_store import FrameStack
+from recollect.table import Table
 from recollect.validation import convert_step
 
 __all__ = ["TransitionBuffer", "TransitionSample"]
 
 
-class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
+class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[tuple[Any, ...]]):
     """Stores ``(observation, action, reward, next_observation, terminated, truncated)``.
 
     Args:
@@ -59,6 +67,14 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
     reward is stored as float32). Sampling is uniform over the stored
     transitions, or prioritized with ``prioritized=True``.
 
+    As a sequence (``len(buf)``, ``buf[i]``, ``buf[-1]``, ``buf[a:b]``, iteration,
+    ``random.sample(buf, k)``, ``random.choices(buf, k=k)``) it holds the stored
+    transitions in insertion order, oldest first (with ``num_envs > 1``: by add,
+    then env), each read back in the form :meth:`append` was given (a
+    :class:`~recollect.buffers.transition_items.Transition` namedtuple when only
+    :meth:`add` wrote it). Reading one transition gathers one slot per leaf, never
+    the whole buffer.
+
     Example:
         >>> buf = TransitionBuffer(capacity=1000, rng=0)
         >>> buf.add(np.zeros(4, np.float32), 1, 1.0, np.ones(4, np.float32), False)
@@ -67,6 +83,9 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
     """
 
     kind: ClassVar[str] = "TransitionBuffer"
+    #: Methods of other classes: reading them raises WrongClassError naming the right call.
+    add_batch = OtherClassMethod()
+    get_next = OtherClassMethod()
 
     def __init__(
         self,
@@ -94,6 +113,7 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
             )
         self._rng = rng
         self._buffer: ReplayBuffer | None = None
+        self._sequence = TransitionSequence(self)
 
     # -- lazily built state ----------------------------------------------
     def _build(self, observation: Any, action: Any, reward: Any) -> None:
@@ -295,6 +315,85 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource):
         refs = self._finals.append([p[broken] for p in self._pending], prev_t, new_lo)
         self._final_ref[broken, prev_t % buffer.max_length] = refs
         return chained
+
+    def append(self, transition: tuple[Any, ...]) -> None:
+        """Stores one transition given as a tuple, as ``deque.append`` would.
+
+        ``transition`` is a tuple or namedtuple in :meth:`add`'s order:
+        ``(observation, action, reward, next_observation, done)`` (``done`` is
+        stored as ``terminated``), ``(..., terminated, truncated)``, or
+        ``(observation, action, reward, next_observation)`` for a transition
+        type without a done field (stored as not terminated). Its form (plain
+        tuple or namedtuple class, and length) is how ``buf[i]`` reads stored
+        transitions back; every append must use the form of the first one.
+
+        Raises:
+            InvalidArgumentTypeError: not a tuple.
+            InvalidArgumentError: not 4, 5 or 6 fields, a namedtuple whose field
+                names are in another order (``next_state`` before ``reward``), or
+                another form than the first append's.
+            SpecError, ShapeError, DTypeError, CastError: as :meth:`add`; nothing
+                is written.
+        """
+        self._sequence.append(transition)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Any, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[tuple[Any, ...]]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Any, ...] | list[tuple[Any, ...]]:
+        """The stored transition at ``index`` (oldest first; negative from the newest), or a
+        list of them for a slice; values are numpy arrays (numpy scalars for scalar
+        leaves) in the form :meth:`append` was given.
+
+        Raises:
+            IndexError: ``index`` outside ``[-len(buf), len(buf))``.
+            InvalidArgumentTypeError: ``index`` is neither an int nor a slice.
+        """
+        return self._sequence.get(index)
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        """The transitions stored when iteration starts, oldest first, read a chunk at a time.
+
+        Transitions added meanwhile are not included.
+
+        Raises:
+            StateError: a transition not yet reached was overwritten or cleared meanwhile.
+        """
+        return self._sequence.iterate()
+
+    # -- SampleSource: a sample's ``data`` is the dict of TransitionSample's fields --------
+    @property
+    def data_spec(self) -> dict[str, Any]:
+        """The spec of one sampled transition: ``{"observation", "action", "reward",
+        "next_observation", "terminated", "truncated"}`` (readers such as
+        ``recollect.tf_data.as_dataset`` read a sample's ``data`` by it).
+
+        Raises:
+            NotEnoughDataError: nothing was added yet (the spec comes from the first add).
+        """
+        return transition_spec(self.replay_buffer.data_spec)
+
+    @property
+    def table(self) -> Table:
+        """The inner buffer's table (its ``generation`` tells readers of writes)."""
+        return self.replay_buffer.table
+
+    def time_steps(self, num_steps: int | None) -> int | None:
+        """None: a transition sample has no time axis.
+
+        Raises:
+            InvalidArgumentError: ``num_steps`` is not None.
+        """
+        if num_steps is not None:
+            raise InvalidArgumentError(
+                f"a TransitionBuffer samples single transitions: num_steps must be None; got "
+                f"num_steps={num_steps}. Use sample(batch_size, n_step=..., discount=...) for "
+                "n-step returns, or a recollect.ReplayBuffer for windows of steps."
+            )
+        return None
 
     def clear(self) -> None:
         """Forgets every transition. An add whose observation continues the last

@@ -13,7 +13,10 @@ from recollect.buffers.sample import nest_repr
 from recollect.errors import InvalidArgumentError
 from recollect.nstep import check_discount
 
-__all__ = ["TransitionSample", "n_step_args"]
+__all__ = ["FIELDS", "TransitionSample", "n_step_args", "transition_spec"]
+
+#: The transition fields of a sample's ``data`` and of a TransitionBuffer's ``data_spec``.
+FIELDS = ("observation", "action", "reward", "next_observation", "terminated", "truncated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +47,29 @@ class TransitionSample:
     def __repr__(self) -> str:
         return nest_repr(self)
 
+    @property
+    def data(self) -> dict[str, Any]:
+        """The transition fields as a dict (``FIELDS``), as a reader of a
+        :class:`~recollect.Sample` takes them (``recollect.tf_data.as_dataset``)."""
+        return {name: getattr(self, name) for name in FIELDS}
+
     def __iter__(self) -> Iterator[Any]:
         """Yields ``observation, action, reward, next_observation, terminated``."""
         return iter(
             (self.observation, self.action, self.reward, self.next_observation, self.terminated)
         )
+
+
+def transition_spec(step_spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec of one sampled transition (``FIELDS``) from the spec of a stored step."""
+    return {
+        "observation": step_spec["observation"],
+        "action": step_spec["action"],
+        "reward": step_spec["reward"],
+        "next_observation": step_spec["observation"],
+        "terminated": step_spec["terminated"],
+        "truncated": step_spec["truncated"],
+    }
 
 
 def n_step_args(n_step: Any, discount: Any) -> tuple[int, float | None]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import numpy as np
 
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
+from recollect.buffers.transition_items import ItemForm, TransitionSequence
 from recollect.errors import CheckpointError
 from recollect.samplers.prioritized import Prioritized
 from recollect.state.files import Saved, load_consistent, write_checkpoint
@@ -35,6 +36,7 @@ class TransitionState:
     _prioritized: Prioritized | None
     _frame_stack: FrameStack | None
     _compression: dict[str, Any] | None
+    _sequence: TransitionSequence
     _obs_flat: FlatSpec
     _pending: list[np.ndarray]
     _has_pending: np.ndarray
@@ -54,6 +56,7 @@ class TransitionState:
             "frame_stack": None if stack is None else stack.config(),
             **({"compression": json_compression(self._compression)} if self._compression else {}),
             "replay": None if self._buffer is None else self._buffer.config(),
+            **({} if (form := self._sequence.form) is None else {"item_form": form.config()}),
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -172,6 +175,8 @@ class TransitionState:
                 frame_stack=stack,
                 compression=config.get("compression"),
             )
+            form = config.get("item_form")
+            tb._sequence.form = None if form is None else ItemForm.from_config(form)
         except (TypeError, ValueError, KeyError) as err:
             raise CheckpointError(f"{where}: invalid TransitionBuffer options: {err}") from err
         if config.get("replay") is None:
