@@ -391,4 +391,6 @@ class Table(TableReads, TableState):
                 "buffer with sampler=recollect.Prioritized(...) to use update_priorities."
             )
         with self.lock:
-            return update(ids, priorities, shard=self.shard)
+            skipped = update(ids, priorities, shard=self.shard)
+            self.index.touch()  # what may be drawn changed: read-ahead drops its draws
+            return skipped
