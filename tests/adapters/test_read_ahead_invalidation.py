@@ -18,8 +18,14 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from recollect import ArraySpec, Prioritized, ReplayBuffer, _tf_chunks, _tf_eager  # noqa: E402
-from recollect import tf_data  # noqa: E402
+from recollect import (  # noqa: E402
+    ArraySpec,
+    Prioritized,
+    ReplayBuffer,
+    _tf_chunks,
+    _tf_eager,
+    tf_data,
+)
 from recollect.errors import NotEnoughDataError  # noqa: E402
 
 N = 64  # one row of 64 one-step windows: id == time
