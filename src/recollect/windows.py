@@ -91,8 +91,9 @@ class WindowIndex:
         last_end: int64 ``[num_envs]`` time of each row's newest ``is_last`` step, -1 if none.
         generation: int, counts writes, clears, episode ends and loads: the changes that
             may overwrite a stored step (a cheap "was a drawn step overwritten" check).
-        changes: int, counts the other changes of what a draw may return: removals
-            (:meth:`remove`) and those the owner records with :meth:`touch` (priority updates).
+        changes: int, counts the other changes of what a draw may return, which the owner
+            records with :meth:`touch` (deletes, priority updates; not the removals a draw
+            makes itself with ``max_times_sampled``: later draws are made after them).
         removed: windows removed so far by :meth:`remove` (newly removed start times).
     """
 
@@ -168,13 +169,13 @@ class WindowIndex:
         """Counts every change of what a draw may return: ``generation + changes``.
 
         A reader that drew ahead keeps what it drew only while this is unchanged
-        (writes, clears, episode ends, loads, removals, priority updates all move it).
+        (writes, clears, episode ends, loads, deletes, priority updates all move it).
         """
         return self.generation + self.changes
 
     def touch(self) -> None:
-        """Records a change of what a draw may return that the index does not see itself
-        (a priority update): moves :attr:`version` (one integer increment)."""
+        """Records a change of what a draw may return that is not a write (a delete, a
+        priority update): moves :attr:`version` (one integer increment)."""
         self.changes += 1
 
     def clear(self) -> None:
@@ -329,7 +330,6 @@ class WindowIndex:
         self._compact()
         self._cache = {}
         self.removed += len(new)
-        self.changes += 1
         return len(new)
 
     def is_removed(self, rows: np.ndarray, times: np.ndarray) -> np.ndarray:

@@ -147,3 +147,21 @@ def test_index_version_moves_with_every_change_of_what_may_be_drawn_and_only_the
     assert moved(lambda: buf.add_batch({"x": np.array([1.0])})) == (True, True)
     assert moved(lambda: buf.load_state_dict(_buffer("prioritized").state_dict())) == (True, True)
     assert moved(buf.clear) == (True, True)
+
+
+def test_a_draws_own_removals_invalidate_nothing():
+    """``max_times_sampled=1``: the eager prefetcher serves every window exactly once (a
+    batch dropped as stale would lose its windows) and the graph chunks still grow."""
+    buf = ReplayBuffer({"x": ArraySpec((), np.float64)}, N, num_envs=1, max_times_sampled=1)
+    for t in range(N):
+        buf.add_batch({"x": np.array([float(t)])})
+    version = buf.table.index.version
+    fn = _tf_chunks.chunked_sample_fn(buf, 1, None, MOST, None)
+    sizes = [int(fn(tf.constant(0, tf.int64))[0]["x"].shape[0]) for _ in range(4)]
+    assert sizes == [1, 2, 4, 8]
+    assert buf.table.index.version == version
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_tf_eager, "INLINE_BELOW_BYTES", 0)
+        iterator = iter(tf_data.as_dataset(buf, 1))
+        served = [int(next(iterator)[1].ids.numpy()[0]) for _ in range(N - sum(sizes))]
+    assert len(set(served)) == len(served) == N - sum(sizes)  # every window left, once

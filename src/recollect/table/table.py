@@ -364,6 +364,7 @@ class Table(TableReads, TableState):
         """
         with self.lock:
             skipped = delete_windows(self, ids)
+            self.index.touch()  # what may be drawn changed: read-ahead drops its draws
             if self.waiters:
                 self.cond.notify_all()
             return skipped
