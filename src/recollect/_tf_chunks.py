@@ -7,10 +7,9 @@ its elements and, given the writer's generation variable, drops what was
 drawn before a write. While the buffer is only read, :func:`chunked_sample_fn`
 draws the next chunk on a background thread (the gather releases the GIL
 while TensorFlow consumes the current chunk) and uses it only if what the
-table may return did not change since that draw began (its index's
-``version``: writes, clears, loads, deletes and priority updates all move
-it); it never draws ahead on a
-table whose draws change it (``table.read_only_draws``). :data:`in_flight`
+table may return did not change since that draw began (``table.version``:
+writes, clears, loads, deletes and priority updates all move it); it never
+draws ahead on a table whose draws change it (``table.read_only_draws``). :data:`in_flight`
 counts the sampling calls running inside TensorFlow and those background
 draws and, at ``atexit``, stops and drains them so that a process whose
 parallel ``map`` iterator is destroyed at shutdown exits (a background draw
@@ -169,8 +168,8 @@ def chunked_sample_fn(
     """``fn(generation) -> (items [k, ...], BufferInfo [k, ...], generation, ok)``, k <= ``most``.
 
     A call draws one element when what the buffer may return changed since
-    the previous call (a write, clear, load, delete or priority update: the
-    index's ``version`` moved), and twice the previous call's count (up to
+    the previous call (a write, clear, load, delete or priority update:
+    ``table.version`` moved), and twice the previous call's count (up to
     ``most``) when it did not: a training loop that adds, deletes or updates
     priorities between its reads never gets elements drawn ahead of those
     changes, and one that only reads amortises the
@@ -195,7 +194,7 @@ def chunked_sample_fn(
     info_tail = [] if sample_batch_size is None else [batch]
     shapes: list[list[Any]] = [[None, *outer, *s] for s in flat.shapes] + [[None, *info_tail]] * 2
     dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64]
-    table = getattr(buffer, "table", None)
+    table: Any = getattr(buffer, "table", None)
     index = getattr(table, "index", None)
     read_ahead = index is not None and bool(getattr(table, "read_only_draws", False))
     state: dict[str, Any] = {"version": None, "size": 0, "predraw": None}
@@ -203,7 +202,7 @@ def chunked_sample_fn(
     worker = _Worker()
 
     def written() -> Any:  # moves with every change of what a draw may return
-        return None if index is None else index.version
+        return None if index is None else table.version
 
     def stopped() -> bool:
         return buffer_closed(buffer) or in_flight.exiting

@@ -135,9 +135,10 @@ class SampleIterator(iterator_ops.OwnedIterator):
         finish = functools.partial(_eager_element, flat=flat, shapes=shapes, fn=element_fn)
         batch = 1 if sample_batch_size is None else sample_batch_size
 
-        index = getattr(getattr(buffer, "table", None), "index", None)
+        table: Any = getattr(buffer, "table", None)
         # moves with every change of what a draw may return (writes, deletes, priorities, ...)
-        self._written = (lambda: index.version) if index is not None else (lambda: None)
+        known = getattr(table, "index", None) is not None
+        self._written = (lambda: table.version) if known else (lambda: None)
 
         def draw() -> Callable[[], Any]:
             version = self._written()  # read before the draw: a later change makes it stale
@@ -172,7 +173,7 @@ class SampleIterator(iterator_ops.OwnedIterator):
 
     def _next_prefetched(self) -> Any:
         """A prefetched element, unless what the buffer may return changed since it was
-        drawn (a write, clear, load, delete or priority update: the index's ``version``).
+        drawn (a write, clear, load, delete or priority update: ``table.version``).
 
         A stale element (and everything prefetched with it) is dropped and
         the iterator samples inline until ``FRESH_READS`` reads in a row found

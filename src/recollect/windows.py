@@ -89,11 +89,7 @@ class WindowIndex:
         t: int64 ``[num_envs]`` the next step time of each row (steps written so far).
         t_clear: int64 ``[num_envs]`` each row's clock at the last :meth:`clear`.
         last_end: int64 ``[num_envs]`` time of each row's newest ``is_last`` step, -1 if none.
-        generation: int, counts writes, clears, episode ends and loads: the changes that
-            may overwrite a stored step (a cheap "was a drawn step overwritten" check).
-        changes: int, counts the other changes of what a draw may return, which the owner
-            records with :meth:`touch` (deletes, priority updates; not the removals a draw
-            makes itself with ``max_times_sampled``: later draws are made after them).
+        generation: int, counts writes and clears (a cheap "did anything change" check).
         removed: windows removed so far by :meth:`remove` (newly removed start times).
     """
 
@@ -112,7 +108,6 @@ class WindowIndex:
         # [_end_start[r], _end_n[r]); grows (see _reserve_ends) with the ends stored
         self._ends = np.zeros((num_envs, min(_MIN_ENDS, max_length)), np.int64)
         self.generation = 0
-        self.changes = 0
         self.removed = 0
         self.clear()
         self.generation = 0
@@ -163,20 +158,6 @@ class WindowIndex:
     def uniform(self) -> bool:
         """Whether every row has the same clock and the same stored range."""
         return bool((self.t == self.t[0]).all() and (self.t_clear == self.t_clear[0]).all())
-
-    @property
-    def version(self) -> int:
-        """Counts every change of what a draw may return: ``generation + changes``.
-
-        A reader that drew ahead keeps what it drew only while this is unchanged
-        (writes, clears, episode ends, loads, deletes, priority updates all move it).
-        """
-        return self.generation + self.changes
-
-    def touch(self) -> None:
-        """Records a change of what a draw may return that is not a write (a delete, a
-        priority update): moves :attr:`version` (one integer increment)."""
-        self.changes += 1
 
     def clear(self) -> None:
         """Forgets every stored step; clocks (and so ids) keep increasing."""

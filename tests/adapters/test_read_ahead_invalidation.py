@@ -1,7 +1,7 @@
 """Read-ahead of ``recollect.tf_data`` drops what it drew before any change of what a draw may
 return, as it does for writes: deletes, priority updates, clears and loads (issue 35 item 2).
 
-Both read-ahead paths tag what they draw ahead with the table index's ``version``; a
+Both read-ahead paths tag what they draw ahead with the table's ``version``; a
 delete or a priority update used to leave it unchanged, so the chunk drawn ahead (graph
 path) and the batches prefetched (eager path) served deleted windows and old priorities.
 """
@@ -130,16 +130,16 @@ def test_pipeline_serves_at_most_the_rest_of_its_chunk_after_a_change(sampler, m
     assert max(stale) < tf_data.MAX_CHUNK - 37, stale
 
 
-def test_index_version_moves_with_every_change_of_what_may_be_drawn_and_only_then():
+def test_table_version_moves_with_every_change_of_what_may_be_drawn_and_only_then():
     """Every mutation moves ``version``; a draw does not; deletes and priority updates leave
     ``generation`` (the "was a drawn step overwritten" check of is_stale) as it was."""
     buf = _buffer("prioritized")
-    index = buf.table.index
+    table, index = buf.table, buf.table.index
 
     def moved(change):
-        before = (index.version, index.generation)
+        before = (table.version, index.generation)
         change()
-        return index.version > before[0], index.generation > before[1]
+        return table.version > before[0], index.generation > before[1]
 
     assert moved(lambda: buf.sample(BATCH)) == (False, False)
     assert moved(lambda: buf.delete(HALF[:4])) == (True, False)
@@ -155,11 +155,11 @@ def test_a_draws_own_removals_invalidate_nothing():
     buf = ReplayBuffer({"x": ArraySpec((), np.float64)}, N, num_envs=1, max_times_sampled=1)
     for t in range(N):
         buf.add_batch({"x": np.array([float(t)])})
-    version = buf.table.index.version
+    version = buf.table.version
     fn = _tf_chunks.chunked_sample_fn(buf, 1, None, MOST, None)
     sizes = [int(fn(tf.constant(0, tf.int64))[0]["x"].shape[0]) for _ in range(4)]
     assert sizes == [1, 2, 4, 8]
-    assert buf.table.index.version == version
+    assert buf.table.version == version
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_tf_eager, "INLINE_BELOW_BYTES", 0)
         iterator = iter(tf_data.as_dataset(buf, 1))

@@ -11,7 +11,7 @@ for (``prefetch``), and are handed out even when the buffer changed after their
 draw (a write, ``clear``, ``delete``, ``update_priorities``, load: all alike);
 a reader that needs every batch drawn after the buffer's latest change calls
 ``sample`` itself. A draw function may tag its items and let the consumer drop stale
-ones (the eager ``tf.data`` iterator checks its buffer's ``table.index.version``).
+ones (the eager ``tf.data`` iterator checks its buffer's ``table.version``).
 """
 
 from __future__ import annotations
