@@ -6,9 +6,10 @@ doubling up to a cap while it is not); :func:`splitter` splits a chunk into
 its elements and, given the writer's generation variable, drops what was
 drawn before a write. While the buffer is only read, :func:`chunked_sample_fn`
 draws the next chunk on a background thread (the gather releases the GIL
-while TensorFlow consumes the current chunk) and uses it only if the table's
-generation did not change since that draw began; it never draws ahead on a
-table whose draws change it (``table.read_only_draws``). :data:`in_flight`
+while TensorFlow consumes the current chunk) and uses it only if what the
+table may return did not change since that draw began (``table.version``:
+writes, clears, loads, deletes and priority updates all move it); it never
+draws ahead on a table whose draws change it (``table.read_only_draws``). :data:`in_flight`
 counts the sampling calls running inside TensorFlow and those background
 draws and, at ``atexit``, stops and drains them so that a process whose
 parallel ``map`` iterator is destroyed at shutdown exits (a background draw
@@ -87,7 +88,7 @@ atexit.register(in_flight.quiesce)
 
 
 class _Predraw:
-    """A chunk drawn on a background thread: ``tag`` is the table's generation read before
+    """A chunk drawn on a background thread: ``tag`` is the table's version read before
     the draw, ``k`` its elements; ``out`` or ``error`` once ``done`` is set."""
 
     def __init__(self, tag: Any, k: int) -> None:
@@ -166,19 +167,22 @@ def chunked_sample_fn(
 ) -> Callable[[Any], tuple[Any, BufferInfo, Any, Any]]:
     """``fn(generation) -> (items [k, ...], BufferInfo [k, ...], generation, ok)``, k <= ``most``.
 
-    A call draws one element when the buffer was written since the previous
-    call, and twice the previous call's count (up to ``most``) when it was
-    not: a training loop that adds between its reads never gets elements
-    drawn ahead of its writes, and one that only reads amortises the
+    A call draws one element when what the buffer may return changed since
+    the previous call (a write, clear, load, delete or priority update:
+    ``table.version`` moved), and twice the previous call's count (up to
+    ``most``) when it did not: a training loop that adds, deletes or updates
+    priorities between its reads never gets elements drawn ahead of those
+    changes, and one that only reads amortises the
     ``tf.numpy_function`` call over up to ``most`` elements. ``ok`` is False
     (and k = 0) once the buffer is closed or the process exits.
 
-    Read-ahead that cannot go stale: a call that found no write since the
+    Read-ahead that cannot go stale: a call that found no change since the
     previous one starts drawing the next chunk on a background thread (the
     gather releases the GIL while TensorFlow consumes this chunk), tagged with
-    the table's generation read before that draw. The next call takes it only
-    when the table's generation still equals the tag, so it holds exactly the
-    steps stored when the call came; otherwise it drops it and draws anew. It
+    the table's version read before that draw. The next call takes it only
+    when the table's version still equals the tag, so it was drawn from what
+    the table held when the call came (steps, deletions, priorities);
+    otherwise it drops it and draws anew. It
     does so only where a draw leaves the table as it was
     (``table.read_only_draws``: no rate limiter that counts samples, no
     ``max_times_sampled``), and an error of the background draw is raised by
@@ -190,15 +194,15 @@ def chunked_sample_fn(
     info_tail = [] if sample_batch_size is None else [batch]
     shapes: list[list[Any]] = [[None, *outer, *s] for s in flat.shapes] + [[None, *info_tail]] * 2
     dtypes = [tf.as_dtype(d) for d in flat.dtypes] + [tf.int64, tf.float64]
-    table = getattr(buffer, "table", None)
+    table: Any = getattr(buffer, "table", None)
     index = getattr(table, "index", None)
     read_ahead = index is not None and bool(getattr(table, "read_only_draws", False))
-    state: dict[str, Any] = {"generation": None, "size": 0, "predraw": None}
+    state: dict[str, Any] = {"version": None, "size": 0, "predraw": None}
     lock = threading.Lock()
     worker = _Worker()
 
-    def written() -> Any:
-        return None if index is None else index.generation
+    def written() -> Any:  # moves with every change of what a draw may return
+        return None if index is None else table.version
 
     def stopped() -> bool:
         return buffer_closed(buffer) or in_flight.exiting
@@ -239,14 +243,14 @@ def chunked_sample_fn(
             in_flight.__exit__()
 
     def take(pending: _Predraw, now: Any) -> list[np.ndarray] | None:
-        """The pre-drawn chunk when the table was not written since its tag, else None."""
-        if pending.tag != now or pending.pid != os.getpid():  # written, or drawn in the parent
+        """The pre-drawn chunk when the table did not change since its tag, else None."""
+        if pending.tag != now or pending.pid != os.getpid():  # changed, or drawn in the parent
             pending.cancelled = True  # ends a draw waiting on a MinSize limiter
             return None
         while not pending.done.wait(_WAIT_SLICE_S):
             if stopped():
                 raise StateError("the buffer was closed or the process exits.")
-        if written() != pending.tag:  # a write while it was drawn
+        if written() != pending.tag:  # a change while it was drawn
             return None
         if pending.error is not None:
             raise pending.error
@@ -257,7 +261,7 @@ def chunked_sample_fn(
             if stopped():
                 return closed(gen)
             now = written()
-            same = now is not None and now == state["generation"]
+            same = now is not None and now == state["version"]
             k = min(most, 2 * state["size"]) if same else 1
             with lock:
                 pending, state["predraw"] = state["predraw"], None
@@ -275,7 +279,7 @@ def chunked_sample_fn(
                 if wrap_error is None:
                     raise
                 raise wrap_error(err) from err
-            state["generation"], state["size"] = now, k
+            state["version"], state["size"] = now, k
             if same and read_ahead and not stopped():
                 start_predraw(min(most, 2 * k))
             return [*out, gen, np.bool_(True)]

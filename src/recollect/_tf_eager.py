@@ -135,20 +135,22 @@ class SampleIterator(iterator_ops.OwnedIterator):
         finish = functools.partial(_eager_element, flat=flat, shapes=shapes, fn=element_fn)
         batch = 1 if sample_batch_size is None else sample_batch_size
 
-        index = getattr(getattr(buffer, "table", None), "index", None)
-        self._written = (lambda: index.generation) if index is not None else (lambda: None)
+        table: Any = getattr(buffer, "table", None)
+        # moves with every change of what a draw may return (writes, deletes, priorities, ...)
+        known = getattr(table, "index", None) is not None
+        self._written = (lambda: table.version) if known else (lambda: None)
 
         def draw() -> Callable[[], Any]:
-            generation = self._written()  # read before the draw: a later write makes it stale
+            version = self._written()  # read before the draw: a later change makes it stale
             gathered = functools.partial(finish, draw_concurrent(buffer, batch, num_steps))
-            return lambda: (generation, gathered())
+            return lambda: (version, gathered())
 
         self._draw = draw
         self._wrap_error = wrap_error
         self._should_stop = functools.partial(buffer_closed, buffer)
         self._large = flat.nbytes * batch * (num_steps or 1) >= INLINE_BELOW_BYTES
         self._inline = not self._large
-        self._quiet_reads = 0  # reads in a row that found no write since the previous one
+        self._quiet_reads = 0  # reads in a row that found no change since the previous one
         self._last_seen: Any = None
         self._ended = False
         self._prefetcher: Prefetcher | None = None
@@ -170,16 +172,18 @@ class SampleIterator(iterator_ops.OwnedIterator):
             raise tf.errors.UnknownError(None, None, f"{type(err).__name__}: {err}") from err
 
     def _next_prefetched(self) -> Any:
-        """A prefetched element, unless the buffer was written since it was drawn.
+        """A prefetched element, unless what the buffer may return changed since it was
+        drawn (a write, clear, load, delete or priority update: ``table.version``).
 
         A stale element (and everything prefetched with it) is dropped and
         the iterator samples inline until ``FRESH_READS`` reads in a row found
-        no write (a loop that adds between reads gains nothing from drawing ahead).
+        no change (a loop that adds or updates priorities between reads gains
+        nothing from drawing ahead).
         """
         if self._prefetcher is None:  # started on first use: graph-mode use needs no thread
             self._prefetcher = Prefetcher(self._draw, EAGER_PREFETCH, self._should_stop)
-        generation, element = next(self._prefetcher)
-        if generation == self._written():
+        version, element = next(self._prefetcher)
+        if version == self._written():
             return element
         self._prefetcher.close(timeout_s=0.0)
         self._prefetcher = None
@@ -191,7 +195,7 @@ class SampleIterator(iterator_ops.OwnedIterator):
         if self._ended or self._should_stop():
             self._ended = True
             raise StopIteration
-        if self._large:  # back to prefetching after FRESH_READS reads without a write
+        if self._large:  # back to prefetching after FRESH_READS reads without a change
             written = self._written()
             self._quiet_reads = self._quiet_reads + 1 if written == self._last_seen else 0
             self._last_seen = written

@@ -10,11 +10,12 @@ spec.
 Sampling runs in ``tf.numpy_function`` inside ``Dataset.map``, drawing a
 chunk of elements per call to amortise the call's overhead (split with
 ``from_tensor_slices``, whose slices share the chunk's memory): one element
-when the buffer was written since the previous call, twice the previous
-count (up to ``MAX_CHUNK``) while it was not (the chunk sampler of this package).
-While it was not, the next chunk is also drawn on a background thread as
+when what the buffer may return changed since the previous call (a write,
+``clear``, load, ``delete`` or ``update_priorities``), twice the previous
+count (up to ``MAX_CHUNK``) while it did not (the chunk sampler of this package).
+While it did not, the next chunk is also drawn on a background thread as
 TensorFlow consumes this one, and the next call takes it only if the buffer
-was still not written since that draw began (else it drops it and draws
+still did not change since that draw began (else it drops it and draws
 anew): read-ahead that cannot go stale, made only where a draw leaves the
 table as it was (no rate limiter that counts samples, no
 ``max_times_sampled``); see the ``_tf_chunks`` module.
@@ -29,8 +30,10 @@ after it. Given the writer's ``generation`` variable (the TF-Agents
 returned is drawn from a table that holds it, except the elements that a
 user's ``num_parallel_calls``/``prefetch`` holds already. Without one (a
 plain :class:`~recollect.ReplayBuffer` written in numpy), a chunk drawn during
-a read-only phase can serve up to ``MAX_CHUNK`` elements after a write; the
-eager path below checks the buffer itself and never does.
+a read-only phase can serve the rest of its elements (fewer than ``MAX_CHUNK``)
+after a write, ``clear``, load, ``delete`` or ``update_priorities``, never a
+chunk drawn ahead of it; the eager path below checks the buffer itself and
+never does.
 
 Iterating the sampling dataset eagerly (``for items, info in dataset``)
 takes a faster path that samples in Python and yields the same elements,

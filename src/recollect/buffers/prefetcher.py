@@ -5,6 +5,13 @@ The one thread layer between a local buffer and a reader (see
 over any :class:`~recollect.source.SampleSource`'s ``draw``. A draw made on a
 prefetch thread from a rate-limited table waits in short slices
 (:func:`draw_waiting`), so that closing the prefetcher ends it.
+
+Freshness: the items kept ready are drawn ahead by the depth the caller asked
+for (``prefetch``), and are handed out even when the buffer changed after their
+draw (a write, ``clear``, ``delete``, ``update_priorities``, load: all alike);
+a reader that needs every batch drawn after the buffer's latest change calls
+``sample`` itself. A draw function may tag its items and let the consumer drop stale
+ones (the eager ``tf.data`` iterator checks its buffer's ``table.version``).
 """
 
 from __future__ import annotations

@@ -98,6 +98,8 @@ class Table(TableReads, TableState):
         #: steps written, windows drawn since construction (or the last clear); checkpointed
         self.inserts = 0
         self.samples = 0
+        #: deletes and priority updates so far (see :attr:`version`)
+        self.changes = 0
         self.closed = False
         #: threads waiting on ``cond`` (notified only when some wait)
         self.waiters = 0
@@ -136,6 +138,17 @@ class Table(TableReads, TableState):
         self.gate = Gate(self)
         if rate_limiter is not None:
             self.gate.check_limits()
+
+    @property
+    def version(self) -> int:
+        """Moves with every change of what a draw may return: a write, clear, load or
+        episode end (``index.generation``), a delete or a priority update (:attr:`changes`).
+
+        A reader that drew ahead keeps its draw only while this is unchanged (one
+        integer compare; read without the lock). A draw's own ``max_times_sampled``
+        removals leave it as it was: later draws are made after them.
+        """
+        return self.index.generation + self.changes
 
     def _recheck_clocks(self) -> None:
         """Caches whether all rows share one clock (the cheap write path) and its value."""
@@ -366,6 +379,7 @@ class Table(TableReads, TableState):
         """
         with self.lock:
             skipped = delete_windows(self, ids)
+            self.changes += 1  # moves ``version``: read-ahead drops what it drew before
             if self.waiters:
                 self.cond.notify_all()
             return skipped
@@ -393,4 +407,6 @@ class Table(TableReads, TableState):
                 "buffer with sampler=recollect.Prioritized(...) to use update_priorities."
             )
         with self.lock:
-            return update(ids, priorities, shard=self.shard)
+            skipped = update(ids, priorities, shard=self.shard)
+            self.changes += 1  # moves ``version``: read-ahead drops what it drew before
+            return skipped
