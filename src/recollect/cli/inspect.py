@@ -16,8 +16,6 @@ through a scratch directory of links, so inspecting never rewrites it.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -132,19 +130,28 @@ def _memmap_manifest(path: Path) -> dict[str, Any] | None:
     return manifest if isinstance(manifest, dict) and manifest.get("storage") == "memmap" else None
 
 
-def _open_memmap(path: Path, manifest: dict[str, Any], scratch: Path) -> Any:
-    """Reopens the memmap buffer at ``path`` through links in ``scratch``.
+def _open_memmap(path: Path) -> Any:
+    """The memmap buffer at ``path`` as a RAM buffer over copy-on-write mappings of its
+    files: nothing in ``path`` is written, links are never followed.
 
-    Reopening flushes and rewrites the manifest (with this reader's sampler);
-    the copy in ``scratch`` takes those writes, the data files are only read.
+    Raises:
+        CheckpointError: the directory was written after its last flush (its counters
+            do not match its data), or is damaged.
     """
+    from recollect.buffers.memmap_state import DIRTY
     from recollect.buffers.replay_buffer import ReplayBuffer
+    from recollect.errors import CheckpointError
+    from recollect.state.files import read_state
 
-    for file in path.iterdir():
-        if file.name not in ("manifest.json", "written.npy"):
-            (scratch / file.name).symlink_to(file.resolve())
-    shutil.copyfile(path / "manifest.json", scratch / "manifest.json")
-    return ReplayBuffer.from_config(manifest["config"], storage="memmap", directory=scratch)
+    if (path / DIRTY).exists():
+        raise CheckpointError(
+            f"memmap directory {path} was written after its last flush(); its counters no "
+            "longer match the data. Reopen it with recover=True (in Python) to inspect it."
+        )
+    saved = read_state(path, resolve=False, copy_on_write=True)
+    buffer = ReplayBuffer.from_config(saved.config, force=True)  # RAM untouched: mapped below
+    buffer.load_state_dict(saved.state, allow_map=True)
+    return buffer
 
 
 def inspect_checkpoint(path: str, output: Path | None) -> str:
@@ -157,9 +164,7 @@ def inspect_checkpoint(path: str, output: Path | None) -> str:
     manifest = _memmap_manifest(Path(path))
     if manifest is None:
         return _report(path, load_buffer(path, mmap=True), None, output)
-    with tempfile.TemporaryDirectory(prefix="recollect-inspect-") as scratch:
-        buffer = _open_memmap(Path(path), manifest, Path(scratch))
-        return _report(path, buffer, manifest, output)
+    return _report(path, _open_memmap(Path(path)), manifest, output)
 
 
 def _report(path: str, loaded: Any, memmap: dict[str, Any] | None, output: Path | None) -> str:

@@ -16,7 +16,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -211,8 +211,11 @@ class ColumnFile:
 
 
 class _Reader:
-    def __init__(self, root: Path, manifest: dict[str, Any], where: str) -> None:
+    def __init__(
+        self, root: Path, manifest: dict[str, Any], where: str, copy_on_write: bool = False
+    ) -> None:
         self.root, self.manifest, self.where = root, manifest, where
+        self.map_mode: Literal["r+", "c"] = "c" if copy_on_write else "r+"
         files = manifest.get("files")
         self.files = files if isinstance(files, dict) else {}
 
@@ -241,7 +244,7 @@ class _Reader:
     def memmap(self, name: Any) -> np.ndarray:
         path = state_file_path(self.root, name)
         try:
-            return map_npy(path)  # a regular file (no link), not torn
+            return map_npy(path, self.map_mode)  # a regular file (no link), not torn
         except CheckpointError as err:
             raise CheckpointError(f"{self.where}: cannot map {path}: {err}") from err
         except (OSError, ValueError, EOFError) as err:
@@ -261,12 +264,16 @@ class _Reader:
         return from_json(value)
 
 
-def read_state(path: str | os.PathLike, *, resolve: bool = True) -> Saved:
+def read_state(
+    path: str | os.PathLike, *, resolve: bool = True, copy_on_write: bool = False
+) -> Saved:
     """Reads a state directory written by :func:`write_checkpoint` or :func:`write_in_place`.
 
     Args:
         path: the directory.
         resolve: resolve an interrupted atomic save (checkpoints; not memmap directories).
+        copy_on_write: map a memmap directory's live files copy-on-write (opened
+            read-only; writes stay in this process) instead of read-write.
 
     Raises:
         CheckpointError: missing or damaged manifest or files, a newer format.
@@ -274,7 +281,7 @@ def read_state(path: str | os.PathLike, *, resolve: bool = True) -> Saved:
     root = resolve_checkpoint(path) if resolve else Path(path)
     manifest = parse_manifest(root)
     where = str(root / MANIFEST)
-    reader = _Reader(root, manifest, where)
+    reader = _Reader(root, manifest, where, copy_on_write)
     if manifest["format_version"] == 1:
         from recollect.state.v1 import upgrade
 

@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -305,16 +305,18 @@ def mmap_columns(
         return np.asarray(np.memmap(f, dtype, mode="c", offset=data_offset, shape=tuple(shape)))
 
 
-def map_npy(path: Path) -> np.ndarray:
-    """The ``.npy`` file ``path`` mapped read-write (``r+``), opened as a regular file (no
-    link, FIFO or device: :func:`~recollect.state.safe_files.open_regular`).
+def map_npy(path: Path, mode: Literal["r+", "c"] = "r+") -> np.ndarray:
+    """The ``.npy`` file ``path`` mapped read-write (``mode="r+"``) or copy-on-write
+    (``"c"``: writes stay private to this process, the file is opened read-only), opened
+    as a regular file (no link, FIFO or device:
+    :func:`~recollect.state.safe_files.open_regular`).
 
     Raises:
         CheckpointError: not a regular file, not a valid ``.npy`` (object dtype or
             fortran order), or shorter than its header describes (numpy would silently
             zero-extend a torn file).
     """
-    with open_regular(path, "r+b") as f:
+    with open_regular(path, "r+b" if mode == "r+" else "rb") as f:
         shape, dtype, offset = _read_header(f, path)
         needed = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         size = os.fstat(f.fileno()).st_size
@@ -325,4 +327,4 @@ def map_npy(path: Path) -> np.ndarray:
             )
         if needed == offset:  # nothing to map
             return np.zeros(shape, dtype)
-        return np.memmap(f, dtype, mode="r+", offset=offset, shape=shape)
+        return np.memmap(f, dtype, mode=mode, offset=offset, shape=shape)

@@ -161,6 +161,14 @@ def load_columns(
             else:
                 source.read_into(dest)
             continue
+        if (
+            allow_map
+            and isinstance(source, np.memmap)
+            and source.mode == "c"
+            and (source.shape, source.dtype) == (dest.shape, dest.dtype)
+        ):  # a copy-on-write mapping (a memmap directory read in place): used as it is
+            arrays[i] = source
+            continue
         source = np.asarray(source)
         if source.shape != dest.shape or source.dtype != dest.dtype:
             raise CheckpointError(
