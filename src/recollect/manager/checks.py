@@ -3,28 +3,63 @@ attached to, must match the arguments the manager was given."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.errors import InvalidArgumentError
 from recollect.samplers.base import Sampler
-from recollect.specs import FlatSpec
+from recollect.specs import ArraySpec, FlatSpec
 
 __all__ = ["check_checkpoint_matches", "leaves_differ"]
 
 
-def leaves_differ(data_spec: Any, flat: FlatSpec) -> str | None:
-    """None when ``data_spec`` has ``flat``'s leaves (paths, shapes, dtypes), else the
-    message's middle: ``"has leaves [...], the manager's data_spec [...]"``."""
-    want = FlatSpec(data_spec)
-    if (want.paths, want.shapes, want.dtypes) == (flat.paths, flat.shapes, flat.dtypes):
+def _structure(node: Any) -> Any:
+    """A comparable description of a spec's nest structure (not its leaves): containers,
+    dict keys (in any order), namedtuple names and fields, ``"*"`` for each leaf."""
+    if isinstance(node, ArraySpec):
+        return "*"
+    if node is None:
         return None
-    return (
-        f"has leaves {list(zip(flat.paths, flat.shapes, map(str, flat.dtypes), strict=True))}, "
-        "the manager's data_spec "
-        f"{list(zip(want.paths, want.shapes, map(str, want.dtypes), strict=True))}"
-    )
+    if isinstance(node, tuple) and hasattr(node, "_fields"):
+        children = tuple(_structure(c) for c in node)
+        return ("namedtuple", type(node).__qualname__, tuple(node._fields), children)
+    if isinstance(node, Mapping):
+        items = sorted(node.items(), key=lambda kv: repr(kv[0]))
+        return ("dict", tuple((k, _structure(v)) for k, v in items))
+    if isinstance(node, tuple | list):
+        return (type(node).__name__, tuple(_structure(c) for c in node))
+    return ("node", type(node).__qualname__, repr(node))
+
+
+def _render(flat: FlatSpec) -> str:
+    """The nest structure as optree prints it: ``Transition(action=*, observation=*)``."""
+    text = repr(flat.treedef)
+    return text[len("PyTreeSpec(") : -1] if text.startswith("PyTreeSpec(") else text
+
+
+def leaves_differ(data_spec: Any, flat: FlatSpec) -> str | None:
+    """None when ``data_spec`` has ``flat``'s leaves (paths, shapes, dtypes) and nest
+    structure, else the message's middle: ``"has leaves [...], the manager's data_spec
+    [...]"``, or for the same leaves in another nest ``"has the structure {...} ...,
+    the manager's data_spec the structure Transition(...)"``.
+
+    The structure counts: a buffer returns samples in its own spec's structure, so
+    a dict spec of the same leaves as a checkpoint's namedtuple spec would get
+    namedtuple samples.
+    """
+    want = FlatSpec(data_spec)
+    have = list(zip(flat.paths, flat.shapes, map(str, flat.dtypes), strict=True))
+    given = list(zip(want.paths, want.shapes, map(str, want.dtypes), strict=True))
+    if sorted(have) != sorted(given):
+        return f"has leaves {have}, the manager's data_spec {given}"
+    if _structure(want.spec) != _structure(flat.spec):  # same leaves, in another nest
+        return (
+            f"has the structure {_render(flat)} (samples come back in it), the manager's "
+            f"data_spec the structure {_render(want)}"
+        )
+    return None
 
 
 def check_checkpoint_matches(
@@ -45,14 +80,14 @@ def check_checkpoint_matches(
         sampler: a sampler of the class the manager was given, or None.
 
     Raises:
-        InvalidArgumentError: the spec, a given value or the sampler's class differs
-            (the message names it and what to do).
+        InvalidArgumentError: the spec (its nest structure or its leaves), a given
+            value or the sampler's class differs (the message names it and what to do).
     """
     differ = None if data_spec is None else leaves_differ(data_spec, buffer.flat_spec)
     if differ is not None:
         raise InvalidArgumentError(
             f"the checkpoint in {directory} {differ}. "
-            "Use the checkpoint's spec, or create a new buffer."
+            "Pass the checkpoint's spec (or none), or create a new buffer elsewhere."
         )
     stored = {
         "capacity": buffer.capacity,

@@ -24,6 +24,7 @@ from recollect.arguments import check_int, positive_int
 from recollect.errors import InvalidArgumentError
 from recollect.samplers.base import Sampler
 from recollect.samplers.uniform import Uniform
+from recollect.table import at_fork
 from recollect.table.gate import Gate
 from recollect.table.rate_limiters import RateLimiter
 from recollect.table.reads import TableReads
@@ -113,10 +114,12 @@ class Table(TableReads, TableState):
             self.check_num_steps(sequence_length, "sequence_length")
         self.sequence_length = sequence_length
         self.rng = np.random.default_rng(rng)
-        #: Hold it to make several table and storage calls one atomic step.
+        #: Hold it to make several table and storage calls one atomic step. A forked
+        #: child finds it free (see :mod:`recollect.table.at_fork`).
         self.lock = threading.RLock()
         #: Waiters for the rate limiter wait on this condition of ``lock``.
         self.cond = threading.Condition(self.lock)
+        at_fork.register(self)
         self.index = WindowIndex(num_envs, max_length)
         self.sampler = sampler if sampler is not None else Uniform()
         self.sampler.bind(self.index, sequence_length, episode_aware=episode_aware)

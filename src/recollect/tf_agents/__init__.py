@@ -23,11 +23,13 @@ Deliberate differences from TF-Agents:
 - An empty ``PyUniformReplayBuffer`` raises
   :class:`~recollect.errors.NotEnoughDataError` where TF-Agents returns
   uninitialised ``np.empty`` garbage. (An empty ``TFUniformReplayBuffer``
-  raises :class:`EmptyBufferError`, a ``tf.errors.InvalidArgumentError``, as
-  TF-Agents does.)
+  raises :class:`EmptyBufferError`, a ``tf.errors.InvalidArgumentError``
+  whose message starts with TF-Agents' "TFUniformReplayBuffer is empty. Make
+  sure to add items before sampling the buffer.", as TF-Agents does.)
 - ``num_steps`` > ``max_length`` raises
   :class:`~recollect.errors.InvalidArgumentError`; too few steps stored for
-  ``num_steps`` says how many more are needed (TF-Agents: "is empty").
+  ``num_steps`` says how many more are needed (TF-Agents: "is empty"; the
+  ``TFUniformReplayBuffer`` message starts with TF-Agents' text, then says it).
 - A failed ``add_batch`` changes nothing (TF-Agents may advance its write
   position first).
 - Windows never span the ring's write position nor, with a top-level bool

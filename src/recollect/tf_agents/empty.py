@@ -8,7 +8,10 @@ import tensorflow as tf
 
 from recollect.errors import NotEnoughDataError
 
-__all__ = ["EmptyBufferError", "empty_error"]
+__all__ = ["EMPTY_MESSAGE", "EmptyBufferError", "empty_error"]
+
+#: TF-Agents' own text for sampling an empty buffer (its tests match it); ours follows
+EMPTY_MESSAGE = "TFUniformReplayBuffer is empty. Make sure to add items before sampling the buffer."
 
 
 class EmptyBufferError(NotEnoughDataError, ValueError, tf.errors.InvalidArgumentError):
@@ -28,7 +31,9 @@ class EmptyBufferError(NotEnoughDataError, ValueError, tf.errors.InvalidArgument
 
 
 def empty_error(err: Exception) -> Exception:
-    """A NotEnoughDataError as :class:`EmptyBufferError`; other errors unchanged."""
+    """A NotEnoughDataError as :class:`EmptyBufferError` whose message starts with
+    TF-Agents' text (:data:`EMPTY_MESSAGE`), then says what recollect found;
+    other errors unchanged."""
     if isinstance(err, NotEnoughDataError) and not isinstance(err, EmptyBufferError):
-        return EmptyBufferError(str(err))
+        return EmptyBufferError(f"{EMPTY_MESSAGE} ({err})")
     return err
