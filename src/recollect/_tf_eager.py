@@ -113,6 +113,10 @@ class SampleIterator(iterator_ops.OwnedIterator):
     :class:`~recollect.prefetch.Prefetcher` (its gathers release the GIL and
     overlap); smaller ones are sampled inline by ``next()``: their sampling is
     Python bound and holds the GIL, so a producer thread only adds hand-offs.
+    So are all elements of a table whose draws change it (``max_times_sampled``,
+    a rate limiter that counts samples: ``table.read_only_draws`` is False), as
+    the graph path never draws ahead on one: a prefetched batch that a change
+    made stale is dropped, and dropping such a draw would lose its windows.
     Both give the sequence of ``buffer.sample`` calls and end, or raise, alike.
     Graph-mode calls (the iterator passed into a ``tf.function``) use the
     dataset's own pipeline through the inherited resource.
@@ -148,7 +152,11 @@ class SampleIterator(iterator_ops.OwnedIterator):
         self._draw = draw
         self._wrap_error = wrap_error
         self._should_stop = functools.partial(buffer_closed, buffer)
-        self._large = flat.nbytes * batch * (num_steps or 1) >= INLINE_BELOW_BYTES
+        # a draw that counts (max_times_sampled's removals, a limiter that counts samples)
+        # is never made ahead: a prefetched batch dropped as stale would lose its windows
+        self._large = flat.nbytes * batch * (num_steps or 1) >= INLINE_BELOW_BYTES and bool(
+            getattr(table, "read_only_draws", True)
+        )
         self._inline = not self._large
         self._quiet_reads = 0  # reads in a row that found no change since the previous one
         self._last_seen: Any = None

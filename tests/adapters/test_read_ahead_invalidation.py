@@ -165,3 +165,41 @@ def test_a_draws_own_removals_invalidate_nothing():
         iterator = iter(tf_data.as_dataset(buf, 1))
         served = [int(next(iterator)[1].ids.numpy()[0]) for _ in range(N - sum(sizes))]
     assert len(set(served)) == len(served) == N - sum(sizes)  # every window left, once
+
+
+@pytest.mark.parametrize("change", ["write", "delete", "priorities"])
+def test_eager_path_loses_no_window_of_a_table_whose_draws_remove(monkeypatch, change):
+    """``max_times_sampled=1`` and a change between reads, then reads to the end: every
+    window was served once or deleted (a prefetched batch dropped as stale used to take
+    the windows its draw removed with it)."""
+    monkeypatch.setattr(_tf_eager, "INLINE_BELOW_BYTES", 0)  # would prefetch even small elements
+    buf = ReplayBuffer(
+        {"x": ArraySpec((), np.float64)},
+        2 * N,  # room for the writes below: nothing is overwritten
+        num_envs=1,
+        rng=0,
+        max_times_sampled=1,
+        sampler=Prioritized(1.0, epsilon=0.0),
+        sequence_length=1,
+    )
+    for t in range(N):
+        buf.add_batch({"x": np.array([float(t)])})
+    iterator = iter(tf_data.as_dataset(buf, 2))
+    served, deleted, written = [], 0, N
+    for k in range(12):
+        served += [int(i) for i in next(iterator)[1].ids.numpy()]
+        time.sleep(0.01)  # a prefetcher would have its next batches drawn by now
+        if change == "write":
+            buf.add_batch({"x": np.array([-1.0])})
+            written += 1
+        elif change == "delete":
+            deleted += 1 - buf.delete(np.array([N - 1 - k], np.int64))  # the newest windows
+        else:
+            buf.update_priorities(np.array(served[-1:], np.int64), np.ones(1))
+    with pytest.raises(tf.errors.UnknownError, match="NotEnoughDataError"):
+        while True:  # to the end: fewer than 2 windows left
+            served += [int(i) for i in next(iterator)[1].ids.numpy()]
+    assert len(set(served)) == len(served)
+    left = written - buf.table.index.removed
+    assert left in (0, 1)
+    assert len(served) + deleted + left == written  # served, deleted or still there
