@@ -48,3 +48,20 @@ def test_reopening_a_memmap_directory_with_another_spec_names_the_differing_leav
     assert "'obs': shape [4] saved, [8] here" in message
     assert "'rew' only here" in message
     assert "is_last" not in message and len(message) < 300, message
+
+
+def test_as_tensors_of_a_uniform_sample_warns_nothing():
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    import recollect.torch as rc_torch
+
+    buf = rc.ReplayBuffer({"x": rc.ArraySpec((3,), np.float32)}, 64, 1, rng=0)
+    for t in range(10):
+        buf.add({"x": np.full(3, t, np.float32)})
+    sample = buf.sample(8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tensors = rc_torch.as_tensors(sample)
+    assert tensors.probabilities.dtype == torch.float64
+    np.testing.assert_array_equal(tensors.data["x"].numpy(), sample.data["x"])
