@@ -42,7 +42,10 @@ __all__ = ["ReplayDataset", "as_tensors"]
 def _to_tensor(x: Any, device: torch.device | None, pin_memory: bool) -> Any:
     if not isinstance(x, np.ndarray | np.generic):
         return x
-    tensor = torch.from_numpy(np.ascontiguousarray(x) if x.dtype != np.bool_ else np.asarray(x))
+    x = np.ascontiguousarray(x) if x.dtype != np.bool_ else np.asarray(x)
+    if not x.flags.writeable:  # e.g. a uniform sample's shared probabilities: a tensor
+        x = x.copy()  # may be written, so it gets its own copy (and torch no warning)
+    tensor = torch.from_numpy(x)
     if device is None or device.type == "cpu":
         return tensor
     if pin_memory:
@@ -63,7 +66,9 @@ def as_tensors(
 
     Returns:
         The same structure with tensors; dtypes follow numpy (float32 ->
-        ``torch.float32``, bool -> ``torch.bool``, uint8 -> ``torch.uint8``).
+        ``torch.float32``, bool -> ``torch.bool``, uint8 -> ``torch.uint8``). A
+        tensor shares memory with its array, except for read-only arrays, which are
+        copied (a tensor may be written).
     """
     dev = torch.device(device) if device is not None else None
     import dataclasses

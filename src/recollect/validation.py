@@ -69,12 +69,20 @@ def check_structure(flat: FlatSpec, data: Any, what: str) -> list[Any]:
 
 
 def convert_leaf(
-    value: Any, shape: tuple[int, ...], dtype: np.dtype, path: str, what: str, lead: int = 0
+    value: Any,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    path: str,
+    what: str,
+    lead: int = 0,
+    owner: str = "buffer",
 ) -> np.ndarray:
     """Returns ``value`` as an array of exactly ``shape`` and ``dtype``.
 
     ``lead`` is how many of ``shape``'s dims are env dims in front of the
-    spec's shape (1 for ``add_batch``: ``[num_envs]``); it only shapes the message.
+    spec's shape (1 for ``add_batch``: ``[num_envs]``); it only shapes the message,
+    as ``owner`` does: whose ``num_envs`` that is (``"buffer"`` or a served table's
+    ``"writer"``).
 
     Raises:
         ShapeError: the shape differs (leading dims included).
@@ -92,7 +100,7 @@ def convert_leaf(
     if arr.shape != shape:
         raise ShapeError(
             f"{what} leaf '{path}': expected shape {shape}, got {arr.shape}. "
-            + _shape_hint(arr.shape, shape, lead)
+            + _shape_hint(arr.shape, shape, lead, owner)
         )
     if arr.dtype == dtype:
         return arr
@@ -105,19 +113,20 @@ def convert_leaf(
     return arr.astype(dtype)
 
 
-def _shape_hint(got: tuple[int, ...], shape: tuple[int, ...], lead: int) -> str:
+def _shape_hint(got: tuple[int, ...], shape: tuple[int, ...], lead: int, owner: str) -> str:
     spec_shape = shape[lead:]
     if lead == 0:
         return f"One step must have exactly the spec's shape {spec_shape}."
     if lead == 1:
+        # whose num_envs: a served table's writer has its own (the rows it leases)
+        make = "open the writer" if owner == "writer" else f"create the {owner}"
         hint = (
-            f"The first dim is the buffer's num_envs={shape[0]} (one step per env row), "
+            f"The first dim is the {owner}'s num_envs={shape[0]} (one step per env row), "
             f"the rest the spec's shape {spec_shape}."
         )
         if len(got) == len(shape) and got[1:] == spec_shape:
             hint += (
-                f" Give every leaf a leading dim of {shape[0]}, or create the buffer with "
-                f"num_envs={got[0]}."
+                f" Give every leaf a leading dim of {shape[0]}, or {make} with num_envs={got[0]}."
             )
         return hint
     return f"The first {lead} dims are {shape[:lead]}, the rest the spec's shape {spec_shape}."
@@ -236,7 +245,7 @@ def exact_matcher(flat: FlatSpec, leading: tuple[int, ...]) -> Callable[[Any], A
 
 
 def convert_step(
-    flat: FlatSpec, data: Any, leading: tuple[int, ...], what: str
+    flat: FlatSpec, data: Any, leading: tuple[int, ...], what: str, owner: str = "buffer"
 ) -> list[np.ndarray]:
     """Validates a nest against the spec with ``leading`` extra dims; returns flat arrays.
 
@@ -265,17 +274,17 @@ def convert_step(
         ):  # anything unusual takes the complete path (same results and errors as ever)
             # ``values`` is already check_structure's result: the getter reads a flat dict
             # spec's keys in sorted order, as optree flattens dicts.
-            return _convert_leaves(flat, values, leading, what)
+            return _convert_leaves(flat, values, leading, what, owner)
     return list(values)
 
 
 def _convert_leaves(
-    flat: FlatSpec, values: list[Any], leading: tuple[int, ...], what: str
+    flat: FlatSpec, values: list[Any], leading: tuple[int, ...], what: str, owner: str = "buffer"
 ) -> list[np.ndarray]:
     out = []
     for value, shape, dtype, path in zip(values, flat.shapes, flat.dtypes, flat.paths, strict=True):
         if type(value) is np.ndarray and value.dtype == dtype and value.shape == leading + shape:
             out.append(value)
         else:
-            out.append(convert_leaf(value, leading + shape, dtype, path, what, len(leading)))
+            out.append(convert_leaf(value, leading + shape, dtype, path, what, len(leading), owner))
     return out

@@ -104,12 +104,25 @@ def test_stale_ids_are_skipped_and_counted():
         buf.add_batch(make_step(rng, 2))
     before = buf.sampler._tree.values.copy()
     live = valid_ids(buf)[:3]
-    ids = np.concatenate([old, live, [-5, 10**9]])
+    ids = np.concatenate([old, live, [-5]])
     skipped = buf.update_priorities(ids, np.full(len(ids), 3.0))
-    assert skipped == len(old) + 2
+    assert skipped == len(old) + 1
     changed = np.flatnonzero(buf.sampler._tree.values != before)
     assert len(changed) == len(live)
     assert buf.sampler.max_priority == 3.0
+
+
+@pytest.mark.parametrize("unissued", [10**9, 123456789, (1 << 40) * 2])  # time, time, row 2
+def test_ids_never_issued_raise_naming_them_and_change_nothing(unissued):
+    buf = make_buffer(capacity=20, num_envs=2, seq=2, steps=15)
+    live = valid_ids(buf)[:3]
+    before = buf.sampler._tree.values.copy()
+    ids = np.concatenate([live, [unissued]])
+    with pytest.raises(
+        InvalidArgumentError, match=rf"ids \[{unissued}\] \(1 of 4\) were never issued"
+    ):
+        buf.update_priorities(ids, np.full(len(ids), 3.0))
+    np.testing.assert_array_equal(buf.sampler._tree.values, before)
 
 
 def test_cleared_windows_are_stale():
@@ -332,7 +345,7 @@ def row_histories(draw):
 def test_valid_flags_give_the_start_times_a_start_array_would(history):
     """Rows at their own clocks, truncations, clears: the start times derived from the
     valid flags and the clocks are those of the window index's valid windows, and
-    exactly the ids of valid windows update (a lap older or newer is stale)."""
+    exactly the ids of valid windows update (a lap older is stale, a lap newer never issued)."""
     num_envs, max_length, seq, events = history
     spec = {"observation": rc.ArraySpec((), np.float16), "is_last": rc.ArraySpec((), bool)}
     buf = rc.ReplayBuffer(
@@ -356,7 +369,9 @@ def test_valid_flags_give_the_start_times_a_start_array_would(history):
         older = rc.ids.encode(rows, times - max_length)[times >= max_length]
         newer = rc.ids.encode(rows, times + max_length)
         assert buf.update_priorities(older, np.ones(len(older))) == len(older)
-        assert buf.update_priorities(newer, np.ones(len(newer))) == len(newer)
+        if len(newer):  # a lap newer: times the rows have not reached, never issued
+            with pytest.raises(InvalidArgumentError, match="never issued"):
+                buf.update_priorities(newer, np.ones(len(newer)))
 
 
 def test_draws_between_writes_name_valid_windows():

@@ -96,7 +96,13 @@ def test_bad_steps_fail_as_on_a_local_buffer_and_change_nothing(bad: dict) -> No
     writer.add_batch(steps(1.0, 4))
     want = _error(lambda: local.add_batch(bad))
     got = _error(lambda: writer.add_batch(bad))
-    assert type(got) is type(want) and str(got) == str(want)
+    # the same message, naming the writer where the writer's num_envs is meant
+    as_local = (
+        str(got)
+        .replace("the writer's num_envs", "the buffer's num_envs")
+        .replace("open the writer with", "create the buffer with")
+    )
+    assert type(got) is type(want) and as_local == str(want)
     assert writer.pending == 1
     writer.flush()
     assert len(served) == 4

@@ -32,7 +32,7 @@ import numpy as np
 
 from recollect.errors import CheckpointError
 from recollect.state.files import read_state, write_in_place
-from recollect.state.manifest import FORMAT_VERSION, MANIFEST
+from recollect.state.manifest import FORMAT_VERSION, MANIFEST, spec_difference
 from recollect.state.npyio import map_npy
 from recollect.state.safe_files import create_new, read_regular
 from recollect.state.space import create_npy_memmap
@@ -91,6 +91,12 @@ class MemmapState:
             )
         stored = manifest.get("config") or {}
         for key, value in self.config.items():
+            if key == "spec" and stored.get(key) != value:
+                raise CheckpointError(
+                    f"memmap directory {self.directory} holds a buffer of another spec: "
+                    f"{spec_difference(stored.get(key), value)}. Reopen it with the spec it "
+                    "was created with, or use another directory."
+                )
             if stored.get(key) != value:
                 raise CheckpointError(
                     f"memmap directory {self.directory} holds a buffer with {key}="

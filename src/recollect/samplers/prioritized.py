@@ -259,7 +259,8 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             another shard.
 
         Raises:
-            InvalidArgumentError: shapes differ, ids are not integers, a
+            InvalidArgumentError: shapes differ, ids are not integers, an id of
+                this shard was never issued (its row or time was never written), a
                 priority is NaN, inf or negative, or ``(p + epsilon) ** alpha``
                 or the sum of all priorities overflows; nothing is changed.
         """
@@ -275,6 +276,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             keys, live = self._live_keys(ids, shard)
             skipped = len(ids) - int(np.count_nonzero(live))
             if skipped:
+                self._refuse_unissued(ids, shard)
                 keys, priorities = keys[live], priorities[live]
                 largest = float(priorities.max()) if len(keys) else -1.0
         if len(keys):
@@ -315,6 +317,23 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         newest = self.index.t[np.where(live, rows, 0)]
         live &= self._valid[keys] & (times < newest) & (times >= newest - self._length)
         return keys, live
+
+    def _refuse_unissued(self, ids: np.ndarray, shard: int) -> None:
+        """Raises when an id of this shard names a row it lacks or a time its row has not
+        reached: this buffer never issued it (stale ids, overwritten since, are skipped)."""
+        rows = (ids >> ROW_SHIFT) - (shard << ROW_BITS)
+        mine = (rows >= 0) & (rows < (1 << ROW_BITS))  # this shard's field; others skipped
+        known = mine & (rows < self.index.num_envs)
+        clocks = self.index.t[np.where(known, rows, 0)]
+        bad = mine & (~known | ((ids & (MAX_TIME - 1)) >= clocks))
+        if bad.any():
+            named = ids[bad]
+            raise InvalidArgumentError(
+                f"update_priorities: ids {named[:5].tolist()}{' ...' if len(named) > 5 else ''} "
+                f"({len(named)} of {len(ids)}) were never issued by this buffer (their row or "
+                "step time was never written). Pass the ids of this buffer's samples "
+                "(Sample.ids); nothing was updated."
+            )
 
     def _check_update(self, ids: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
         return check_update(ids, priorities)

@@ -113,7 +113,7 @@ class Writer:
         """
         if self._closed:
             raise StateError("this Writer is closed; open a new one with client.writer(...).")
-        leaves = convert_step(self._flat, steps, (self.num_envs,), "add_batch")
+        leaves = convert_step(self._flat, steps, (self.num_envs,), "add_batch", "writer")
         pos = self._pos
         for chunk, leaf in zip(self._chunk, leaves, strict=True):
             chunk[:, pos] = leaf
@@ -136,7 +136,7 @@ class Writer:
             )
         if self._closed:
             raise StateError("this Writer is closed; open a new one with client.writer(...).")
-        leaves = convert_step(self._flat, step, (), "add")
+        leaves = convert_step(self._flat, step, (), "add", "writer")
         pos = self._pos
         for chunk, leaf in zip(self._chunk, leaves, strict=True):
             chunk[0, pos] = leaf

@@ -49,6 +49,7 @@ __all__ = [
     "leaf_file_name",
     "parse_manifest",
     "rebuild_spec",
+    "spec_difference",
     "to_json",
 ]
 
@@ -60,6 +61,48 @@ _REQUIRED = ("format", "format_version", "kind", "files")
 
 
 # -- spec <-> JSON --------------------------------------------------------
+def _described_leaves(node: Any, path: str = "") -> dict[str, Any]:
+    """``{leaf path: {"shape", "dtype"}}`` of a :func:`describe_spec` output (containers
+    as ``<kind>`` entries, so a changed nest type shows too)."""
+    if not isinstance(node, dict) or len(node) != 1:
+        return {path or "/": node}
+    ((kind, body),) = node.items()
+    if kind == "leaf":
+        return {path or "/": {"shape": body.get("shape"), "dtype": body.get("dtype")}}
+    if kind == "none":
+        return {path or "/": None}
+    out: dict[str, Any] = {f"{path}<container>": kind}
+    if kind == "namedtuple":
+        items = list(zip(body.get("fields", []), body.get("children", []), strict=False))
+    elif kind == "dict":
+        items = [(k, v) for k, v in body]
+    else:
+        items = [(str(j), v) for j, v in enumerate(body)]
+    for key, child in items:
+        out.update(_described_leaves(child, f"{path}/{key}" if path else str(key)))
+    return out
+
+
+def spec_difference(saved: Any, wanted: Any) -> str:
+    """How two :func:`describe_spec` outputs differ, leaf by leaf, in one short sentence
+    (e.g. "leaf 'observation': shape [8] saved, [4] here; leaf 'extra' only here")."""
+    a, b = _described_leaves(saved), _described_leaves(wanted)
+    parts = []
+    for path in sorted(set(a) | set(b)):
+        if path not in b:
+            parts.append(f"'{path}' only saved")
+        elif path not in a:
+            parts.append(f"'{path}' only here")
+        elif a[path] != b[path]:
+            x, y = a[path], b[path]
+            if isinstance(x, dict) and isinstance(y, dict):
+                diffs = [f"{k} {x[k]} saved, {y.get(k)} here" for k in x if x[k] != y.get(k)]
+                parts.append(f"'{path}': " + ", ".join(diffs))
+            else:
+                parts.append(f"'{path}': {x} saved, {y} here")
+    return "; ".join(parts[:6]) + (f"; and {len(parts) - 6} more" if len(parts) > 6 else "")
+
+
 def describe_spec(node: Any) -> dict[str, Any]:
     """Describes a normalised spec nest (leaves :class:`ArraySpec`) as plain JSON.
 
