@@ -183,13 +183,13 @@ def test_errors_name_the_problem(cartpole_buffer, tmp_path):
         from_minari("cartpole/err-v0", num_envs=1000)
     plain = rc.ReplayBuffer({"observation": rc.ArraySpec((2,), np.float32)}, 10)
     with pytest.raises(SpecError, match=r"missing \['action', 'reward', 'is_last'"):
-        to_minari(plain, "x/y-v0")
+        to_minari(plain, "xx/y-v0")
     spec = cartpole_buffer.data_spec
     running = rc.ReplayBuffer(spec, 10)
     step = {k: np.zeros(v.shape, v.dtype) for k, v in spec.items()}
     running.add(step)
     with pytest.raises(InvalidArgumentError, match="no complete episode"):
-        to_minari(running, "x/y-v0")
+        to_minari(running, "xx/y-v0")
 
 
 def test_import_recollect_loads_neither_minari_nor_tensorflow():
@@ -250,7 +250,8 @@ def test_cli_reports_unknown_dataset(tmp_path):
     result = CliRunner().invoke(
         main, ["import", "--from", "minari", "nope/none-v0", "--checkpoint-dir", str(tmp_path)]
     )
-    assert result.exit_code != 0 and "cannot load minari dataset 'nope/none-v0'" in result.output
+    assert result.exit_code != 0
+    assert "Minari dataset 'nope/none-v0' is not in the local Minari datasets" in result.output
 
 
 def test_minari_warnings_do_not_escape_as_errors(cartpole_buffer):

@@ -23,21 +23,42 @@ __all__ = ["export_buffer", "import_dataset", "seed_from_dataset"]
 _FORMATS = click.Choice(["minari", "rlds"])
 
 
-def _load_dataset(fmt: str, source: str, **kwargs: Any) -> Any:
-    """A new buffer with the episodes of Minari dataset ``source`` or RLDS directory ``source``."""
+def _load_dataset(fmt: str, source: str, download: bool = False, **kwargs: Any) -> Any:
+    """A new buffer with the episodes of Minari dataset ``source`` or RLDS directory ``source``.
+
+    Every failure is one ``click.ClickException`` (an ``Error:`` line, exit 1).
+    """
     from recollect import datasets
 
+    if fmt == "rlds" and not Path(source, "dataset_info.json").is_file():
+        raise click.ClickException(
+            f"{source!r} is not an RLDS/TFDS dataset directory (it has no dataset_info.json); "
+            "pass the directory that `recollect export --to rlds --output DIR` or TFDS wrote, "
+            "e.g. ~/tensorflow_datasets/NAME/CONFIG/VERSION."
+        )
     try:
         if fmt == "minari":
-            return datasets.from_minari(source, **kwargs)
+            return datasets.from_minari(source, download=download, **kwargs)
         import tensorflow_datasets as tfds
 
         episodes = tfds.builder_from_directory(source).as_dataset(split="train")
         return datasets.from_rlds(episodes, **kwargs)
     except RecollectError as err:
         raise click.ClickException(str(err)) from err
-    except (ValueError, FileNotFoundError, ImportError) as err:  # unknown id or directory
+    except (FileNotFoundError, ValueError) as err:
+        if fmt == "minari" and not download and "not found locally" in str(err):
+            raise click.ClickException(
+                f"Minari dataset {source!r} is not in the local Minari datasets folder "
+                "(MINARI_DATASETS_PATH, default ~/.minari/datasets). Add --download to fetch "
+                f"it from Minari's remote hub, or run `minari download {source}` first."
+            ) from None
         raise click.ClickException(f"cannot load {fmt} dataset {source!r}: {err}") from err
+    except ImportError as err:
+        raise click.ClickException(f"cannot load {fmt} dataset {source!r}: {err}") from err
+    except Exception as err:  # a library's own error (network, TFDS metadata): one line
+        raise click.ClickException(
+            f"cannot load {fmt} dataset {source!r}: {type(err).__name__}: {err}"
+        ) from err
 
 
 def seed_from_dataset(
@@ -84,7 +105,7 @@ def export_buffer(
             out, where = rlds, f"RLDS dataset {rlds.path}"
     except RecollectError as err:
         raise click.ClickException(str(err)) from err
-    except ValueError as err:  # Minari: dataset id taken or malformed
+    except (ValueError, OSError) as err:  # Minari: dataset id taken; a directory not writable
         raise click.ClickException(f"cannot write {fmt} dataset: {err}") from err
     click.echo(
         f"exported {out.episodes} episodes ({out.steps} steps) to {where}; "
@@ -111,6 +132,11 @@ def export_buffer(
     help="env rows; episodes are spread over them.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="the buffer's sampling seed.")
+@click.option(
+    "--download",
+    is_flag=True,
+    help="--from minari: fetch a dataset missing locally from Minari's remote hub.",
+)
 def import_dataset(
     fmt: str,
     source: str,
@@ -119,12 +145,17 @@ def import_dataset(
     capacity: int | None,
     num_envs: int,
     seed: int,
+    download: bool,
 ) -> None:
     """Load SOURCE (a Minari dataset id, or an RLDS/TFDS directory) into a new buffer.
 
     The buffer is checkpointed to CHECKPOINT_DIR/BUFFER_NAME.
     """
-    buf = _load_dataset(fmt, source, capacity=capacity, num_envs=num_envs, rng=seed)
+    if download and fmt != "minari":
+        raise click.UsageError("--download works with --from minari only.")
+    buf = _load_dataset(
+        fmt, source, download=download, capacity=capacity, num_envs=num_envs, rng=seed
+    )
     path = Path(checkpoint_dir) / buffer_name
     try:
         buf.save(path)

@@ -12,7 +12,9 @@ has ``is_terminal``, a truncated one's does not.
 from __future__ import annotations
 
 import inspect
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -100,6 +102,25 @@ def _tuples(tree: Any) -> Any:
     return tree
 
 
+def check_dataset_id(dataset_id: Any) -> str:
+    """``dataset_id`` when it is a Minari dataset id with a version,
+    ``(namespace/)name-vN`` (Minari's own pattern), else InvalidArgumentError.
+
+    Minari's ``create_dataset_from_buffers`` creates the dataset's directory before
+    it parses the id, and an id without ``-vN`` fails there with a ``TypeError``.
+    """
+    from minari.dataset.minari_dataset import DATASET_ID_RE
+
+    match = DATASET_ID_RE.fullmatch(dataset_id) if isinstance(dataset_id, str) else None
+    if match is None or match.group("version") is None:
+        raise InvalidArgumentError(
+            f"Minari dataset ids have the form (namespace/)name-vN, e.g. "
+            f"'cartpole/random-v0'; got {dataset_id!r}. Add a version such as "
+            f"'{dataset_id}-v0'."
+        )
+    return dataset_id
+
+
 def to_minari(buf: ReplayBuffer, dataset_id: str, env: Any = None, **metadata: Any) -> MinariExport:
     """Writes the complete episodes stored in ``buf`` as a Minari dataset.
 
@@ -126,8 +147,10 @@ def to_minari(buf: ReplayBuffer, dataset_id: str, env: Any = None, **metadata: A
 
     Raises:
         SpecError: the spec lacks an RLDS key.
-        InvalidArgumentError: the buffer holds no complete episode.
-        ValueError: from Minari (e.g. the dataset id exists already).
+        InvalidArgumentError: ``dataset_id`` is not ``(namespace/)name-vN``, or the
+            buffer holds no complete episode; nothing is written.
+        ValueError: from Minari (e.g. the dataset id exists already); a dataset
+            directory this call created is removed.
 
     Example:
         >>> out = rc.datasets.to_minari(buf, "cartpole/random-v0", env="CartPole-v1")
@@ -136,6 +159,9 @@ def to_minari(buf: ReplayBuffer, dataset_id: str, env: Any = None, **metadata: A
     """
     minari = _minari()
     from minari.data_collector import EpisodeBuffer
+    from minari.storage import get_dataset_path
+
+    check_dataset_id(dataset_id)  # before Minari creates anything
 
     flat = FlatSpec(buf.data_spec)
     require_rlds_spec(flat, _EXPORT_KEYS, "to_minari")
@@ -166,7 +192,14 @@ def to_minari(buf: ReplayBuffer, dataset_id: str, env: Any = None, **metadata: A
     params = inspect.signature(minari.create_dataset_from_buffers).parameters
     if "jpeg_encoding" in params:
         metadata.setdefault("jpeg_encoding", False)
-    dataset = minari.create_dataset_from_buffers(dataset_id, buffers, env=env, **metadata)
+    target = Path(get_dataset_path(dataset_id))
+    existed = target.exists()
+    try:
+        dataset = minari.create_dataset_from_buffers(dataset_id, buffers, env=env, **metadata)
+    except BaseException:
+        if not existed:  # nothing half-written stays behind (a retry would say "exists")
+            shutil.rmtree(target, ignore_errors=True)
+        raise
     steps = sum(len(b.rewards) for b in buffers)
     return MinariExport(dataset, len(buffers), steps, skipped + lone)
 
@@ -214,6 +247,7 @@ def from_minari(
     num_envs: int = 1,
     *,
     data_spec: Any = None,
+    download: bool = False,
     **buffer_kwargs: Any,
 ) -> ReplayBuffer:
     """Loads a Minari dataset's episodes into a new RLDS-step :class:`~recollect.ReplayBuffer`.
@@ -239,6 +273,8 @@ def from_minari(
             ``observation, action, is_last``); default: all seven, from the
             dataset's spaces (``spec_from_space``), the reward's stored dtype
             and a float32 discount. Values are cast into it only when safe.
+        download: fetch a dataset id missing under ``MINARI_DATASETS_PATH`` from
+            Minari's remote hub first (``minari.load_dataset(id, download=True)``).
         **buffer_kwargs: passed to :class:`~recollect.ReplayBuffer` (``rng``,
             ``sampler``, ``sequence_length``, ``storage``, ...).
 
@@ -255,7 +291,9 @@ def from_minari(
     max_length = row_length(capacity, num_envs)
     minari = _minari()
     dataset = (
-        minari.load_dataset(dataset_or_id) if isinstance(dataset_or_id, str) else dataset_or_id
+        minari.load_dataset(dataset_or_id, download=download)
+        if isinstance(dataset_or_id, str)
+        else dataset_or_id
     )
     indices = np.asarray(dataset.episode_indices)
     flat = None if data_spec is None else _user_spec(data_spec)
