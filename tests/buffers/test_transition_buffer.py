@@ -284,7 +284,7 @@ def test_final_observations_ring_grows_and_wraps_with_live_entries():
         obs = np.where(broken[:, None], rng.normal(size=(num_envs, 2)).astype(np.float32), nxt)
         if t % 50 == 49:
             check_sample(buf, ref, 256)
-    assert buf._finals.size > 64
+    assert buf._reader.finals.size > 64
     check_sample(buf, ref, 1024)
 
 
@@ -294,7 +294,7 @@ def test_chain_is_bitwise_negative_zero_and_nan():
     buf.add(np.array([0.0, 5.0]), 0, 0.0, np.array([-0.0, np.nan]), False)
     buf.add(np.array([0.0, np.nan]), 1, 0.0, np.array([1.0, np.nan]), False)  # breaks: -0.0
     buf.add(np.array([1.0, np.nan]), 2, 0.0, np.array([2.0, 2.0]), False)  # chains: NaN
-    assert buf._finals.n == 1
+    assert buf._reader.finals.n == 1
     s = buf.sample(64)
     first = s.next_observation[s.ids == 0]
     assert len(first) and np.signbit(first[:, 0]).all() and np.isnan(first[:, 1]).all()
