@@ -284,7 +284,7 @@ def test_final_observations_ring_grows_and_wraps_with_live_entries():
         obs = np.where(broken[:, None], rng.normal(size=(num_envs, 2)).astype(np.float32), nxt)
         if t % 50 == 49:
             check_sample(buf, ref, 256)
-    assert buf._finals.size > 64
+    assert buf._reader.finals.size > 64
     check_sample(buf, ref, 1024)
 
 
@@ -294,7 +294,7 @@ def test_chain_is_bitwise_negative_zero_and_nan():
     buf.add(np.array([0.0, 5.0]), 0, 0.0, np.array([-0.0, np.nan]), False)
     buf.add(np.array([0.0, np.nan]), 1, 0.0, np.array([1.0, np.nan]), False)  # breaks: -0.0
     buf.add(np.array([1.0, np.nan]), 2, 0.0, np.array([2.0, 2.0]), False)  # chains: NaN
-    assert buf._finals.n == 1
+    assert buf._reader.finals.n == 1
     s = buf.sample(64)
     first = s.next_observation[s.ids == 0]
     assert len(first) and np.signbit(first[:, 0]).all() and np.isnan(first[:, 1]).all()
@@ -376,3 +376,21 @@ def test_frame_stack_transitions_after_clear_come_back_exactly_as_passed():
         buf.add(obs, 0, 1.0, nxt, False)
     assert buf.num_frames() == 4
     _sampled_pairs_are_passed(buf, passed)
+
+
+def test_sample_source_members_draw_stream_and_refuse_num_steps():
+    """TransitionBuffer's own SampleSource members: draw(b, None)() is sample(b), a stream
+    yields converted samples, and a num_steps is refused with the time_steps message."""
+    buf = rc.TransitionBuffer(8, rng=0)
+    for i in range(4):
+        buf.add(np.full(2, i, np.float32), i, float(i), np.full(2, i + 1, np.float32), False)
+    assert buf.remote is False and buf.closed is False
+    s = buf.draw(3, None)()
+    np.testing.assert_array_equal(s.next_observation, s.observation + 1)
+    with pytest.raises(InvalidArgumentError, match="num_steps must be None; got num_steps=2"):
+        buf.draw(3, 2)
+    stream = buf.stream(2, None, convert=lambda x: x.reward.shape)
+    try:
+        assert next(stream) == (2,)
+    finally:
+        stream.close()

@@ -29,8 +29,6 @@ PENDING_MIXINS: set[str] = {
     "BufferSampling",
     "BufferState",
     "StoredReads",
-    "TransitionReads",
-    "TransitionState",
     "WindowValues",
     "PrioritizedState",
     "Sb3Attributes",

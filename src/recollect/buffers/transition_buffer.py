@@ -17,30 +17,41 @@ memory is (see :mod:`recollect.buffers.transition_items`), so that ``random.samp
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar, cast, overload
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, Self, cast, overload
 
 import numpy as np
 
 from recollect.arguments import positive_int
-from recollect.buffers.final_observations import FinalObservations
+from recollect.buffers.prefetcher import Prefetcher, prefetched
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
-from recollect.buffers.source_reads import LocalSource
-from recollect.buffers.transition_items import OtherClassMethod, TransitionSequence
-from recollect.buffers.transition_reads import TransitionReads
-from recollect.buffers.transition_sample import TransitionSample, transition_spec
-from recollect.buffers.transition_state import TransitionState
+from recollect.buffers.transition_items import ItemForm, OtherClassMethod, TransitionSequence
+from recollect.buffers.transition_reads import TransitionReader
+from recollect.buffers.transition_sample import (
+    TransitionSample,
+    n_step_args,
+    transition_spec,
+)
+from recollect.buffers.transition_state import (
+    KIND,
+    checked_frame_stack,
+    empty_state,
+    prioritized_sampler,
+    save_checkpoint,
+    transition_config,
+    transitions_from_saved,
+)
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.prioritized import Prioritized
-from recollect.specs import ArraySpec, FlatSpec, spec_from_example
+from recollect.state.files import Saved, load_consistent
 from recollect.storage.frame_store import FrameStack
 from recollect.table import Table
-from recollect.validation import convert_step
 
 __all__ = ["TransitionBuffer", "TransitionSample"]
 
 
-class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[tuple[Any, ...]]):
+class TransitionBuffer(Sequence[tuple[Any, ...]]):
     """Stores ``(observation, action, reward, next_observation, terminated, truncated)``.
 
     Args:
@@ -82,7 +93,10 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
         (2, 4)
     """
 
-    kind: ClassVar[str] = "TransitionBuffer"
+    kind: ClassVar[str] = KIND
+    #: A buffer in this process, never closed (:class:`~recollect.source.SampleSource`).
+    remote = False
+    closed = False
     #: Methods of other classes: reading them raises WrongClassError naming the right call.
     add_batch = OtherClassMethod()
     get_next = OtherClassMethod()
@@ -97,13 +111,9 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
         frame_stack: FrameStack | None = None,
         compression: dict[str, Any] | None = None,
     ) -> None:
-        self._prioritized = _prioritized_sampler(prioritized)
+        self._prioritized = prioritized_sampler(prioritized)
         self._compression = compression
-        if frame_stack is not None and not isinstance(frame_stack, FrameStack):
-            raise InvalidArgumentError(
-                f"`frame_stack` must be a recollect.FrameStack or None; got {frame_stack!r}."
-            )
-        self._frame_stack = frame_stack
+        self._frame_stack = checked_frame_stack(frame_stack)
         self._capacity = positive_int("capacity", capacity)
         self._num_envs = positive_int("num_envs", num_envs)
         if self._capacity < self._num_envs or self._capacity % self._num_envs:
@@ -112,76 +122,19 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
                 f"capacity={capacity}, num_envs={num_envs}."
             )
         self._rng = rng
-        self._buffer: ReplayBuffer | None = None
+        self._reader: TransitionReader | None = None
         self._sequence = TransitionSequence(self)
 
-    # -- lazily built state ----------------------------------------------
-    def _build(self, observation: Any, action: Any, reward: Any) -> None:
-        lead = self._num_envs > 1
-
-        def strip(x: Any) -> Any:
-            spec = spec_from_example(x)
-            if not lead:
-                return spec
-            import optree
-
-            return optree.tree_map(lambda s: ArraySpec(s.shape[1:], s.dtype), spec)
-
-        obs_spec = strip(observation)
-        reward_spec = strip(reward)
-        if isinstance(reward_spec, ArraySpec) and reward_spec.dtype.kind in "biu":
-            # An int first reward (often 0) must not turn later float rewards into errors.
-            reward_spec = ArraySpec(reward_spec.shape, np.float32)
-        spec = {
-            "observation": obs_spec,
-            "action": strip(action),
-            "reward": reward_spec,
-            "terminated": ArraySpec((), np.bool_),
-            "truncated": ArraySpec((), np.bool_),
-        }
-        stacks = None
-        if self._frame_stack is not None:  # episode starts = chain breaks (set in add)
-            spec["is_first"] = ArraySpec((), np.bool_)
-            stacks = {"observation": self._frame_stack}
-        sampler = self._prioritized
-        buffer = ReplayBuffer(
-            spec,
-            self._capacity,
-            self._num_envs,
-            rng=self._rng,
-            sampler=sampler,
-            sequence_length=None if sampler is None else 1,
-            frame_stacks=stacks,
-            compression=self._compression,
-        )
-        self._attach(buffer, obs_spec)
-
-    def _attach(self, buffer: ReplayBuffer, obs_spec: Any) -> None:
-        """Sets up the per-env state around ``buffer`` (also used by checkpoint loading)."""
-        self._obs_flat = FlatSpec(obs_spec)
-        flat = buffer.flat_spec
-        self._obs_leaf_ids = [
-            i
-            for i, p in enumerate(flat.paths)
-            if p == "observation" or p.startswith("observation/")
-        ]
-        self._other_leaf_ids = [i for i in range(len(flat.paths)) if i not in self._obs_leaf_ids]
-        self._first_id = flat.paths.index("is_first") if "is_first" in flat.paths else None
-        self._pending = [
-            np.zeros((self._num_envs, *s), d)
-            for s, d in zip(self._obs_flat.shapes, self._obs_flat.dtypes, strict=True)
-        ]
-        self._has_pending = np.zeros(self._num_envs, bool)
-        self._final_ref = np.full((self._num_envs, buffer.max_length), -1, np.int64)
-        self._finals = FinalObservations(self._obs_flat, self._capacity + self._num_envs)
-        self._buffer = buffer
+    def _read(self) -> TransitionReader:
+        """The reader of the stored transitions; NotEnoughDataError before the first add."""
+        if self._reader is None:
+            raise NotEnoughDataError("the TransitionBuffer is empty; call add() first.")
+        return self._reader
 
     @property
     def replay_buffer(self) -> ReplayBuffer:
         """The underlying :class:`ReplayBuffer` (available after the first add)."""
-        if self._buffer is None:
-            raise NotEnoughDataError("the TransitionBuffer is empty; call add() first.")
-        return self._buffer
+        return self._read().replay_buffer
 
     @property
     def capacity(self) -> int:
@@ -194,14 +147,12 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
     @property
     def nbytes(self) -> int:
         """Bytes allocated: step storage, final observations and per-env pending state."""
-        if self._buffer is None:
-            return 0
-        pending = sum(p.nbytes for p in self._pending)
-        return self._buffer.nbytes + self._finals.nbytes + pending + self._final_ref.nbytes
+        return 0 if self._reader is None else self._reader.nbytes
 
     def num_frames(self) -> int:
         """Transitions currently stored."""
-        return 0 if self._buffer is None else self._buffer.num_frames()
+        reader = self._reader
+        return 0 if reader is None else reader.replay_buffer.num_frames()
 
     def __len__(self) -> int:
         return self.num_frames()
@@ -230,91 +181,30 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
             SpecError, ShapeError, DTypeError, CastError: an argument does not
                 match the spec inferred from the first call; nothing is written.
         """
-        first = self._buffer is None
-        if first:
-            self._build(observation, action, reward)
+        reader = self._reader
+        first = reader is None
+        if reader is None:
+            reader = self._reader = TransitionReader.build(
+                (observation, action, reward),
+                self._capacity,
+                self._num_envs,
+                rng=self._rng,
+                sampler=self._prioritized,
+                frame_stack=self._frame_stack,
+                compression=self._compression,
+            )
         try:
-            leaves, nxt = self._convert(
+            leaves, nxt = reader.convert(
                 observation, action, reward, next_observation, terminated, truncated
             )
         except Exception:
-            if first:  # a rejected first add must not fix the inferred spec
-                self._unbuild()
+            if first:  # a rejected first add must not fix the inferred spec (nor its sampler)
+                self._reader = None
+                if self._prioritized is not None:
+                    self._prioritized = cast(Prioritized, self._prioritized.copy())
             raise
-        buffer = self._buffer
-        assert buffer is not None  # for type checkers; _build always sets it
-        obs = [leaves[i] for i in self._obs_leaf_ids]
-        with buffer.lock:
-            chained = self._link_previous(obs)
-            if self._first_id is not None:
-                leaves[self._first_id] = ~chained
-            t = self._clock()
-            self._final_ref[:, t % buffer.max_length] = -1
-            buffer.write_leaves(leaves)
-            for pending, value in zip(self._pending, nxt, strict=True):
-                pending[...] = value
-            self._has_pending[:] = True
-
-    def _unbuild(self) -> None:
-        """Forgets the buffer a rejected first add built; its sampler is replaced by a copy."""
-        self._buffer = None
-        if self._prioritized is not None:
-            self._prioritized = cast(Prioritized, self._prioritized.copy())
-
-    def _convert(
-        self,
-        observation: Any,
-        action: Any,
-        reward: Any,
-        next_observation: Any,
-        terminated: Any,
-        truncated: Any,
-    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Validated leaves of the step and of ``next_observation`` (nothing is written)."""
-        buffer = self._buffer
-        assert buffer is not None  # for type checkers; _build always sets it
-        lead = (self._num_envs,)
-        if self._num_envs == 1:  # scalars get the env dim; anything else is checked below
-            terminated = np.reshape(terminated, 1) if np.ndim(terminated) == 0 else terminated
-            truncated = np.reshape(truncated, 1) if np.ndim(truncated) == 0 else truncated
-        step = {
-            "observation": observation,
-            "action": action,
-            "reward": reward,
-            "terminated": terminated,
-            "truncated": np.broadcast_to(truncated, lead) if np.ndim(truncated) == 0 else truncated,
-        }
-        if self._num_envs == 1:
-            step = {
-                k: v if k in ("terminated", "truncated") else _add_dim(v) for k, v in step.items()
-            }
-            next_observation = _add_dim(next_observation)
-        if self._first_id is not None:
-            step["is_first"] = np.zeros(lead, bool)  # set from the chain below
-        leaves = convert_step(buffer.flat_spec, step, lead, "add")
-        nxt = convert_step(self._obs_flat, next_observation, lead, "add next_observation")
-        return leaves, nxt
-
-    def _link_previous(self, obs: list[np.ndarray]) -> np.ndarray:
-        """Keeps the previous next_observation of envs whose chain breaks now.
-
-        Returns bool ``[num_envs]``: the envs whose observation continues the chain.
-        """
-        buffer = self._buffer
-        assert buffer is not None
-        chained = self._has_pending.copy()
-        for current, pending in zip(obs, self._pending, strict=True):
-            # Bitwise: NaN chains, and -0.0 does not chain to 0.0 (replayed exactly).
-            chained &= (_row_bytes(current) == _row_bytes(pending)).all(axis=1)
-        broken = np.flatnonzero(self._has_pending & ~chained)
-        t = self._clock()
-        prev_t = t - 1
-        new_lo = max(int(buffer.table.cleared_before[0]), t + 1 - buffer.max_length)
-        if len(broken) == 0 or prev_t < new_lo:
-            return chained
-        refs = self._finals.append([p[broken] for p in self._pending], prev_t, new_lo)
-        self._final_ref[broken, prev_t % buffer.max_length] = refs
-        return chained
+        with reader.replay_buffer.lock:
+            reader.write(leaves, nxt)
 
     def append(self, transition: tuple[Any, ...]) -> None:
         """Stores one transition given as a tuple, as ``deque.append`` would.
@@ -399,11 +289,8 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
         """Forgets every transition. An add whose observation continues the last
         ``next_observation`` still continues its chain (a frame stack keeps its history
         frames, so it comes back exactly as passed); any other starts a new one."""
-        if self._buffer is None:
-            return
-        with self._buffer.lock:
-            self._buffer.clear()
-            self._finals.clear()
+        if self._reader is not None:
+            self._reader.clear()
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:
         """Sets priorities of sampled transitions (prioritized buffers).
@@ -417,33 +304,192 @@ class TransitionBuffer(TransitionReads, TransitionState, LocalSource, Sequence[t
         """
         return self.replay_buffer.update_priorities(ids, priorities)
 
-    def _clock(self) -> int:
-        """The step time of the next add (every row shares one clock here)."""
-        return int(self.replay_buffer.table.clocks[0])
-
     def clock(self) -> int:
         """Steps added per env so far: the step time of the next :meth:`add` (0 when empty)."""
-        return 0 if self._buffer is None else self._clock()
+        return 0 if self._reader is None else self._reader.clock()
 
+    # -- reading ----------------------------------------------------------
+    def sample(
+        self,
+        batch_size: int,
+        *,
+        n_step: int | None = None,
+        discount: float | None = None,
+        importance_sampling_exponent: float | None = None,
+    ) -> TransitionSample:
+        """Draws ``batch_size`` transitions (with replacement): uniformly, or by priority.
 
-def _prioritized_sampler(prioritized: Any) -> Prioritized | None:
-    if isinstance(prioritized, Prioritized):
-        return prioritized
-    if prioritized is True:
-        return Prioritized()
-    if prioritized is False or prioritized is None:
-        return None
-    raise InvalidArgumentError(
-        f"`prioritized` must be True, False or a recollect.Prioritized(...); got {prioritized!r}."
-    )
+        Args:
+            batch_size: transitions to draw, >= 1.
+            n_step: n-step transitions (needs ``discount``): ``reward`` is the
+                discounted sum of up to ``n_step`` rewards, cut at the episode
+                end (terminated, truncated or a broken observation chain) and
+                at the newest stored transition; ``next_observation``,
+                ``terminated`` and ``truncated`` are those of the last summed
+                transition and ``discount`` is ``gamma^k`` for the ``k``
+                rewards summed. See :mod:`recollect.buffers.nstep_transitions`.
+            discount: ``gamma`` in ``[0, 1]``; alone it means ``n_step=1``.
+            importance_sampling_exponent: ``beta`` of prioritized buffers
+                (default: the sampler's).
 
+        Returns:
+            :class:`TransitionSample`, every field ``[batch_size, ...]``;
+            ``weights`` when prioritized, ``discount`` when n-step.
 
-def _row_bytes(x: np.ndarray) -> np.ndarray:
-    """The bytes of each env row of ``x`` (``[num_envs, ...]``) as uint8 ``[num_envs, nbytes]``."""
-    return np.ascontiguousarray(x).reshape(len(x), -1).view(np.uint8)
+        Raises:
+            InvalidArgumentError: ``batch_size``/``n_step`` < 1, ``n_step``
+                without ``discount``, a discount outside ``[0, 1]``, or
+                ``importance_sampling_exponent`` on a uniform buffer.
+            NotEnoughDataError: the buffer is empty.
+        """
+        batch_size = positive_int("batch_size", batch_size)
+        n, gamma = n_step_args(n_step, discount)
+        return self._read().sample(batch_size, n, gamma, importance_sampling_exponent)
 
+    def sample_at(
+        self,
+        rows: Any,
+        times: Any,
+        *,
+        n_step: int | None = None,
+        discount: float | None = None,
+        importance_sampling_exponent: float | None = None,
+    ) -> TransitionSample:
+        """The transitions stored at step ``times`` of env ``rows`` (int ``[B]`` each), as
+        :meth:`sample` returns them (``probabilities`` and ``weights`` of 1).
 
-def _add_dim(tree: Any) -> Any:
-    import optree
+        For callers that choose the transitions themselves (SB3's ``_get_samples``).
+        ``importance_sampling_exponent`` is accepted and ignored.
 
-    return optree.tree_map(lambda x: np.asarray(x)[None], tree, none_is_leaf=False)
+        Raises:
+            InvalidArgumentError: rows or times of another shape, a row out of
+                range, a step that is not stored, or bad ``n_step``/``discount``.
+        """
+        del importance_sampling_exponent
+        n, gamma = n_step_args(n_step, discount)
+        return self._read().sample_at(rows, times, n, gamma)
+
+    def chain_breaks(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Bool, shape of ``rows``: whether the step at ``(rows, slots)`` keeps its own
+        next observation (its episode or observation chain ends there).
+
+        Raises:
+            NotEnoughDataError: nothing was added yet.
+        """
+        return self._read().chain_breaks(rows, slots)
+
+    def next_observations(
+        self, rows: np.ndarray, times: np.ndarray, out: list[np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        """Next observation leaves of steps ``(rows, times)`` (``[B, ...]`` each).
+
+        ``out``: the observations of the following steps, if already gathered.
+        The caller holds the buffer lock.
+
+        Raises:
+            NotEnoughDataError: nothing was added yet.
+        """
+        return self._read().next_observations(rows, times, out)
+
+    def draw(self, batch_size: int, num_steps: int | None) -> Callable[[], TransitionSample]:
+        """Samples now (``sample(batch_size)``); returns ``finish()``, which returns the sample.
+
+        Raises:
+            InvalidArgumentError: ``num_steps`` is not None, or as :meth:`sample`.
+            NotEnoughDataError: the buffer is empty.
+        """
+        self.time_steps(num_steps)
+        s = self.sample(batch_size)
+        return lambda: s
+
+    def stream(
+        self,
+        batch_size: int,
+        num_steps: int | None,
+        *,
+        convert: Callable[[Any], Any] | None = None,
+        prefetch: int = 2,
+        num_threads: int = 1,
+        max_in_flight: int = 2,
+        batches_per_request: int = 1,
+    ) -> Prefetcher:
+        """``num_threads`` prefetch threads keeping ``prefetch`` batches ``convert(sample)`` ready.
+
+        ``max_in_flight`` and ``batches_per_request`` concern served tables
+        and are ignored.
+
+        Raises:
+            InvalidArgumentError: ``prefetch`` or ``num_threads`` < 1.
+        """
+        del max_in_flight, batches_per_request  # a local buffer sends no requests
+        return prefetched(
+            self,
+            batch_size,
+            num_steps,
+            convert=convert,
+            prefetch=prefetch,
+            num_threads=num_threads,
+        )
+
+    # -- checkpoints (:mod:`recollect.buffers.transition_state`) ----------
+    def config(self) -> dict[str, Any]:
+        """JSON-able construction arguments (and the inner buffer's, once built)."""
+        return transition_config(
+            self._capacity,
+            self._num_envs,
+            self._prioritized,
+            self._frame_stack,
+            self._compression,
+            self._reader,
+            self._sequence.form,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The inner buffer's state plus the observation chains (``final_ref`` ring columns,
+        pending next observations, the live final observations)."""
+        reader = self._reader
+        if reader is None:
+            return empty_state(self._rng)
+        return {"replay": reader.replay_buffer.state_dict(), "chain": reader.chain_state()}
+
+    def restore(
+        self, buffer: ReplayBuffer, chain: dict[str, Any], *, item_form: ItemForm | None = None
+    ) -> None:
+        """Adopts a restored inner ``buffer`` and the saved observation ``chain`` state
+        (``state_dict()["chain"]``); used when loading a checkpoint. ``item_form``: the
+        form of the first :meth:`append` (``config()["item_form"]``), if any.
+
+        Raises:
+            CheckpointError: the chain state does not match the buffer's spec.
+        """
+        if isinstance(buffer.sampler, Prioritized):
+            self._prioritized = buffer.sampler
+        self._reader = TransitionReader.restored(buffer, chain, self._num_envs, self._capacity)
+        self._sequence.form = item_form
+
+    def save(self, path: str | os.PathLike) -> Any:
+        """Writes a checkpoint directory, atomically (see :meth:`ReplayBuffer.save`).
+
+        Returns:
+            The absolute checkpoint path.
+        """
+        return save_checkpoint(path, self.config(), self._reader, self.state_dict)
+
+    @classmethod
+    def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Self:
+        """Rebuilds a TransitionBuffer from a state directory.
+
+        Raises:
+            CheckpointError: another kind, or a malformed configuration or state.
+        """
+        return transitions_from_saved(cls, saved, mmap=mmap)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, mmap: bool = False) -> Self:
+        """Restores a TransitionBuffer written by :meth:`save` (format 1 and 2).
+
+        Raises:
+            CheckpointError: missing or damaged files, a newer format version,
+                or a checkpoint of another kind.
+        """
+        return load_consistent(path, lambda saved: cls.from_saved(saved, mmap=mmap))

@@ -1,133 +1,244 @@
-"""Sampling a :class:`~recollect.TransitionBuffer`: transitions, their next observations
-(stored once, in the following step, or kept aside where the observation chain broke),
-and n-step transitions (:mod:`recollect.buffers.nstep_transitions`)."""
+"""The stored transitions of a :class:`~recollect.TransitionBuffer` and their observation
+chains: writing a step, sampling transitions and their next observations (stored once, in
+the following step, or kept aside where the observation chain broke), n-step transitions
+(:mod:`recollect.buffers.nstep_transitions`), and the chain's checkpoint state."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import optree
 
 from recollect import ids as id_layout
-from recollect.arguments import positive_int
+from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.nstep_transitions import n_step_fields
-from recollect.buffers.transition_sample import TransitionSample, n_step_args
-from recollect.errors import InvalidArgumentError
+from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
+from recollect.buffers.transition_sample import TransitionSample, step_spec
+from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.samplers.prioritized import Prioritized
+from recollect.specs import FlatSpec
+from recollect.storage.frame_store import FrameStack
+from recollect.validation import convert_step
 
-if TYPE_CHECKING:
-    from recollect.buffers.final_observations import FinalObservations
-    from recollect.buffers.replay_buffer import ReplayBuffer
-    from recollect.specs import FlatSpec
-
-__all__ = ["TransitionReads"]
+__all__ = ["TransitionReader"]
 
 
-class TransitionReads:
-    """The reading methods of :class:`~recollect.TransitionBuffer` (a mixin)."""
+class TransitionReader:
+    """The inner :class:`~recollect.ReplayBuffer` of a TransitionBuffer and the per-env
+    observation chains around it (built at the first add, or at checkpoint loading).
 
-    _num_envs: int
-    _obs_flat: FlatSpec
-    _obs_leaf_ids: list[int]
-    _other_leaf_ids: list[int]
-    _pending: list[np.ndarray]
-    _final_ref: np.ndarray
-    _finals: FinalObservations
+    Args:
+        buffer: the inner buffer; its spec has an ``"observation"`` entry (and
+            ``"is_first"`` with a frame stack).
+        obs_spec: the observation's spec (``buffer.data_spec["observation"]``).
+        num_envs: the buffer's rows.
+        capacity: transitions stored in total (bounds the final observations ring).
+
+    Attributes:
+        replay_buffer: ``buffer``.
+        obs_flat: the observation's :class:`~recollect.specs.FlatSpec`.
+        pending: per observation leaf ``[num_envs, ...]``: the last ``next_observation``.
+        has_pending: bool ``[num_envs]``: whether ``pending`` holds one.
+        final_ref: int64 ``[num_envs, max_length]``: per stored slot the index of its
+            kept next observation in ``finals`` (-1: the following step holds it).
+        finals: the :class:`FinalObservations` ring.
+    """
+
+    def __init__(self, buffer: ReplayBuffer, obs_spec: Any, num_envs: int, capacity: int) -> None:
+        self.replay_buffer = buffer
+        self.num_envs = num_envs
+        self.obs_flat = FlatSpec(obs_spec)
+        paths = buffer.flat_spec.paths
+        self.obs_leaf_ids = [
+            i for i, p in enumerate(paths) if p == "observation" or p.startswith("observation/")
+        ]
+        self.other_leaf_ids = [i for i in range(len(paths)) if i not in self.obs_leaf_ids]
+        self.first_id = paths.index("is_first") if "is_first" in paths else None
+        self.pending = [
+            np.zeros((num_envs, *s), d)
+            for s, d in zip(self.obs_flat.shapes, self.obs_flat.dtypes, strict=True)
+        ]
+        self.has_pending = np.zeros(num_envs, bool)
+        self.final_ref = np.full((num_envs, buffer.max_length), -1, np.int64)
+        self.finals = FinalObservations(self.obs_flat, capacity + num_envs)
+
+    @classmethod
+    def build(
+        cls,
+        example: tuple[Any, Any, Any],
+        capacity: int,
+        num_envs: int,
+        *,
+        rng: RngLike,
+        sampler: Prioritized | None,
+        frame_stack: FrameStack | None,
+        compression: dict[str, Any] | None,
+    ) -> TransitionReader:
+        """A reader around a new inner buffer whose spec is inferred from ``example``, the
+        ``(observation, action, reward)`` of the first add (see
+        :func:`~recollect.buffers.transition_sample.step_spec`)."""
+        spec = step_spec(*example, num_envs, frame_stack is not None)
+        buffer = ReplayBuffer(
+            spec,
+            capacity,
+            num_envs,
+            rng=rng,
+            sampler=sampler,
+            sequence_length=None if sampler is None else 1,
+            frame_stacks=None if frame_stack is None else {"observation": frame_stack},
+            compression=compression,
+        )
+        return cls(buffer, spec["observation"], num_envs, capacity)
+
+    @classmethod
+    def restored(
+        cls, buffer: ReplayBuffer, chain: dict[str, Any], num_envs: int, capacity: int
+    ) -> TransitionReader:
+        """A reader around a restored ``buffer`` with the saved ``chain`` (:meth:`chain_state`).
+
+        Raises:
+            CheckpointError: the chain state does not match the buffer's spec.
+        """
+        reader = cls(buffer, buffer.data_spec["observation"], num_envs, capacity)
+        reader.restore_chains(chain)
+        return reader
 
     @property
-    def replay_buffer(self) -> ReplayBuffer:
-        raise NotImplementedError
+    def nbytes(self) -> int:
+        """Bytes allocated: step storage, final observations and per-env pending state."""
+        pending = sum(p.nbytes for p in self.pending)
+        return self.replay_buffer.nbytes + self.finals.nbytes + pending + self.final_ref.nbytes
 
-    def _clock(self) -> int:
-        raise NotImplementedError
+    def clock(self) -> int:
+        """The step time of the next add (every row shares one clock here)."""
+        return int(self.replay_buffer.table.clocks[0])
 
+    # -- writing ----------------------------------------------------------
+    def convert(
+        self,
+        observation: Any,
+        action: Any,
+        reward: Any,
+        next_observation: Any,
+        terminated: Any,
+        truncated: Any,
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Validated leaves of the step and of ``next_observation`` (nothing is written).
+
+        Raises:
+            SpecError, ShapeError, DTypeError, CastError: an argument does not match the spec.
+        """
+        lead = (self.num_envs,)
+        if self.num_envs == 1:  # scalars get the env dim; anything else is checked below
+            terminated = np.reshape(terminated, 1) if np.ndim(terminated) == 0 else terminated
+            truncated = np.reshape(truncated, 1) if np.ndim(truncated) == 0 else truncated
+        step = {
+            "observation": observation,
+            "action": action,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": np.broadcast_to(truncated, lead) if np.ndim(truncated) == 0 else truncated,
+        }
+        if self.num_envs == 1:
+            step = {
+                k: v if k in ("terminated", "truncated") else _add_dim(v) for k, v in step.items()
+            }
+            next_observation = _add_dim(next_observation)
+        if self.first_id is not None:
+            step["is_first"] = np.zeros(lead, bool)  # set from the chain below
+        leaves = convert_step(self.replay_buffer.flat_spec, step, lead, "add")
+        nxt = convert_step(self.obs_flat, next_observation, lead, "add next_observation")
+        return leaves, nxt
+
+    def write(self, leaves: list[np.ndarray], nxt: list[np.ndarray]) -> None:
+        """Stores the validated step ``leaves`` (``[num_envs, ...]`` each) and remembers
+        ``nxt``, the next observation leaves; the caller holds the buffer lock."""
+        buffer = self.replay_buffer
+        chained = self._link_previous([leaves[i] for i in self.obs_leaf_ids])
+        if self.first_id is not None:
+            leaves[self.first_id] = ~chained
+        t = self.clock()
+        self.final_ref[:, t % buffer.max_length] = -1
+        buffer.write_leaves(leaves)
+        for pending, value in zip(self.pending, nxt, strict=True):
+            pending[...] = value
+        self.has_pending[:] = True
+
+    def _link_previous(self, obs: list[np.ndarray]) -> np.ndarray:
+        """Keeps the previous next_observation of envs whose chain breaks now.
+
+        Returns bool ``[num_envs]``: the envs whose observation continues the chain.
+        """
+        buffer = self.replay_buffer
+        chained = self.has_pending.copy()
+        for current, pending in zip(obs, self.pending, strict=True):
+            # Bitwise: NaN chains, and -0.0 does not chain to 0.0 (replayed exactly).
+            chained &= (_row_bytes(current) == _row_bytes(pending)).all(axis=1)
+        broken = np.flatnonzero(self.has_pending & ~chained)
+        t = self.clock()
+        prev_t = t - 1
+        new_lo = max(int(buffer.table.cleared_before[0]), t + 1 - buffer.max_length)
+        if len(broken) == 0 or prev_t < new_lo:
+            return chained
+        refs = self.finals.append([p[broken] for p in self.pending], prev_t, new_lo)
+        self.final_ref[broken, prev_t % buffer.max_length] = refs
+        return chained
+
+    def clear(self) -> None:
+        """Forgets every transition (the pending next observations stay)."""
+        with self.replay_buffer.lock:
+            self.replay_buffer.clear()
+            self.finals.clear()
+
+    # -- reading ----------------------------------------------------------
     def sample(
         self,
         batch_size: int,
-        *,
-        n_step: int | None = None,
-        discount: float | None = None,
-        importance_sampling_exponent: float | None = None,
+        n: int,
+        gamma: float | None,
+        importance_sampling_exponent: float | None,
     ) -> TransitionSample:
-        """Draws ``batch_size`` transitions (with replacement): uniformly, or by priority.
-
-        Args:
-            batch_size: transitions to draw, >= 1.
-            n_step: n-step transitions (needs ``discount``): ``reward`` is the
-                discounted sum of up to ``n_step`` rewards, cut at the episode
-                end (terminated, truncated or a broken observation chain) and
-                at the newest stored transition; ``next_observation``,
-                ``terminated`` and ``truncated`` are those of the last summed
-                transition and ``discount`` is ``gamma^k`` for the ``k``
-                rewards summed. See :mod:`recollect.buffers.nstep_transitions`.
-            discount: ``gamma`` in ``[0, 1]``; alone it means ``n_step=1``.
-            importance_sampling_exponent: ``beta`` of prioritized buffers
-                (default: the sampler's).
-
-        Returns:
-            :class:`TransitionSample`, every field ``[batch_size, ...]``;
-            ``weights`` when prioritized, ``discount`` when n-step.
-
-        Raises:
-            InvalidArgumentError: ``batch_size``/``n_step`` < 1, ``n_step``
-                without ``discount``, a discount outside ``[0, 1]``, or
-                ``importance_sampling_exponent`` on a uniform buffer.
-            NotEnoughDataError: the buffer is empty.
-        """
-        batch_size = positive_int("batch_size", batch_size)
-        n, gamma = n_step_args(n_step, discount)
+        """``TransitionBuffer.sample`` of validated arguments (``n``, ``gamma`` from
+        :func:`~recollect.buffers.transition_sample.n_step_args`)."""
+        buffer = self.replay_buffer
         options = {}
         if importance_sampling_exponent is not None:
-            if not isinstance(self.replay_buffer.sampler, Prioritized):
+            if not isinstance(buffer.sampler, Prioritized):
                 raise InvalidArgumentError(
                     "importance_sampling_exponent needs a prioritized buffer; construct "
                     "TransitionBuffer(..., prioritized=True)."
                 )
             options["importance_sampling_exponent"] = importance_sampling_exponent
-        buffer = self.replay_buffer
         with buffer.lock:
             draw = buffer.table.draw(
                 batch_size, 1, within_episode=False, time_axis=False, **options
             )
-            return self._sample_at(draw.rows, draw.times, n, gamma, draw)
+            return self.sample_locked(draw.rows, draw.times, n, gamma, draw)
 
-    def sample_at(
-        self,
-        rows: Any,
-        times: Any,
-        *,
-        n_step: int | None = None,
-        discount: float | None = None,
-        importance_sampling_exponent: float | None = None,
-    ) -> TransitionSample:
-        """The transitions stored at step ``times`` of env ``rows`` (int ``[B]`` each), as
-        :meth:`sample` returns them (``probabilities`` and ``weights`` of 1).
-
-        For callers that choose the transitions themselves (SB3's ``_get_samples``).
-        ``importance_sampling_exponent`` is accepted and ignored.
+    def sample_at(self, rows: Any, times: Any, n: int, gamma: float | None) -> TransitionSample:
+        """``TransitionBuffer.sample_at`` of validated ``n``, ``gamma``.
 
         Raises:
             InvalidArgumentError: rows or times of another shape, a row out of
-                range, a step that is not stored, or bad ``n_step``/``discount``.
+                range, or a step that is not stored.
         """
-        del importance_sampling_exponent
-        n, gamma = n_step_args(n_step, discount)
         rows = np.asarray(rows, np.int64).reshape(-1)
         times = np.asarray(times, np.int64).reshape(-1)
         buffer = self.replay_buffer
         with buffer.lock:
-            clock = self._clock()
+            clock = self.clock()
             lo = max(int(buffer.table.cleared_before[0]), clock - buffer.max_length)
-            bad = (rows < 0) | (rows >= self._num_envs) | (times < lo) | (times >= clock)
+            bad = (rows < 0) | (rows >= self.num_envs) | (times < lo) | (times >= clock)
             if rows.shape != times.shape or bad.any():
                 raise InvalidArgumentError(
-                    f"sample_at needs stored steps: rows in [0, {self._num_envs}) and times in "
+                    f"sample_at needs stored steps: rows in [0, {self.num_envs}) and times in "
                     f"[{lo}, {clock}), of one shape; got rows {rows.tolist()[:8]}, times "
                     f"{times.tolist()[:8]}."
                 )
-            return self._sample_at(rows, times, n, gamma, None)
+            return self.sample_locked(rows, times, n, gamma, None)
 
-    def _sample_at(
+    def sample_locked(
         self, rows: np.ndarray, times: np.ndarray, n: int, gamma: float | None, draw: Any
     ) -> TransitionSample:
         """The sample at ``(rows, times)``; the caller holds the buffer lock."""
@@ -147,7 +258,7 @@ class TransitionReads:
             observation=data["observation"],
             action=data["action"],
             reward=data["reward"],
-            next_observation=self._obs_flat.unflatten(next_obs),
+            next_observation=self.obs_flat.unflatten(next_obs),
             terminated=data["terminated"],
             truncated=data["truncated"],
             ids=id_layout.encode(rows, times) if draw is None else draw.ids,
@@ -166,11 +277,11 @@ class TransitionReads:
         the two contiguous results.
         """
         buffer = self.replay_buffer
-        length, obs_ids, storage = buffer.max_length, self._obs_leaf_ids, buffer.storage
+        length, obs_ids, storage = buffer.max_length, self.obs_leaf_ids, buffer.storage
         both_rows = np.concatenate([rows, rows])
         both_times = np.concatenate([times, times + 1])
         both = storage.gather(both_rows, both_times % length, times=both_times, leaf_ids=obs_ids)
-        other_ids = self._other_leaf_ids
+        other_ids = self.other_leaf_ids
         leaves: list[Any] = [None] * len(buffer.flat_spec.paths)
         others = storage.gather(rows, times % length, times=times, leaf_ids=other_ids)
         for i, leaf in zip(other_ids, others, strict=True):
@@ -183,7 +294,7 @@ class TransitionReads:
     def chain_breaks(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Bool, shape of ``rows``: whether the step at ``(rows, slots)`` keeps its own
         next observation (its episode or observation chain ends there)."""
-        return self._final_ref[rows, slots] >= 0
+        return self.final_ref[rows, slots] >= 0
 
     def next_observations(
         self, rows: np.ndarray, times: np.ndarray, out: list[np.ndarray] | None = None
@@ -198,15 +309,84 @@ class TransitionReads:
         if out is None:
             following = times + 1
             out = buffer.storage.gather(
-                rows, following % length, times=following, leaf_ids=self._obs_leaf_ids
+                rows, following % length, times=following, leaf_ids=self.obs_leaf_ids
             )
-        refs = self._final_ref[rows, times % length]
+        refs = self.final_ref[rows, times % length]
         has_final = np.flatnonzero(refs >= 0)
         if len(has_final):
-            for o, v in zip(out, self._finals.gather(refs[has_final]), strict=True):
+            for o, v in zip(out, self.finals.gather(refs[has_final]), strict=True):
                 o[has_final] = v
-        newest = np.flatnonzero((times == self._clock() - 1) & (refs < 0))
+        newest = np.flatnonzero((times == self.clock() - 1) & (refs < 0))
         if len(newest):
-            for o, p in zip(out, self._pending, strict=True):
+            for o, p in zip(out, self.pending, strict=True):
                 o[newest] = p[rows[newest]]
         return out
+
+    # -- checkpoint state -------------------------------------------------
+    def chain_state(self) -> dict[str, Any]:
+        """The observation chains: ``final_ref`` ring columns, pending next observations,
+        the live final observations (``TransitionBuffer.state_dict()["chain"]``)."""
+        finals = self.finals
+        pos = np.arange(finals.start, finals.n) % max(finals.size, 1)
+        live = finals.size > 0
+        return {
+            "columns": {"final_ref": self.final_ref[:, :, None]},
+            "pending": {f"{i:03d}": p for i, p in enumerate(self.pending)},
+            "has_pending": self.has_pending,
+            "finals": {
+                "arrays": {f"{i:03d}": a[pos] if live else a for i, a in enumerate(finals.arrays)},
+                "times": finals.times[pos] if live else finals.times,
+                "size": finals.size,
+                "start": finals.start,
+                "n": finals.n,
+            },
+        }
+
+    def restore_chains(self, chain: dict[str, Any]) -> None:
+        """Adopts the saved ``chain`` (:meth:`chain_state`).
+
+        Raises:
+            CheckpointError: the chain state does not match the observation spec.
+        """
+        num_envs = self.num_envs
+        ref = np.full((num_envs, self.replay_buffer.max_length, 1), -1, np.int64)
+        source = chain["columns"]["final_ref"]
+        if hasattr(source, "read_into"):
+            source.read_into(ref)
+        else:
+            ref[...] = source
+        pending = [np.asarray(chain["pending"][k]) for k in sorted(chain["pending"])]
+        has_pending = np.asarray(chain["has_pending"])
+        f = chain["finals"]
+        size, start, n = int(f["size"]), int(f["start"]), int(f["n"])
+        entries = [np.asarray(f["arrays"][k]) for k in sorted(f["arrays"])]
+        times = np.asarray(f["times"], np.int64)
+        flat = self.obs_flat
+        expect = [((num_envs, *s), d) for s, d in zip(flat.shapes, flat.dtypes, strict=True)]
+        live = n - start if size else 0
+        got = [(p.shape, p.dtype) for p in pending]
+        if got != expect or has_pending.shape != (num_envs,) or len(times) != live:
+            raise CheckpointError("TransitionBuffer state does not match its spec.")
+        self.final_ref = ref[:, :, 0].copy()
+        self.pending, self.has_pending = pending, has_pending.astype(bool)
+        finals = self.finals
+        finals.size, finals.start, finals.n = size, start, n
+        pos = np.arange(start, n) % max(size, 1)
+        finals.arrays = []
+        for entry, shape, dtype in zip(entries, flat.shapes, flat.dtypes, strict=True):
+            array = np.zeros((size, *shape), dtype)
+            if size:
+                array[pos] = entry
+            finals.arrays.append(array)
+        finals.times = np.zeros(size, np.int64)
+        if size:
+            finals.times[pos] = times
+
+
+def _row_bytes(x: np.ndarray) -> np.ndarray:
+    """The bytes of each env row of ``x`` (``[num_envs, ...]``) as uint8 ``[num_envs, nbytes]``."""
+    return np.ascontiguousarray(x).reshape(len(x), -1).view(np.uint8)
+
+
+def _add_dim(tree: Any) -> Any:
+    return optree.tree_map(lambda x: np.asarray(x)[None], tree, none_is_leaf=False)

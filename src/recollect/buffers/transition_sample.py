@@ -7,13 +7,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import optree
 
 from recollect.arguments import positive_int
 from recollect.buffers.sample import nest_repr
 from recollect.errors import InvalidArgumentError
 from recollect.nstep import check_discount
+from recollect.specs import ArraySpec, spec_from_example
 
-__all__ = ["FIELDS", "TransitionSample", "n_step_args", "transition_spec"]
+__all__ = ["FIELDS", "TransitionSample", "n_step_args", "step_spec", "transition_spec"]
 
 #: The transition fields of a sample's ``data`` and of a TransitionBuffer's ``data_spec``.
 FIELDS = ("observation", "action", "reward", "next_observation", "terminated", "truncated")
@@ -88,3 +90,36 @@ def n_step_args(n_step: Any, discount: Any) -> tuple[int, float | None]:
             "discount=0.99."
         )
     return n, check_discount(discount)
+
+
+def step_spec(
+    observation: Any, action: Any, reward: Any, num_envs: int, with_first: bool
+) -> dict[str, Any]:
+    """The stored step's spec, inferred from a TransitionBuffer's first add.
+
+    ``observation``, ``action``, ``reward`` as passed (with a leading env dim when
+    ``num_envs > 1``); dtypes are kept, except that an integer or bool reward is stored
+    as float32. ``with_first``: add ``"is_first"`` (a frame-stacked observation).
+    """
+    lead = num_envs > 1
+
+    def strip(x: Any) -> Any:
+        spec = spec_from_example(x)
+        if not lead:
+            return spec
+        return optree.tree_map(lambda s: ArraySpec(s.shape[1:], s.dtype), spec)
+
+    reward_spec = strip(reward)
+    if isinstance(reward_spec, ArraySpec) and reward_spec.dtype.kind in "biu":
+        # An int first reward (often 0) must not turn later float rewards into errors.
+        reward_spec = ArraySpec(reward_spec.shape, np.float32)
+    spec = {
+        "observation": strip(observation),
+        "action": strip(action),
+        "reward": reward_spec,
+        "terminated": ArraySpec((), np.bool_),
+        "truncated": ArraySpec((), np.bool_),
+    }
+    if with_first:  # episode starts = chain breaks (set in add)
+        spec["is_first"] = ArraySpec((), np.bool_)
+    return spec
