@@ -65,3 +65,26 @@ def test_as_tensors_of_a_uniform_sample_warns_nothing():
         tensors = rc_torch.as_tensors(sample)
     assert tensors.probabilities.dtype == torch.float64
     np.testing.assert_array_equal(tensors.data["x"].numpy(), sample.data["x"])
+
+
+def test_replay_buffer_add_of_a_transition_names_the_transition_buffer():
+    from recollect.errors import InvalidArgumentTypeError
+
+    buf = rc.ReplayBuffer({"x": rc.ArraySpec((), np.float32)}, 16)
+    s = np.zeros(4, np.float32)
+    with pytest.raises(
+        InvalidArgumentTypeError, match=r"got 5 positional values.*TransitionBuffer"
+    ):
+        buf.add(s, 0, 1.0, s, False)
+    assert len(buf) == 0
+    with pytest.raises(TypeError):  # still the TypeError Python would raise
+        buf.add(s, 0)
+
+
+def test_replay_buffer_as_dataset_names_the_adapter():
+    from recollect.errors import WrongClassError
+
+    buf = rc.ReplayBuffer({"x": rc.ArraySpec((), np.float32)}, 16)
+    with pytest.raises(WrongClassError, match=r"recollect\.tf_data\.as_dataset\(buffer"):
+        buf.as_dataset(sample_batch_size=32)
+    assert not hasattr(buf, "as_dataset")

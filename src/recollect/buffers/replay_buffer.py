@@ -24,6 +24,7 @@ from recollect.buffers.source_reads import BufferSource
 from recollect.buffers.stored_reads import StoredReads
 from recollect.buffers.tf_agents_api import TFAgentsReads
 from recollect.buffers.writes import BufferWrites
+from recollect.buffers.wrong_class import OtherClassMethod
 from recollect.errors import (
     InvalidArgumentError,
     SpecError,
@@ -129,6 +130,12 @@ class ReplayBuffer(
     """
 
     kind: ClassVar[str] = "ReplayBuffer"
+    #: TF-Agents' ``as_dataset`` is an adapter's: reading it names the call to make.
+    as_dataset = OtherClassMethod(
+        "ReplayBuffer has no as_dataset (a TF-Agents buffer method): use "
+        "recollect.tf_data.as_dataset(buffer, sample_batch_size=..., num_steps=...) for a "
+        "tf.data.Dataset, or recollect.tf_agents.TFUniformReplayBuffer for TF-Agents' API."
+    )
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ import numpy as np
 from recollect.arguments import positive_int
 from recollect.buffers.prefetcher import Prefetcher, prefetched
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
-from recollect.buffers.transition_items import ItemForm, OtherClassMethod, TransitionSequence
+from recollect.buffers.transition_items import ItemForm, TransitionSequence
 from recollect.buffers.transition_reads import TransitionReader
 from recollect.buffers.transition_sample import (
     TransitionSample,
@@ -42,6 +42,7 @@ from recollect.buffers.transition_state import (
     transition_config,
     transitions_from_saved,
 )
+from recollect.buffers.wrong_class import OtherClassMethod
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.prioritized import Prioritized
 from recollect.state.files import Saved, load_consistent
@@ -98,8 +99,17 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
     remote = False
     closed = False
     #: Methods of other classes: reading them raises WrongClassError naming the right call.
-    add_batch = OtherClassMethod()
-    get_next = OtherClassMethod()
+    add_batch = OtherClassMethod(
+        "TransitionBuffer has no add_batch (a ReplayBuffer / TF-Agents method): use "
+        "add(observation, action, reward, next_observation, terminated, truncated) per "
+        "transition (with TransitionBuffer(num_envs=N) each argument takes a leading [N] env "
+        "dim), or recollect.ReplayBuffer(spec, ...).add_batch for step nests."
+    )
+    get_next = OtherClassMethod(
+        "TransitionBuffer has no get_next (a TF-Agents ReplayBuffer method): use "
+        "sample(batch_size), or recollect.tf_data.as_dataset(buffer, sample_batch_size=...) "
+        "for a tf.data.Dataset; recollect.tf_agents.TFUniformReplayBuffer has get_next."
+    )
 
     def __init__(
         self,

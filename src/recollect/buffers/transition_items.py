@@ -24,7 +24,7 @@ import collections
 import dataclasses
 import operator
 from collections.abc import Iterator
-from typing import Any, NamedTuple, NoReturn, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import optree
@@ -34,18 +34,15 @@ from recollect.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     StateError,
-    WrongClassError,
 )
 
 __all__ = [
     "ItemForm",
-    "OtherClassMethod",
     "SequenceHost",
     "Transition",
     "TransitionSequence",
     "form_of",
     "items_of",
-    "wrong_class",
 ]
 
 #: Transitions read per gather while iterating a TransitionBuffer.
@@ -321,36 +318,3 @@ def _row(tree: Any, j: int) -> Any:
     if isinstance(tree, np.ndarray):
         return tree[j]
     return optree.tree_map(lambda x: x[j], tree, none_is_leaf=False)
-
-
-#: Methods of other buffer classes, with the call to make on a TransitionBuffer instead.
-_OTHER_CLASS_METHODS = {
-    "add_batch": (
-        "TransitionBuffer has no add_batch (a ReplayBuffer / TF-Agents method): use "
-        "add(observation, action, reward, next_observation, terminated, truncated) per "
-        "transition (with TransitionBuffer(num_envs=N) each argument takes a leading [N] env "
-        "dim), or recollect.ReplayBuffer(spec, ...).add_batch for step nests."
-    ),
-    "get_next": (
-        "TransitionBuffer has no get_next (a TF-Agents ReplayBuffer method): use "
-        "sample(batch_size), or recollect.tf_data.as_dataset(buffer, sample_batch_size=...) "
-        "for a tf.data.Dataset; recollect.tf_agents.TFUniformReplayBuffer has get_next."
-    ),
-}
-
-
-def wrong_class(name: str) -> WrongClassError:
-    """The :class:`WrongClassError` for ``name``, a method of another buffer class."""
-    return WrongClassError(_OTHER_CLASS_METHODS[name])
-
-
-class OtherClassMethod:
-    """A class attribute standing for another class's method (``add_batch = OtherClassMethod()``):
-    reading it raises :class:`WrongClassError` (an ``AttributeError``, so ``hasattr`` stays
-    False) whose message names the call to make instead."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, owner: type | None = None) -> NoReturn:
-        raise wrong_class(self.name)

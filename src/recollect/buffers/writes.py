@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from recollect.errors import InvalidArgumentError, ShapeError
+from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeError
 from recollect.storage.factory import block_storage, prepare_writes
 from recollect.storage.ring import RingStorage
 from recollect.validation import check_structure, convert_step, exact_matcher
@@ -94,16 +94,27 @@ class BufferWrites:
             and self._num_envs == 1
         )
 
-    def add(self, step: Any, *, timeout: float | None = None) -> None:
+    def add(self, step: Any, *transition: Any, timeout: float | None = None) -> None:
         """Appends one step (a nest matching the spec, no env dim); only when ``num_envs == 1``.
 
-        ``timeout``: as in :meth:`add_batch`.
+        ``timeout``: as in :meth:`add_batch`. ``transition`` must be empty: it catches
+        the ``add(s, a, r, s2, done)`` of a transition buffer (raises, naming it).
 
         Raises:
+            InvalidArgumentTypeError: more than one positional value (a transition is
+                :class:`~recollect.TransitionBuffer`'s ``add``).
             InvalidArgumentError: the buffer has several env rows.
             SpecError, ShapeError, DTypeError, CastError: the step does not
                 match the spec; nothing is written.
         """
+        if transition:
+            raise InvalidArgumentTypeError(
+                f"ReplayBuffer.add takes one step, a nest matching the spec (e.g. "
+                f"{{'observation': s, 'action': a, ...}}); got {1 + len(transition)} positional "
+                "values. For (s, a, r, s2, done) transitions use recollect.TransitionBuffer"
+                "(capacity): its add(s, a, r, s2, terminated, truncated) or append((s, a, r, "
+                "s2, done)); or write the step as a dict."
+            )
         if self._ring_writes:  # one env row in a plain numpy ring: the unbatched fast path
             leaves = self._match_step(step)  # exact dtypes and shapes: nothing to convert
             if leaves is not None:
