@@ -2,7 +2,8 @@
 
 This module builds the buffer and holds its properties and lifecycle; writes
 (:mod:`.writes`), sampling (:mod:`.sampling`), checkpoints (:mod:`.buffer_state`)
-and stored reads (:mod:`.stored_reads`) come from mixins.
+and stored reads (:mod:`.stored_reads`) come from mixins; TF-Agents' ``get_next``
+lives in :mod:`recollect.tf_agents.reads`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sampling import BufferSampling
 from recollect.buffers.source_reads import BufferSource
 from recollect.buffers.stored_reads import StoredReads
-from recollect.buffers.tf_agents_api import TFAgentsReads
 from recollect.buffers.writes import BufferWrites
 from recollect.errors import (
     InvalidArgumentError,
@@ -47,9 +47,7 @@ from recollect.table.table import RngLike
 __all__ = ["ReplayBuffer", "RngLike"]
 
 
-class ReplayBuffer(
-    BufferWrites, BufferSampling, BufferState, StoredReads, TFAgentsReads, BufferSource
-):
+class ReplayBuffer(BufferWrites, BufferSampling, BufferState, StoredReads, BufferSource):
     """A replay buffer of ``num_envs`` rows, each a ring of ``capacity // num_envs`` steps.
 
     ``add_batch`` appends one step to every row; ``sample`` draws windows of

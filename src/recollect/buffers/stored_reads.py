@@ -41,6 +41,17 @@ class StoredReads:
             leaves = self._storage.gather(rows, times % self._max_length, times=times)
             return self._flat.unflatten([np.array(leaf) for leaf in leaves])
 
+    def gather_all(self) -> Any:
+        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.
+
+        The TF-Agents name of :meth:`gather_stored`.
+
+        Raises:
+            InvalidArgumentError: rows hold different numbers of steps (rows
+                written with ``add_batch(..., rows=...)``); use ``gather_row``.
+        """
+        return self.gather_stored()
+
     def gather_row(self, row: int) -> Any:
         """All stored steps of env row ``row``: leaves ``[steps, *shape]``, oldest first."""
         with self._table.lock:
