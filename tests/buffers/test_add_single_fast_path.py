@@ -36,7 +36,7 @@ def steps(n: int, seed: int = 0) -> list[dict]:
 
 
 def stored(buf: rc.ReplayBuffer) -> dict:
-    return buf.gather_stored()
+    return buf.gather_all()
 
 
 def test_exact_steps_skip_conversion(monkeypatch):
@@ -130,7 +130,7 @@ def test_add_matches_add_batch_of_one_row(ends, capacity, sampler, max_times_sam
         if t % 5 == 4:  # samples between writes: times sampled and priorities move
             draws = [b.num_frames() and _sample_or_none(b) for b in (short, general)]
             _assert_same_sample(*draws)
-    for a, b in zip(short.gather_stored().values(), general.gather_stored().values(), strict=True):
+    for a, b in zip(short.gather_all().values(), general.gather_all().values(), strict=True):
         np.testing.assert_array_equal(a, b)
     _assert_same_sample(_sample_or_none(short), _sample_or_none(general))
 

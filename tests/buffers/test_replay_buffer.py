@@ -60,16 +60,8 @@ def test_issue_example_shapes_and_metadata():
     np.testing.assert_array_equal(single.probabilities, 1 / 28)
 
 
-def test_get_next_tf_agents_style():
-    buf = filled()
-    items, info = buf.get_next(sample_batch_size=5, num_steps=3)
-    assert items["observation"].shape == (5, 3, 4)
-    np.testing.assert_array_equal(items["action"][:, 0], info.ids)
-    one, info1 = buf.get_next()
-    assert one["observation"].shape == (4,) and np.ndim(info1.ids) == 0
-    unstacked, _ = buf.get_next(sample_batch_size=2, num_steps=2, time_stacked=False)
-    assert isinstance(unstacked, tuple) and len(unstacked) == 2
-    np.testing.assert_array_equal(unstacked[1]["action"], unstacked[0]["action"] + 1)
+def test_get_next_is_not_on_the_framework_free_buffer():
+    assert not hasattr(rc.ReplayBuffer, "get_next")  # recollect.tf_agents.reads.get_next
 
 
 def test_single_env_add_and_gather_all_oldest_first():

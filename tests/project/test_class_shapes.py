@@ -28,7 +28,6 @@ PENDING_MIXINS: set[str] = {
     "BufferWrites",
     "BufferSampling",
     "BufferState",
-    "StoredReads",
     "WindowValues",
     "PrioritizedState",
     "Sb3Attributes",

@@ -2,7 +2,8 @@
 
 This module builds the buffer and holds its properties and lifecycle; writes
 (:mod:`.writes`), sampling (:mod:`.sampling`), checkpoints (:mod:`.buffer_state`)
-and stored reads (:mod:`.stored_reads`) come from mixins.
+come from mixins, stored reads from a :class:`.StoredReader` it holds; TF-Agents' ``get_next``
+lives in :mod:`recollect.tf_agents.reads`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from recollect.buffers.buffer_state import (
 from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sampling import BufferSampling
 from recollect.buffers.source_reads import BufferSource
-from recollect.buffers.stored_reads import StoredReads
-from recollect.buffers.tf_agents_api import TFAgentsReads
+from recollect.buffers.stored_reads import StoredReader
 from recollect.buffers.writes import BufferWrites
 from recollect.buffers.wrong_class import OtherClassMethod
 from recollect.errors import (
@@ -48,9 +48,7 @@ from recollect.table.table import RngLike
 __all__ = ["ReplayBuffer", "RngLike"]
 
 
-class ReplayBuffer(
-    BufferWrites, BufferSampling, BufferState, StoredReads, TFAgentsReads, BufferSource
-):
+class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
     """A replay buffer of ``num_envs`` rows, each a ring of ``capacity // num_envs`` steps.
 
     ``add_batch`` appends one step to every row; ``sample`` draws windows of
@@ -238,6 +236,7 @@ class ReplayBuffer(
             if self._persist is not None:  # a full disk leaves no half-created directory
                 self._persist.discard_created()
             raise
+        self._stored = StoredReader(self._flat, self._table, self._storage)
         self._setup_writes(bool(codecs))
         if self._persist is not None:
             try:
@@ -376,3 +375,24 @@ class ReplayBuffer(
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
+
+    def gather_all(self) -> Any:
+        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.
+
+        Raises:
+            InvalidArgumentError: rows hold different numbers of steps (rows
+                written with ``add_batch(..., rows=...)``); use ``gather_row``.
+        """
+        return self._stored.gather_stored()
+
+    def gather_row(self, row: int) -> Any:
+        """All stored steps of env row ``row``: leaves ``[steps, *shape]``, oldest first."""
+        return self._stored.gather_row(row)
+
+    def item_ids(self) -> np.ndarray:
+        """Ids of all stored steps, int64 ``[num_envs, steps_per_row]``, oldest first.
+
+        Raises:
+            InvalidArgumentError: rows hold different numbers of steps.
+        """
+        return self._stored.item_ids()

@@ -3,30 +3,35 @@ their ids: the export side of the buffer (datasets, inspection), not sampling.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from recollect.errors import InvalidArgumentError
 from recollect.ids import encode
+from recollect.specs import FlatSpec
+from recollect.storage.base import Storage
+from recollect.table import Table
 
-if TYPE_CHECKING:
-    from recollect.specs import FlatSpec
-    from recollect.storage.base import Storage
-    from recollect.table import Table
-
-__all__ = ["StoredReads"]
+__all__ = ["StoredReader"]
 
 
-class StoredReads:
-    """``gather_stored``, ``gather_row`` and ``item_ids`` of :class:`~recollect.ReplayBuffer`
-    (a mixin)."""
+class StoredReader:
+    """Every stored step of a :class:`~recollect.ReplayBuffer`'s rows, oldest first, and
+    their ids; a collaborator of the buffer, reading its ``table`` and ``storage``.
 
-    _flat: FlatSpec
-    _num_envs: int
-    _max_length: int
-    _table: Table
-    _storage: Storage
+    Args:
+        flat: the buffer's flattened spec.
+        table: the buffer's table (window index, lock, shard).
+        storage: the buffer's storage.
+    """
+
+    def __init__(self, flat: FlatSpec, table: Table, storage: Storage) -> None:
+        self._flat = flat
+        self._table = table
+        self._storage = storage
+        self._num_envs = table.num_envs
+        self._max_length = table.max_length
 
     def gather_stored(self) -> Any:
         """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Self, cast, overload
 import numpy as np
 
 from recollect.arguments import positive_int
+from recollect.buffers import transition_items as items
 from recollect.buffers.prefetcher import Prefetcher, prefetched
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.transition_items import ItemForm, TransitionSequence
@@ -99,17 +100,8 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
     remote = False
     closed = False
     #: Methods of other classes: reading them raises WrongClassError naming the right call.
-    add_batch = OtherClassMethod(
-        "TransitionBuffer has no add_batch (a ReplayBuffer / TF-Agents method): use "
-        "add(observation, action, reward, next_observation, terminated, truncated) per "
-        "transition (with TransitionBuffer(num_envs=N) each argument takes a leading [N] env "
-        "dim), or recollect.ReplayBuffer(spec, ...).add_batch for step nests."
-    )
-    get_next = OtherClassMethod(
-        "TransitionBuffer has no get_next (a TF-Agents ReplayBuffer method): use "
-        "sample(batch_size), or recollect.tf_data.as_dataset(buffer, sample_batch_size=...) "
-        "for a tf.data.Dataset; recollect.tf_agents.TFUniformReplayBuffer has get_next."
-    )
+    add_batch = OtherClassMethod(items.ADD_BATCH_INSTEAD)
+    get_next = OtherClassMethod(items.GET_NEXT_INSTEAD)
 
     def __init__(
         self,

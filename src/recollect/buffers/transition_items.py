@@ -318,3 +318,17 @@ def _row(tree: Any, j: int) -> Any:
     if isinstance(tree, np.ndarray):
         return tree[j]
     return optree.tree_map(lambda x: x[j], tree, none_is_leaf=False)
+
+
+#: what to call instead of the methods of other buffer classes (``OtherClassMethod``)
+ADD_BATCH_INSTEAD = (
+    "TransitionBuffer has no add_batch (a ReplayBuffer / TF-Agents method): use "
+    "add(observation, action, reward, next_observation, terminated, truncated) per "
+    "transition (with TransitionBuffer(num_envs=N) each argument takes a leading [N] env "
+    "dim), or recollect.ReplayBuffer(spec, ...).add_batch for step nests."
+)
+GET_NEXT_INSTEAD = (
+    "TransitionBuffer has no get_next (a TF-Agents ReplayBuffer method): use "
+    "sample(batch_size), or recollect.tf_data.as_dataset(buffer, sample_batch_size=...) "
+    "for a tf.data.Dataset; recollect.tf_agents.TFUniformReplayBuffer has get_next."
+)

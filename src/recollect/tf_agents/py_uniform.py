@@ -10,6 +10,7 @@ import optree
 from recollect import tf_data
 from recollect.extras import missing_extra
 from recollect.tf_agents.base import BufferModule, items_only, to_numpy
+from recollect.tf_agents.reads import get_next
 
 try:
     import tensorflow as tf
@@ -67,7 +68,7 @@ class PyUniformReplayBuffer(BufferModule):
             NotEnoughDataError: fewer than ``num_steps`` items stored.
             InvalidArgumentError: ``num_steps`` > ``capacity``.
         """
-        items, _ = self._buffer.get_next(sample_batch_size, num_steps, time_stacked)
+        items, _ = get_next(self._buffer, sample_batch_size, num_steps, time_stacked)
         return items
 
     def as_dataset(
