@@ -77,7 +77,10 @@ def _hangs(shape: str, runs: int) -> int:
     return hung
 
 
-@pytest.mark.parametrize("shape", ["tf_data", "tf_agents"])
+@pytest.mark.parametrize(
+    "shape",
+    ["tf_data", pytest.param("tf_agents", marks=pytest.mark.slow)],  # ~5 s each
+)
 def test_script_with_parallel_calls_in_tf_function_exits(shape):
     assert _hangs(shape, RUNS) == 0
 

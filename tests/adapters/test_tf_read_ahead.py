@@ -59,7 +59,11 @@ def _sampler(buf):
     return fn, call
 
 
-@pytest.mark.parametrize("settle", [0.0, 0.2], ids=["in_flight", "drawn"])
+@pytest.mark.parametrize(
+    "settle",
+    [0.0, pytest.param(0.2, marks=pytest.mark.slow)],  # "drawn": ~8 s, CI and --run-slow
+    ids=["in_flight", "drawn"],
+)
 def test_a_call_after_a_write_never_takes_the_chunk_drawn_ahead(settle):
     buf = _buffer()
     _, call = _sampler(buf)

@@ -21,6 +21,7 @@ from recollect.torch import ReplayDataset  # noqa: E402
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
+@pytest.mark.slow  # ~12 s (DataLoader worker processes start torch): CI and --run-slow
 def test_dataloader_workers_raise_saying_to_use_num_workers_0():
     # A fresh process: forking worker processes from this multithreaded one (JAX, TF,
     # prefetch threads of other tests) could deadlock.

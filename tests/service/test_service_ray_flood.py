@@ -46,6 +46,7 @@ def write_one_chunk(client: rc.service.Client) -> bool:
     return over_socket
 
 
+@pytest.mark.slow  # ~10 s (2,000 peers and a Ray shard): CI and --run-slow
 def test_a_flooded_shard_keeps_its_threads_and_takes_writers() -> None:
     buf = rc.ReplayBuffer({"x": rc.ArraySpec((), np.int64)}, 400, 2)
     client = rc_ray.serve({"t": buf}, name="flooded", rng=0)

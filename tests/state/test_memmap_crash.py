@@ -114,7 +114,7 @@ def test_sigkill_during_adds_always_reopens_with_recover(tmp_path):
     _kill_loop(tmp_path, kills=20, flush_every=7, seed=1, strict=False)
 
 
-@pytest.mark.parametrize("cut", [0, 10, 0.5])
+@pytest.mark.parametrize("cut", [0, pytest.param(10, marks=pytest.mark.slow), 0.5])  # 10: CI
 @pytest.mark.parametrize("prefix", ["leaf-", "state-", "written"])
 def test_a_torn_file_raises_checkpoint_error(tmp_path, prefix, cut):
     buf = _reopen(tmp_path)
