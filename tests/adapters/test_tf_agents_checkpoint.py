@@ -86,6 +86,7 @@ def test_restore_into_a_buffer_of_another_geometry_raises(tmp_path):
         tf.train.Checkpoint(replay_buffer=other).restore(path)
 
 
+@pytest.mark.slow  # ~5 s (a child process importing TensorFlow); CI and --run-slow
 def test_checkpoint_restores_in_a_fresh_process(tmp_path):
     rb = _tf_buffer()
     _fill(rb, 6)

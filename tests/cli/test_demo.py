@@ -50,6 +50,7 @@ def test_demo_short_run_writes_curve_metrics_and_buffer_summary(tmp_path):
     assert "evaluation: mean return" in result.output
 
 
+@pytest.mark.slow  # ~6 s (a child process importing torch); CI and --run-slow
 def test_demo_console_script_runs(tmp_path):
     script = shutil.which("recollect")
     if script is None:
