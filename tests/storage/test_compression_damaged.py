@@ -223,7 +223,9 @@ def test_a_stored_step_whose_value_is_marked_never_written_is_rejected(saved, tm
         rc.ReplayBuffer.load(path)
 
 
-def test_a_stored_frame_marked_never_written_is_rejected(tmp_path):
+def save_frame_stacked(path: Path) -> None:
+    """Saves 10 steps of a 2-row buffer whose stacked leaf keeps its frames compressed
+    (leaf 1, ``frames_1``)."""
     spec = {"obs": rc.ArraySpec((6, 5, 4), np.uint8), "is_last": rc.ArraySpec((), bool)}
     buf = rc.ReplayBuffer(
         spec, 30, 2, frame_stacks={"obs": rc.FrameStack(4)}, compression={"obs": "zstd"}
@@ -231,7 +233,11 @@ def test_a_stored_frame_marked_never_written_is_rejected(tmp_path):
     for t in range(10):
         frame = np.full((2, 6, 5, 1), t, np.uint8)
         buf.add_batch({"obs": np.repeat(frame, 4, -1), "is_last": np.zeros(2, bool)})
-    buf.save(tmp_path / "buf")
+    buf.save(path)
+
+
+def test_a_stored_frame_marked_never_written_is_rejected(tmp_path):
+    save_frame_stacked(tmp_path / "buf")
     drop_value(tmp_path / "buf", "state-storage-compressed_frames-frames_1", 0, 3)
     with pytest.raises(CheckpointError, match=r"frames_1: the value at row 0, slot 3 is never"):
         rc.ReplayBuffer.load(tmp_path / "buf")
@@ -278,14 +284,7 @@ def test_a_checkpoint_without_the_digest_loads_with_the_values_still_checked(
 
 def test_a_damaged_frame_ring_value_names_its_ring(tmp_path, decoder):
     """Frame-stacked leaves keep their frames in the same kind of store (``frames_i``)."""
-    spec = {"obs": rc.ArraySpec((6, 5, 4), np.uint8), "is_last": rc.ArraySpec((), bool)}
-    buf = rc.ReplayBuffer(
-        spec, 30, 2, frame_stacks={"obs": rc.FrameStack(4)}, compression={"obs": "zstd"}
-    )
-    for t in range(10):
-        frame = np.full((2, 6, 5, 1), t, np.uint8)
-        buf.add_batch({"obs": np.repeat(frame, 4, -1), "is_last": np.zeros(2, bool)})
-    buf.save(tmp_path / "buf")
+    save_frame_stacked(tmp_path / "buf")
     path = tmp_path / "buf"
     name = "state-storage-compressed_frames-frames_1"
     lengths = np.load(path / f"{name}-lengths.npy")
