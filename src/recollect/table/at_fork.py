@@ -41,7 +41,7 @@ def reset_in_child(table: Any) -> None:
     table.waiters = 0
     _reinit(getattr(getattr(table.rng, "bit_generator", None), "lock", None))
     lock, cond = table.lock, table.cond
-    if _free_to_this_thread(lock):  # free, or the forking thread holds it (and releases it)
+    if lock._is_owned():  # the forking thread holds it and will release it
         return
     reinit = getattr(cond, "_at_fork_reinit", None)
     if reinit is not None and getattr(cond, "_lock", None) is lock:
@@ -51,21 +51,11 @@ def reset_in_child(table: Any) -> None:
         table.cond = threading.Condition(table.lock)
 
 
-def _free_to_this_thread(lock: Any) -> bool:
-    """Whether this thread can take ``lock`` now: it is free, or (a re-entrant lock) this
-    thread holds it. Taken and given back at once."""
-    if lock.acquire(blocking=False):
-        lock.release()
-        return True
-    return False
-
-
 def _reinit(lock: Any) -> None:
-    """Frees the plain lock ``lock`` in place when another (in the child: a gone) thread
-    holds it. A generator's lock is never held by the forking thread: it is taken only
-    inside a draw, which calls no ``fork``."""
+    """Frees ``lock`` in place unless this thread holds it (or it cannot say)."""
+    owned = getattr(lock, "_is_owned", None)
     reinit = getattr(lock, "_at_fork_reinit", None)
-    if reinit is not None and not _free_to_this_thread(lock):
+    if reinit is not None and owned is not None and not owned():
         reinit()
 
 
