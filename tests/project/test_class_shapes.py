@@ -35,8 +35,6 @@ PENDING_MIXINS: set[str] = {
     "PrioritizedState",
     "Sb3Attributes",
     "Saving",
-    "TableReads",
-    "TableState",
 }
 #: classes still aliasing ``self`` to reach their host's members (shrink only)
 PENDING_SELF_ALIASES = {"LocalSource", "BufferSource"}
