@@ -31,8 +31,6 @@ PENDING_MIXINS: set[str] = {
     "StoredReads",
     "TransitionReads",
     "TransitionState",
-    "WindowValues",
-    "PrioritizedState",
     "Sb3Attributes",
     "Saving",
 }

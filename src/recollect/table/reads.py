@@ -8,7 +8,7 @@ and its companions delegate to it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -18,9 +18,6 @@ from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.table.draw import Draw
 from recollect.table.selection import select_items
 
-if TYPE_CHECKING:
-    from recollect.table.table import Table
-
 __all__ = ["TableReader", "count_samples"]
 
 
@@ -28,10 +25,12 @@ class TableReader:
     """The draw side of one :class:`~recollect.table.Table` (``table.reads``): ``draw``,
     ``make_draw``, ``draw_weight`` and the draw's bookkeeping (times-sampled counts,
     ``max_times_sampled`` removals). Reads and updates the table's index, sampler, RNG and
-    counters; the caller of a ``_`` method holds ``table.lock``.
+    counters; the caller of a ``_`` method holds ``table.lock``. ``table`` is typed
+    ``Any``, as the :class:`~recollect.table.gate.Gate`'s is: the table module imports this
+    one, not the other way round (no import cycle).
     """
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Any) -> None:
         self.table = table
         #: the weight of the last per-item draw, before its removals (see draw_weight)
         self._draw_weight = 0.0

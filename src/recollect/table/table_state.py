@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -13,13 +13,10 @@ from recollect.state.rng import decode_rng, encode_rng
 from recollect.storage.base import ColumnSource
 from recollect.table.info import TableInfo
 
-if TYPE_CHECKING:
-    from recollect.table.table import Table
-
 __all__ = ["info", "load_state_dict", "state_dict"]
 
 
-def info(table: Table, sampler_config: dict[str, Any] | None = None) -> TableInfo:
+def info(table: Any, sampler_config: dict[str, Any] | None = None) -> TableInfo:
     """A :class:`TableInfo` snapshot (``sampler_config``: the sampler's arguments)."""
     with table.lock:
         limiter = table.rate_limiter
@@ -41,7 +38,7 @@ def info(table: Table, sampler_config: dict[str, Any] | None = None) -> TableInf
         )
 
 
-def state_dict(table: Table) -> dict[str, Any]:
+def state_dict(table: Any) -> dict[str, Any]:
     """Index, sampler state, times sampled (``columns``: one count per slot, a ring
     array ``[num_envs, max_length]``) and RNG state (arrays and JSON values)."""
     with table.lock:
@@ -56,7 +53,7 @@ def state_dict(table: Table) -> dict[str, Any]:
         }
 
 
-def _counters(table: Table) -> dict[str, Any]:
+def _counters(table: Any) -> dict[str, Any]:
     """The table's checkpointed counters (inserts, samples, deletes, blocked seconds)."""
     limiter = table.rate_limiter
     return {
@@ -68,7 +65,7 @@ def _counters(table: Table) -> dict[str, Any]:
     }
 
 
-def load_state_dict(table: Table, state: dict[str, Any]) -> None:
+def load_state_dict(table: Any, state: dict[str, Any]) -> None:
     """Restores :meth:`state_dict` output (from a table of the same geometry).
 
     Raises:
@@ -106,7 +103,7 @@ def load_state_dict(table: Table, state: dict[str, Any]) -> None:
             table.cond.notify_all()
 
 
-def _ring(table: Table) -> np.ndarray:
+def _ring(table: Any) -> np.ndarray:
     """int32 ``[max_length, num_envs]``: the table's times-sampled counts (a view; tables
     with ``track_times_sampled``)."""
     return table.times_sampled.reshape(table.max_length, table.num_envs)
