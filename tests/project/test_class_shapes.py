@@ -28,12 +28,8 @@ PENDING_MIXINS: set[str] = {
     "BufferWrites",
     "BufferSampling",
     "BufferState",
-    "WindowValues",
-    "PrioritizedState",
     "Sb3Attributes",
     "Saving",
-    "TableReads",
-    "TableState",
 }
 #: classes still aliasing ``self`` to reach their host's members (shrink only)
 PENDING_SELF_ALIASES = {"LocalSource", "BufferSource"}

@@ -153,8 +153,12 @@ class MemmapState:
             with contextlib.suppress(OSError):
                 self.directory.rmdir()
 
-    def _recovered(self, state: dict[str, Any], written: np.ndarray, max_length: int) -> Any:
-        """``state`` without the flushed steps whose slots were rewritten after the flush."""
+    def _recovered(
+        self, state: dict[str, Any], written: np.ndarray, max_length: int
+    ) -> tuple[dict[str, Any], np.ndarray]:
+        """``state`` with its index cleared of the flushed steps whose slots were rewritten
+        after the flush, and int64 ``[num_envs]`` the time before which each row's windows
+        are gone (for :meth:`Sampler.drop_before <recollect.samplers.Sampler.drop_before>`)."""
         index = state["index"]
         t = np.asarray(index["t"], np.int64)
         t_clear = np.asarray(index["t_clear"], np.int64)
@@ -162,21 +166,7 @@ class MemmapState:
         new_clear = np.maximum(t_clear, np.minimum(written - max_length, t))
         new_lo = np.maximum(new_clear, t - max_length)
         self.steps_dropped = int((written - t).sum() + (new_lo - lo).sum())
-        index = WindowIndex.cleared_state(index, new_clear)
-        sampler = dict(state["sampler"])
-        if "start" in sampler and "values" in sampler:  # prioritized: unscore dropped windows
-            start = np.array(sampler["start"], np.int64)
-            gone = (start >= 0) & (start < np.repeat(new_lo, max_length))
-            values = np.array(sampler["values"], np.float64)
-            values[gone] = 0.0
-            start[gone] = -1
-            sampler.update(start=start, values=values)
-            sampler["num_valid"] = int(sampler["num_valid"]) - int(gone.sum())
-            if "priority" in sampler:
-                priority = np.array(sampler["priority"], np.float64)
-                priority[gone] = 0.0
-                sampler["priority"] = priority
-        return {**state, "index": index, "sampler": sampler}
+        return {**state, "index": WindowIndex.cleared_state(index, new_clear)}, new_lo
 
     def attach(self, storage: Any, table: Any, lock: Any, owner: Any) -> None:
         """Restores the table state of a reopened directory, flushes, and flushes again when
@@ -187,9 +177,13 @@ class MemmapState:
             try:
                 t = np.asarray(state["index"]["t"], np.int64)
                 written = self._written_clocks(t)
+                dropped = None
                 if self.dirty:
-                    state = self._recovered(state, written, table.max_length)
-                table.load_state_dict(state)
+                    state, dropped = self._recovered(state, written, table.max_length)
+                with table.lock:
+                    table.load_state_dict(state)
+                    if dropped is not None:  # the sampler forgets the windows cleared
+                        table.sampler.drop_before(dropped)
             except (KeyError, TypeError, ValueError, IndexError) as err:
                 raise CheckpointError(f"{self.saved.where}: bad table state ({err}).") from err
             if self.dirty:

@@ -216,6 +216,16 @@ class Sampler:
         """Called after the table removed the windows starting at ``(rows, times)``
         (``max_times_sampled``). Samplers drawing from ``index.segments`` see it there."""
 
+    def drop_before(self, times: np.ndarray) -> None:
+        """Forgets the windows of each row ``r`` that start before ``times[r]`` (int64
+        ``[num_envs]``): called after the table's index cleared those steps (a memmap
+        buffer recovered at its last flush drops the steps the later writes overwrote).
+
+        The default does nothing: samplers that draw from ``index.segments`` see the
+        cleared index. Samplers that keep per-window state (:class:`~recollect.Prioritized`)
+        zero those windows.
+        """
+
     def sample(
         self,
         batch_size: int,

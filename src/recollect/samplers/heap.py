@@ -70,6 +70,7 @@ class _Heap(Prioritized):
     ) -> None:
         super().bind(index, sequence_length, episode_aware=episode_aware)
         self._top = TopTree(index.num_envs * index.max_length)
+        self._values.on_set = self._values_set  # the order follows every value set
         self._updates = 0  # the update counter: ties go in update order
 
     def _values_set(self, keys: np.ndarray, values: np.ndarray) -> None:
@@ -109,21 +110,22 @@ class _Heap(Prioritized):
             kwargs["importance_sampling_exponent"] = importance_sampling_exponent
         no_options(f"{type(self).__name__} sampling", kwargs)
         self._check_request(within_episode, {})
-        if not self.num_valid:
+        num_valid = self._values.num_valid
+        if not num_valid:
             raise NotEnoughDataError(
                 f"{type(self).__name__}: no valid window of sequence_length="
                 f"{self.sequence_length} is stored; add more steps."
             )
-        k = min(batch_size, self.num_valid)
+        k = min(batch_size, num_valid)
         keys = self._top.best(k)
         if k < batch_size:
             keys = keys[np.arange(batch_size) % k]
-        rows, times = self._start_times(keys)
+        rows, times = self._values.start_times(keys)
         return WindowDraw(
             rows,
             times,
             np.ones(batch_size),
-            table_size=self.num_valid,
+            table_size=num_valid,
             priorities=self._priority[keys],
         )
 
@@ -131,7 +133,7 @@ class _Heap(Prioritized):
     def state_dict(self) -> dict[str, Any]:
         # the update order as ranks among valid windows (0 elsewhere): the same state
         # whatever counter values produced that order
-        keys = np.flatnonzero(self._valid)
+        keys = np.flatnonzero(self._values.valid)
         rank = np.zeros(self._top.capacity, np.int64)
         rank[keys[np.argsort(self._top.stamp[keys], kind="stable")]] = np.arange(len(keys))
         return {**super().state_dict(), "stamp": rank}
@@ -141,13 +143,13 @@ class _Heap(Prioritized):
         size = self._top.capacity
         stamp = state.get("stamp")
         if stamp is None:  # an older checkpoint: ties in age order (start time, then row)
-            keys = np.flatnonzero(self._valid)
-            rows, times = self._start_times(keys)
+            keys = np.flatnonzero(self._values.valid)
+            rows, times = self._values.start_times(keys)
             stamp = np.zeros(size, np.int64)
             stamp[keys[np.lexsort((rows, times))]] = np.arange(len(keys))
         stamp = np.asarray(stamp, np.int64).reshape(size)
-        primary = np.where(self._valid, self._sign * self._priority, np.inf)
-        self._top.fill(primary, np.where(self._valid, stamp, 0))
+        primary = np.where(self._values.valid, self._sign * self._priority, np.inf)
+        self._top.fill(primary, np.where(self._values.valid, stamp, 0))
         self._updates = int(stamp.max(initial=-1)) + 1
 
 

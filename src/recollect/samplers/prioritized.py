@@ -15,10 +15,11 @@ OpenAI baselines, TorchRL, Tianshou), or by their max over the batch
 the smallest positive leaf the :class:`SumTree` keeps beside its sums.
 
 The sampler is composed of one module per responsibility: which windows hold
-a value, as the table writes (:mod:`~recollect.samplers.window_values`), the
-checkpoint state (:mod:`~recollect.samplers.prioritized_state`) and the
-argument checks (:mod:`~recollect.samplers.priority_checks`); this module draws
-windows and updates their priorities.
+a value, as the table writes (a :class:`~recollect.samplers.window_values.WindowValues`
+the sampler holds from ``bind`` on), the checkpoint state
+(:mod:`~recollect.samplers.prioritized_state`) and the argument checks
+(:mod:`~recollect.samplers.priority_checks`); this module draws windows and updates
+their priorities.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import numpy as np
 from recollect.arguments import no_options
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.ids import MAX_TIME, ROW_BITS, ROW_SHIFT, SHARD_SHIFT
+from recollect.samplers import prioritized_state
 from recollect.samplers.base import Sampler, WindowDraw, importance_weights
-from recollect.samplers.prioritized_state import PrioritizedState
 from recollect.samplers.priority_checks import check_exponent, check_sum_finite, check_update
 from recollect.samplers.sum_tree import SumTree
 from recollect.samplers.window_values import WindowValues
@@ -41,7 +42,7 @@ from recollect.windows import WindowIndex
 __all__ = ["Prioritized", "check_update"]
 
 
-class Prioritized(WindowValues, PrioritizedState, Sampler):
+class Prioritized(Sampler):
     """Proportional prioritized sampling over windows of a fixed length.
 
     Args:
@@ -95,7 +96,6 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             raise InvalidArgumentError(
                 f"`initial_max_priority` must be a finite float > 0; got {initial_max_priority!r}."
             )
-        self.num_valid = 0
         # the last draw (keys, the bytes of its shard-0 ids, index generation) until a write,
         # removal or clear: an update of exactly its ids needs no validity checks
         self._drawn: tuple[np.ndarray, bytes, int] | None = None
@@ -121,10 +121,14 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
 
     @property
     def nbytes(self) -> int:
-        if getattr(self, "index", None) is None:
-            return 0
-        arrays = (self._valid, self._priority, self._all_rows, self._row_base, self._last_end)
-        return self._tree.nbytes + sum(a.nbytes for a in arrays)
+        values = getattr(self, "_values", None)
+        return 0 if values is None else values.nbytes
+
+    @property
+    def num_valid(self) -> int:
+        """The number of valid windows (each with a sampling value; 0 before ``bind``)."""
+        values = getattr(self, "_values", None)
+        return 0 if values is None else values.num_valid
 
     # -- table hooks ------------------------------------------------------
     def bind(
@@ -138,18 +142,67 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             )
         super().bind(index, sequence_length, episode_aware=episode_aware)
         self._length = index.max_length
-        size = index.num_envs * index.max_length
         # buffer-wide weights need P_min: the tree keeps its smallest positive leaf
-        self._tree = SumTree(size, track_min=self.weight_normalization == "buffer")
-        # whether the window keyed by each slot is valid (its start: see _start_times)
-        self._valid = np.zeros(size, bool)
-        # raw priorities are kept only when alpha == 0 (else recovered from the tree values)
-        self._priority = np.zeros(size if self.priority_exponent == 0 else 0, np.float64)
-        self._all_rows = np.arange(index.num_envs, dtype=np.int64)
-        self._row_base = self._all_rows * index.max_length
-        self._last_end = index.last_end.copy()
-        # t - max_length of every row (the oldest stored time), kept for one index generation
-        self._oldest, self._oldest_generation = np.zeros(0, np.int64), -1
+        self._tree = SumTree(
+            index.num_envs * index.max_length, track_min=self.weight_normalization == "buffer"
+        )
+        # which windows hold a value; raw priorities are kept only when alpha == 0 (else
+        # recovered from the tree values)
+        self._values = WindowValues(
+            index, sequence_length, self._tree, keep_raw=self.priority_exponent == 0
+        )
+        self._priority = self._values.priority
+
+    # -- table hooks: the window values follow the writes --------------------
+    def on_add(self, rows: np.ndarray | None, is_last: np.ndarray | None) -> None:
+        """Zeroes the windows whose first step was just overwritten; scores the new windows
+        (:meth:`WindowValues.add <recollect.samplers.window_values.WindowValues.add>`)."""
+        self._drawn = None
+        value = (self.max_priority + self.epsilon) ** self.priority_exponent  # finite: checked
+        self._values.add(rows, is_last, self.max_priority, value)
+
+    def on_add_block(self, rows: np.ndarray | None, count: int, is_last: np.ndarray | None) -> None:
+        """:meth:`on_add` of ``count`` steps per row, in one pass."""
+        self._drawn = None
+        value = (self.max_priority + self.epsilon) ** self.priority_exponent
+        self._values.add_block(rows, count, is_last, self.max_priority, value)
+
+    def on_end_episodes(self, rows: np.ndarray) -> None:
+        """Windows of later writes to ``rows`` start after the newly ended episode."""
+        self._values.end_episodes(rows)
+
+    def on_remove(self, rows: np.ndarray, times: np.ndarray) -> None:
+        """Zeroes the removed windows (each keyed by its first step's slot)."""
+        self._drawn = None
+        self._values.remove(rows, times)
+
+    def drop_before(self, times: np.ndarray) -> None:
+        """Zeroes the windows of each row ``r`` that start before ``times[r]``."""
+        self._drawn = None
+        self._values.drop_before(np.asarray(times, np.int64))
+
+    def on_clear(self) -> None:
+        self._drawn = None
+        self._values.clear()
+
+    # -- checkpoints ----------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Leaf values, validity and scalars (plain numpy arrays and floats, no pickle;
+        see :mod:`~recollect.samplers.prioritized_state`)."""
+        scalars = prioritized_state.Scalars(self.max_priority, self.priority_exponent, self.epsilon)
+        return prioritized_state.save_state(self._values, scalars, self.episode_aware)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict` output (the buffer must have the same shape).
+
+        The window index must be restored first: start times are derived from its clocks.
+
+        Raises:
+            InvalidArgumentError: the state does not fit this sampler.
+        """
+        scalars = prioritized_state.load_state(self._values, state)
+        self._drawn = None
+        self.max_priority, self.priority_exponent, self.epsilon = scalars
 
     def min_sampling_value(self) -> float:
         """The smallest positive ``(p_i + epsilon)^alpha`` of a valid window (``inf`` when
@@ -164,7 +217,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
 
     def sampling_weight(self, num_steps: int, within_episode: bool) -> tuple[float, int]:
         """``(sum of (p_i + epsilon)^alpha, number of valid windows)`` (see the base class)."""
-        return float(self._tree.total), int(self.num_valid)
+        return float(self._tree.total), self._values.num_valid
 
     # -- sampling ---------------------------------------------------------
     def sample(
@@ -198,9 +251,10 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         draws = rng.random(batch_size)
         keys, values, parents = self._tree.search(np.multiply(draws, total), draws, total)
         probabilities = values / total
-        rows, times = self._start_times(keys)
+        windows = self._values
+        rows, times = windows.start_times(keys)
         if not self._tree.track_min:
-            weights = importance_weights(probabilities, self.num_valid, beta)
+            weights = importance_weights(probabilities, windows.num_valid, beta)
         else:  # (N P_i)^-beta / (N P_min)^-beta = (v_i / v_min)^-beta
             weights = np.divide(values, self._tree.min)
             np.power(weights, -beta, out=weights)
@@ -208,22 +262,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
         ids = (rows << ROW_SHIFT) | times  # shard 0's: the table's ids, and the draw's key
         self._drawn = (keys, ids.tobytes(), self.index.generation)  # bytes: never mutated
         self._drawn_values = (values, parents)
-        return WindowDraw(rows, times, probabilities, weights, self.num_valid, priorities, ids)
-
-    def _start_times(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(rows, start times)`` of the valid windows keyed by ``keys``.
-
-        The window keyed by slot ``k`` of row ``r`` starts at the one time
-        ``s = k (mod max_length)`` in ``[t[r] - max_length, t[r])``: a window
-        whose first step was overwritten is no longer valid.
-        """
-        rows = keys // self._length
-        index = self.index
-        if self._oldest_generation != index.generation:  # t changes only with a write
-            self._oldest, self._oldest_generation = index.t - self._length, index.generation
-        oldest = self._oldest[rows]  # may be < 0: the modulo keeps s >= 0
-        # keys - oldest = rows * max_length + (slots - oldest): the same residue
-        return rows, oldest + (keys - oldest) % self._length
+        return WindowDraw(rows, times, probabilities, weights, windows.num_valid, priorities, ids)
 
     def _priorities(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Raw priorities of ``keys``: ``values ** (1 / alpha) - epsilon`` (exact to rounding)."""
@@ -286,7 +325,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             values = self._value(priorities)
             if len(self._priority):  # before _set: a heap reads the raw priorities there
                 self._priority[keys] = priorities
-            self._set(keys, values, *(found or ()))
+            self._values.set(keys, values, *(found or ()))
             self.max_priority = max(self.max_priority, largest)
         return skipped
 
@@ -315,7 +354,7 @@ class Prioritized(WindowValues, PrioritizedState, Sampler):
             keys[~live] = 0
         # the id's window is the valid one of its slot: its time is still stored
         newest = self.index.t[np.where(live, rows, 0)]
-        live &= self._valid[keys] & (times < newest) & (times >= newest - self._length)
+        live &= self._values.valid[keys] & (times < newest) & (times >= newest - self._length)
         return keys, live
 
     def _refuse_unissued(self, ids: np.ndarray, shard: int) -> None:

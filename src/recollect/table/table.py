@@ -8,8 +8,10 @@ steps (:meth:`Table.next_steps`), writes storage and records the write
 (:meth:`Table.insert`), all under :attr:`Table.lock`.
 
 This module holds the construction, geometry, write and rate-limiting side; the
-draw side is :class:`~recollect.table.reads.TableReads` and the checkpoint state and
-info report :class:`~recollect.table.table_state.TableState` (mixins).
+table holds its collaborators: the draw side :class:`~recollect.table.reads.TableReader`
+(``table.reads``) and the rate limiter's waits :class:`~recollect.table.gate.Gate`
+(``table.gate``); the checkpoint state and info report are functions of
+:mod:`recollect.table.table_state`.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from recollect.arguments import check_int, positive_int
 from recollect.errors import InvalidArgumentError
 from recollect.samplers.base import Sampler
 from recollect.samplers.uniform import Uniform
-from recollect.table import at_fork
+from recollect.table import at_fork, table_state
+from recollect.table.draw import Draw
 from recollect.table.gate import Gate
+from recollect.table.info import TableInfo
 from recollect.table.rate_limiters import RateLimiter
-from recollect.table.reads import TableReads
+from recollect.table.reads import TableReader
 from recollect.table.selection import delete_windows
-from recollect.table.table_state import TableState
 from recollect.windows import WindowIndex
 
 __all__ = ["Table", "positive_int"]
@@ -41,7 +44,7 @@ _ENDED.flags.writeable = _NOT_ENDED.flags.writeable = False
 RngLike = int | np.random.Generator | np.random.SeedSequence | None
 
 
-class Table(TableReads, TableState):
+class Table:
     """Window index + sampler + RNG of ``num_envs`` rows of ``max_length`` slots.
 
     Args:
@@ -127,33 +130,30 @@ class Table(TableReads, TableState):
         self._not_ended = _NOT_ENDED if episode_aware else None
         self._sampler_tracks_writes = type(self.sampler).on_add is not Sampler.on_add
         self._sampler_blocks = type(self.sampler).on_add_block is not Sampler.on_add_block
-        self._per_item = self.max_times_sampled > 0 or self.sampler.deterministic
-        self._draw_weight = 0.0
+        #: draws select one window per item (Reverb's selection; see table.selection)
+        self.per_item = self.max_times_sampled > 0 or self.sampler.deterministic
         # times each window (keyed by its first step) was drawn, time-major: a write to every
         # row clears one contiguous line, a draw reads the counts of slot * num_envs + row
         self.track_times_sampled = bool(track_times_sampled)
         shape = (max_length, num_envs) if self.track_times_sampled else (0, num_envs)
         self._times_sampled = np.zeros(shape, np.int32)
         self.times_sampled = self._times_sampled.reshape(-1)
-        self._ones: dict[int, np.ndarray] = {}
-        self._recheck_clocks()
+        self.recheck_clocks()
         #: blocks inserts and draws while the rate limiter forbids them
         self.gate = Gate(self)
+        #: draws windows (``draw``, ``make_draw``, ``draw_weight`` delegate to it)
+        self.reads = TableReader(self)
         if rate_limiter is not None:
             self.gate.check_limits()
 
     @property
     def version(self) -> int:
-        """Moves with every change of what a draw may return: a write, clear, load or
-        episode end (``index.generation``), a delete or a priority update (:attr:`changes`).
-
-        A reader that drew ahead keeps its draw only while this is unchanged (one
-        integer compare; read without the lock). A draw's own ``max_times_sampled``
-        removals leave it as it was: later draws are made after them.
-        """
+        """Moves with every write, clear, load, episode end, delete or priority update; a
+        reader that drew ahead keeps its draw only while this is unchanged (read without
+        the lock). A draw's own ``max_times_sampled`` removals leave it as it was."""
         return self.index.generation + self.changes
 
-    def _recheck_clocks(self) -> None:
+    def recheck_clocks(self) -> None:
         """Caches whether all rows share one clock (the cheap write path) and its value."""
         self._uniform = self.index.uniform
         self._clock = int(self.index.t[0])
@@ -181,6 +181,115 @@ class Table(TableReads, TableState):
         (:func:`recollect.memory.table_nbytes` of the same arguments)."""
         return self.index.nbytes + self.sampler.nbytes + self._times_sampled.nbytes
 
+    @property
+    def num_stored(self) -> int:
+        """Steps stored over all rows."""
+        return self.index.num_stored
+
+    @property
+    def read_only_draws(self) -> bool:
+        """Whether a draw leaves what later draws and writes see as it was: no times-sampled
+        counts (``max_times_sampled``'s removals) and no rate limiter that counts samples (a
+        :class:`~recollect.MinSize` only waits for a size), so a reader may draw ahead and
+        drop the draw unused. The ``samples`` counter counts every draw all the same."""
+        limiter = self.rate_limiter
+        return not self.track_times_sampled and (limiter is None or not limiter.counts_samples)
+
+    # -- reading (TableReader) ----------------------------------------------
+    def can_sample(self, batch_size: int = 1, num_steps: int | None = None) -> bool:
+        """Whether :meth:`draw` of ``batch_size`` windows of ``num_steps`` would succeed now.
+
+        Raises:
+            InvalidArgumentError: as :meth:`resolve_window`.
+        """
+        positive_int("batch_size", batch_size)
+        n, within = self.resolve_window(num_steps)
+        with self.lock:
+            return self.index.count(n, within) > 0
+
+    def draw(
+        self,
+        batch_size: int,
+        num_steps: int | None = None,
+        *,
+        within_episode: bool | None = None,
+        time_axis: bool | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> Draw:
+        """Draws ``batch_size`` valid windows (with replacement) under the table lock.
+
+        Args:
+            batch_size: windows to draw, >= 1.
+            num_steps: window length (None: the fixed ``sequence_length``, or 1).
+            within_episode: override of episode-aware mode.
+            time_axis: whether gathered leaves keep a time axis (default: when
+                ``num_steps`` was given or windows are longer than one step).
+            timeout: with a rate limiter, seconds to wait while it forbids the draw
+                (None: forever, 0: never); ignored without one.
+            **options: passed to the sampler (e.g. ``importance_sampling_exponent``).
+
+        Returns:
+            :class:`~recollect.table.Draw`.
+
+        Raises:
+            InvalidArgumentError: bad arguments (see :meth:`resolve_window`), or a
+                batch the rate limiter can never allow.
+            NotEnoughDataError: no valid window of that length is stored (no rate limiter).
+            RateLimiterTimeout: the rate limiter still forbids the draw after ``timeout``.
+            StateError: the table was closed while the draw waited.
+        """
+        return self.reads.draw(batch_size, num_steps, within_episode, time_axis, timeout, options)
+
+    def draw_weight(self, draw: Draw) -> float:
+        """The table's sampling weight (:meth:`sampling_weight`) at ``draw``, the last draw:
+        before the removals of ``max_times_sampled``, which a shard's weight after the draw
+        would miss (the client turns local probabilities into global ones with it)."""
+        return self.reads.draw_weight(draw)
+
+    def make_draw(
+        self,
+        rows: np.ndarray,
+        times: np.ndarray,
+        probabilities: np.ndarray,
+        num_steps: int,
+        time_axis: bool = True,
+    ) -> Draw:
+        """A :class:`Draw` of windows chosen by the caller (e.g. enumerated from ``index``).
+
+        It records no sample (``times_sampled`` stays as is) and counts as
+        written before any write, so :meth:`is_stale` checks its steps.
+        """
+        return self.reads.make_draw(rows, times, probabilities, num_steps, time_axis)
+
+    def is_stale(self, draw: Draw) -> bool:
+        """Whether a write or ``clear`` since ``draw`` removed one of its steps.
+
+        Cheap when nothing was written since (one integer compare).
+        """
+        with self.lock:
+            if self.index.generation == draw.generation:
+                return False
+            return self.index.stale(draw.rows, draw.times)
+
+    # -- snapshots (table_state) ---------------------------------------------
+    def info(self, sampler_config: dict[str, Any] | None = None) -> TableInfo:
+        """A :class:`TableInfo` snapshot (``sampler_config``: the sampler's arguments)."""
+        return table_state.info(self, sampler_config)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Index, sampler state, times sampled (``columns``: one count per slot, a ring
+        array ``[num_envs, max_length]``) and RNG state (arrays and JSON values)."""
+        return table_state.state_dict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state_dict` output (from a table of the same geometry).
+
+        Raises:
+            ValueError: the state does not fit this table.
+        """
+        table_state.load_state_dict(self, state)
+
     # -- geometry -----------------------------------------------------------
     def check_num_steps(self, num_steps: int, name: str = "num_steps") -> None:
         """Raises InvalidArgumentError when windows of ``num_steps`` cannot fit a row."""
@@ -194,34 +303,10 @@ class Table(TableReads, TableState):
     def resolve_window(
         self, num_steps: int | None, within_episode: bool | None = None
     ) -> tuple[int, bool]:
-        """``(steps per window, episode-aware)`` of a request, validated.
-
-        ``num_steps=None`` means the fixed ``sequence_length`` (or 1).
-
-        Raises:
-            InvalidArgumentError: ``num_steps`` < 1 or > ``max_length``, other
-                than the sampler's fixed length, or ``within_episode=True``
-                on a table that is not episode-aware.
+        """``(steps per window, episode-aware)`` of a request, validated
+        (:meth:`TableReader.resolve_window <recollect.table.reads.TableReader.resolve_window>`).
         """
-        if num_steps is None:
-            n = self.sequence_length or 1
-        else:
-            n = positive_int("num_steps", num_steps)
-            self.check_num_steps(n)
-            fixed = self.sampler.sequence_length
-            if fixed is not None and n != fixed:
-                raise InvalidArgumentError(
-                    f"this buffer's sampler scores windows of sequence_length={fixed}; got "
-                    f"num_steps={n}. Sample with num_steps={fixed} or None."
-                )
-        if within_episode is None:
-            within_episode = self.episode_aware
-        elif within_episode and not self.episode_aware:
-            raise InvalidArgumentError(
-                "within_episode=True needs a top-level bool 'is_last' leaf in data_spec; "
-                f"this spec has leaves {self.leaf_paths}."
-            )
-        return n, bool(within_episode)
+        return self.reads.resolve_window(num_steps, within_episode)
 
     # -- writing (the caller holds ``lock``) ---------------------------------
     def next_steps(self, rows: np.ndarray | None) -> tuple[Any, Any]:
@@ -300,7 +385,7 @@ class Table(TableReads, TableState):
         with self.lock:
             self.index.clear()
             self.sampler.on_clear()
-            self._recheck_clocks()
+            self.recheck_clocks()
             self.inserts = self.samples = 0  # as Reverb's reset: the balance starts over
             if self.waiters:
                 self.cond.notify_all()

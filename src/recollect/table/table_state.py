@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -14,120 +13,97 @@ from recollect.state.rng import decode_rng, encode_rng
 from recollect.storage.base import ColumnSource
 from recollect.table.info import TableInfo
 
-if TYPE_CHECKING:
-    from recollect.samplers.base import Sampler
-    from recollect.table.rate_limiters import RateLimiter
-    from recollect.windows import WindowIndex
-
-__all__ = ["TableState"]
+__all__ = ["info", "load_state_dict", "state_dict"]
 
 
-class TableState:
-    """``state_dict``, ``load_state_dict`` and ``info`` of :class:`~recollect.table.Table`
-    (a mixin)."""
+def info(table: Any, sampler_config: dict[str, Any] | None = None) -> TableInfo:
+    """A :class:`TableInfo` snapshot (``sampler_config``: the sampler's arguments)."""
+    with table.lock:
+        limiter = table.rate_limiter
+        counters = _counters(table)
+        return TableInfo(
+            size=table.size(),
+            capacity=table.num_envs * table.max_length,
+            num_stored=table.num_stored,
+            num_episodes=len(table.index.live_ends()[0]),
+            inserts=table.inserts,
+            samples=table.samples,
+            deletes=table.index.removed,
+            samples_per_insert=table.samples / table.inserts if table.inserts else 0.0,
+            max_times_sampled=table.max_times_sampled,
+            rate_limiter=None if limiter is None else limiter.describe(),
+            insert_blocked_s=counters["insert_blocked_s"],
+            sample_blocked_s=counters["sample_blocked_s"],
+            sampler={"type": table.sampler.name, "config": sampler_config or {}},
+        )
 
-    lock: threading.RLock
-    cond: threading.Condition
-    waiters: int
-    rate_limiter: RateLimiter | None
-    index: WindowIndex
-    sampler: Sampler
-    rng: np.random.Generator
-    inserts: int
-    samples: int
-    num_envs: int
-    max_length: int
-    max_times_sampled: int
-    track_times_sampled: bool
-    _times_sampled: np.ndarray
 
-    if TYPE_CHECKING:  # defined by Table and the other mixin
-
-        @property
-        def num_stored(self) -> int: ...
-
-        def size(self, num_steps: int | None = None, within: bool | None = None) -> int: ...
-
-        def _recheck_clocks(self) -> None: ...
-
-    def info(self, sampler_config: dict[str, Any] | None = None) -> TableInfo:
-        """A :class:`TableInfo` snapshot (``sampler_config``: the sampler's arguments)."""
-        with self.lock:
-            limiter = self.rate_limiter
-            counters = self._counters()
-            return TableInfo(
-                size=self.size(),
-                capacity=self.num_envs * self.max_length,
-                num_stored=self.num_stored,
-                num_episodes=len(self.index.live_ends()[0]),
-                inserts=self.inserts,
-                samples=self.samples,
-                deletes=self.index.removed,
-                samples_per_insert=self.samples / self.inserts if self.inserts else 0.0,
-                max_times_sampled=self.max_times_sampled,
-                rate_limiter=None if limiter is None else limiter.describe(),
-                insert_blocked_s=counters["insert_blocked_s"],
-                sample_blocked_s=counters["sample_blocked_s"],
-                sampler={"type": self.sampler.name, "config": sampler_config or {}},
-            )
-
-    def state_dict(self) -> dict[str, Any]:
-        """Index, sampler state, times sampled (``columns``: one count per slot, a ring
-        array ``[num_envs, max_length]``) and RNG state (arrays and JSON values)."""
-        with self.lock:
-            return {
-                "index": self.index.state_dict(),
-                "sampler": self.sampler.state_dict(),
-                "columns": {"times_sampled": np.ascontiguousarray(self._times_sampled.T)}
-                if self.track_times_sampled
-                else {},
-                "rng": encode_rng(self.rng),
-                "counters": self._counters(),
-            }
-
-    def _counters(self) -> dict[str, Any]:
-        limiter = self.rate_limiter
+def state_dict(table: Any) -> dict[str, Any]:
+    """Index, sampler state, times sampled (``columns``: one count per slot, a ring
+    array ``[num_envs, max_length]``) and RNG state (arrays and JSON values)."""
+    with table.lock:
         return {
-            "inserts": self.inserts,
-            "samples": self.samples,
-            "deletes": self.index.removed,
-            "insert_blocked_s": 0.0 if limiter is None else limiter.insert_blocked_s,
-            "sample_blocked_s": 0.0 if limiter is None else limiter.sample_blocked_s,
+            "index": table.index.state_dict(),
+            "sampler": table.sampler.state_dict(),
+            "columns": {"times_sampled": np.ascontiguousarray(_ring(table).T)}
+            if table.track_times_sampled
+            else {},
+            "rng": encode_rng(table.rng),
+            "counters": _counters(table),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` output (from a table of the same geometry).
 
-        Raises:
-            ValueError: the state does not fit this table.
-        """
-        with self.lock:
-            self.index.load_state_dict(state["index"])
-            self.sampler.load_state_dict(state["sampler"])
-            source = state.get("columns", {}).get("times_sampled")
-            if not self.track_times_sampled:
-                source = None
-            rows = np.zeros((self.num_envs, self.max_length), np.int32)  # ring layout
-            if isinstance(source, ColumnSource):
-                source.read_into(rows)
-            elif source is not None:
-                counts = np.asarray(source, np.int32)
-                if counts.shape != rows.shape:
-                    raise ValueError(
-                        f"times_sampled has shape {counts.shape}; this table needs {rows.shape}."
-                    )
-                rows[...] = counts
-            if self.track_times_sampled:
-                self._times_sampled[...] = rows.T
-            if (rng := decode_rng(state.get("rng"), "table state")) is not None:
-                self.rng = rng
-            counters = state.get("counters") or {}
-            self.inserts = int(counters.get("inserts", 0))
-            self.samples = int(counters.get("samples", 0))
-            self.index.removed = int(counters.get("deletes", 0))
-            if self.rate_limiter is not None:
-                self.rate_limiter.insert_blocked_s = float(counters.get("insert_blocked_s", 0.0))
-                self.rate_limiter.sample_blocked_s = float(counters.get("sample_blocked_s", 0.0))
-            self._recheck_clocks()
-            if self.waiters:
-                self.cond.notify_all()
+def _counters(table: Any) -> dict[str, Any]:
+    """The table's checkpointed counters (inserts, samples, deletes, blocked seconds)."""
+    limiter = table.rate_limiter
+    return {
+        "inserts": table.inserts,
+        "samples": table.samples,
+        "deletes": table.index.removed,
+        "insert_blocked_s": 0.0 if limiter is None else limiter.insert_blocked_s,
+        "sample_blocked_s": 0.0 if limiter is None else limiter.sample_blocked_s,
+    }
+
+
+def load_state_dict(table: Any, state: dict[str, Any]) -> None:
+    """Restores :meth:`state_dict` output (from a table of the same geometry).
+
+    Raises:
+        ValueError: the state does not fit this table.
+    """
+    with table.lock:
+        table.index.load_state_dict(state["index"])
+        table.sampler.load_state_dict(state["sampler"])
+        source = state.get("columns", {}).get("times_sampled")
+        if not table.track_times_sampled:
+            source = None
+        rows = np.zeros((table.num_envs, table.max_length), np.int32)  # ring layout
+        if isinstance(source, ColumnSource):
+            source.read_into(rows)
+        elif source is not None:
+            counts = np.asarray(source, np.int32)
+            if counts.shape != rows.shape:
+                raise ValueError(
+                    f"times_sampled has shape {counts.shape}; this table needs {rows.shape}."
+                )
+            rows[...] = counts
+        if table.track_times_sampled:
+            _ring(table)[...] = rows.T
+        if (rng := decode_rng(state.get("rng"), "table state")) is not None:
+            table.rng = rng
+        counters = state.get("counters") or {}
+        table.inserts = int(counters.get("inserts", 0))
+        table.samples = int(counters.get("samples", 0))
+        table.index.removed = int(counters.get("deletes", 0))
+        if table.rate_limiter is not None:
+            table.rate_limiter.insert_blocked_s = float(counters.get("insert_blocked_s", 0.0))
+            table.rate_limiter.sample_blocked_s = float(counters.get("sample_blocked_s", 0.0))
+        table.recheck_clocks()
+        if table.waiters:
+            table.cond.notify_all()
+
+
+def _ring(table: Any) -> np.ndarray:
+    """int32 ``[max_length, num_envs]``: the table's times-sampled counts (a view; tables
+    with ``track_times_sampled``)."""
+    return table.times_sampled.reshape(table.max_length, table.num_envs)
