@@ -22,7 +22,6 @@ O(batch_size + num_envs); never a pass over all stored windows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -75,10 +74,13 @@ def _last_windows(seg: Segments, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Ordered(Sampler):
-    """Shared ``sample`` of :class:`Fifo` and :class:`Lifo`; each sets ``_pick``."""
+    """Shared ``sample`` of :class:`Fifo` and :class:`Lifo`; each defines ``_pick``."""
 
-    _pick: Callable[[Segments, int], tuple[np.ndarray, np.ndarray]]
     deterministic = True
+
+    def _pick(self, seg: Segments, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, times)`` int64 ``[k]`` of the ``k`` windows this order returns first."""
+        raise NotImplementedError
 
     def sample(
         self,
@@ -101,10 +103,12 @@ class _Ordered(Sampler):
 class Fifo(_Ordered):
     """Oldest valid windows first (time-then-row order); deterministic, see module doc."""
 
-    _pick = staticmethod(_first_windows)
+    def _pick(self, seg: Segments, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return _first_windows(seg, k)
 
 
 class Lifo(_Ordered):
     """Newest valid windows first (reverse time-then-row order); deterministic, see module doc."""
 
-    _pick = staticmethod(_last_windows)
+    def _pick(self, seg: Segments, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return _last_windows(seg, k)

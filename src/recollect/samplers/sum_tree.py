@@ -70,8 +70,6 @@ The level sizes and the search's tables are :mod:`~recollect.samplers.tree_layou
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from recollect.arguments import is_int
@@ -88,7 +86,7 @@ from recollect.samplers.tree_minimum import TreeMinimum
 __all__ = ["SumTree", "level_sizes", "search_sizes"]
 
 
-class SumTree(TreeMinimum):
+class SumTree:
     """Sums of non-negative float64 leaves with prefix-sum search (and, on request, their
     smallest positive leaf).
 
@@ -142,9 +140,7 @@ class SumTree(TreeMinimum):
         self._queries: dict[int, tuple[np.ndarray, ...]] = {}  # find's buffers per batch size
         self._total: float | None = 0.0  # the sum of the leaves, None when not yet summed
         self.track_min = bool(track_min)
-        # the smallest positive leaf (inf if none) and how many leaves hold it; exact
-        # unless _min_stale (the last of them rose or was zeroed): then rescanned when read
-        self._min, self._min_count, self._min_stale = math.inf, 0, False
+        self._minimum = TreeMinimum(self._levels[0]) if self.track_min else None
 
     @staticmethod
     def estimate_nbytes(capacity: int, branching: int = 16, *, track_min: bool = False) -> int:
@@ -184,6 +180,17 @@ class SumTree(TreeMinimum):
         if total is None:
             total = self._total = float(np.add.reduce(self._levels[-2][: self._top]))
         return total
+
+    @property
+    def min(self) -> float:
+        """The smallest positive leaf (``inf`` when none); needs ``track_min=True``.
+
+        Raises:
+            ValueError: the tree was built with ``track_min=False``.
+        """
+        if self._minimum is None:
+            raise ValueError("this SumTree keeps no minimum; construct it with track_min=True.")
+        return self._minimum.value
 
     def __getitem__(self, indices: np.ndarray) -> np.ndarray:
         return self._levels[0][indices]
@@ -332,8 +339,8 @@ class SumTree(TreeMinimum):
             leaves[ordered[last]] = values[order[last]]
             final = leaves[indices]
         self._refresh(indices, parents)
-        if self.track_min and len(indices):
-            self._note_min(indices, old, final)
+        if self._minimum is not None and len(indices):
+            self._minimum.note(indices, old, final)
 
     def _refresh(self, indices: np.ndarray, parents: list[np.ndarray] | None = None) -> None:
         self._total = None
@@ -359,8 +366,8 @@ class SumTree(TreeMinimum):
             sums = blocks @ self._ones
             level[: len(sums)] = sums
             level[len(sums) :] = 0.0
-        if self.track_min:
-            self._rescan_min()
+        if self._minimum is not None:
+            self._minimum.rescan()
 
     def clear(self) -> None:
         """Sets every leaf to zero."""
@@ -368,4 +375,5 @@ class SumTree(TreeMinimum):
         for level in (*self._levels, self._prefix):
             level[:] = 0.0
         self._prefix_stale = False
-        self._min, self._min_count, self._min_stale = math.inf, 0, False
+        if self._minimum is not None:
+            self._minimum.reset()

@@ -1,6 +1,6 @@
 """The smallest positive leaf of a :class:`~recollect.samplers.sum_tree.SumTree`
 (``track_min=True``, :attr:`SumTree.min`, for buffer-wide importance weights): a
-mixin of the tree.
+collaborator the tree holds and tells of every set.
 
 It is one number kept with the count of leaves
 holding it, not a min tree: a set that writes a smaller value lowers it at
@@ -30,55 +30,59 @@ __all__ = ["TreeMinimum"]
 
 
 class TreeMinimum:
-    """:attr:`min` and its bookkeeping after every set of a sum tree (a mixin; the tree
-    initialises ``_min, _min_count, _min_stale`` and sets ``track_min``)."""
+    """The smallest positive value of a float64 leaf array, kept after every set.
 
-    _levels: list[np.ndarray]
-    track_min: bool
-    # the smallest positive leaf (inf if none) and how many leaves hold it; exact
-    # unless _min_stale (the last of them rose or was zeroed): then rescanned when read
-    _min: float
-    _min_count: int
-    _min_stale: bool
+    Args:
+        leaves: the tree's float64 leaf level (read, never written; padding zeros are
+            not positive and so never the minimum).
+    """
+
+    def __init__(self, leaves: np.ndarray) -> None:
+        self._leaves = leaves
+        # the smallest positive leaf (inf if none) and how many leaves hold it; exact
+        # unless _stale (the last of them rose or was zeroed): then rescanned when read
+        self._min, self._count, self._stale = math.inf, 0, False
 
     @property
-    def min(self) -> float:
-        """The smallest positive leaf (``inf`` when none); needs ``track_min=True``."""
-        if not self.track_min:
-            raise ValueError("this SumTree keeps no minimum; construct it with track_min=True.")
-        if self._min_stale:
-            self._rescan_min()
+    def value(self) -> float:
+        """The smallest positive leaf (``inf`` when none); may rescan (see the module)."""
+        if self._stale:
+            self.rescan()
         return self._min
 
-    def _note_min(self, indices: np.ndarray, old: np.ndarray, final: np.ndarray) -> None:
-        """Keeps :attr:`min` after leaves ``indices`` went from ``old`` to ``final`` (both
+    def reset(self) -> None:
+        """Forgets the minimum: every leaf is zero."""
+        self._min, self._count, self._stale = math.inf, 0, False
+
+    def note(self, indices: np.ndarray, old: np.ndarray, final: np.ndarray) -> None:
+        """Keeps :attr:`value` after leaves ``indices`` went from ``old`` to ``final`` (both
         ``[K]``, per position: a repeated index has the same old and final value at each)."""
         smallest = float(_reduce_min(final))
         if smallest <= 0:  # zeroed leaves (a priority update with epsilon > 0 has none)
             smallest = float(np.where(final > 0, final, np.inf).min())
         if smallest < self._min:  # below every other leaf, stale or not: the new minimum
-            self._min, self._min_stale = smallest, False
-            self._min_count = _distinct(indices[final == smallest])
+            self._min, self._stale = smallest, False
+            self._count = _distinct(indices[final == smallest])
             return
-        if self._min_stale:  # the minimum is rescanned when read; a lower value set it above
+        if self._stale:  # the minimum is rescanned when read; a lower value set it above
             return
         m = self._min
         if smallest > m and _reduce_min(old) > m:  # no leaf reached or left the minimum (one pass)
             return
         was = old == m
         if smallest == m:  # leaves that took the minimum's value
-            self._min_count += _distinct(indices[(final == m) & ~was])
+            self._count += _distinct(indices[(final == m) & ~was])
         if was.any():  # leaves that held the minimum and left it
-            self._min_count -= _distinct(indices[was & (final != m)])
-            if self._min_count <= 0:
-                self._min_stale = True
+            self._count -= _distinct(indices[was & (final != m)])
+            if self._count <= 0:
+                self._stale = True
 
-    def _rescan_min(self) -> None:
-        """Recomputes :attr:`min` and its count from the leaves (after the last minimum leaf
+    def rescan(self) -> None:
+        """Recomputes :attr:`value` and its count from the leaves (after the last minimum leaf
         rose or was zeroed): one pass in chunks of ``_SCAN`` leaves, each viewed as uint64
         minus 1, so that 0.0 wraps to the largest integer and positive floats keep their
         order (a non-negative float64 orders like its bits), without a float mask."""
-        bits = self._levels[0].view(np.uint64)
+        bits = self._leaves.view(np.uint64)
         chunk = np.empty(min(len(bits), _SCAN), np.uint64)
         best, count = _INF_BITS_MINUS_ONE, 0
         for start in range(0, len(bits), _SCAN):
@@ -88,12 +92,12 @@ class TreeMinimum:
                 best, count = low, 0
             if low == best:
                 count += int(np.count_nonzero(shifted == low))
-        self._min_stale = False
+        self._stale = False
         if best >= _INF_BITS_MINUS_ONE:  # no positive finite leaf (-0.0 lands here too)
-            self._min, self._min_count = math.inf, 0
+            self._min, self._count = math.inf, 0
         else:
             self._min = float(np.array(best + _ONE, np.uint64).view(np.float64))
-            self._min_count = count
+            self._count = count
 
 
 _reduce_min = np.minimum.reduce  # no ndarray.min wrapper (a Python frame)

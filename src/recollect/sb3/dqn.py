@@ -7,12 +7,12 @@ import torch as th
 from stable_baselines3 import DQN as Sb3DQN
 from torch.nn import functional as F
 
-from recollect.sb3.training import PrioritizedSetup, report_priorities, weighted_mean
+from recollect.sb3.training import report_priorities, setup_model, weighted_mean
 
 __all__ = ["DQN"]
 
 
-class DQN(PrioritizedSetup, Sb3DQN):
+class DQN(Sb3DQN):
     """``stable_baselines3.DQN`` whose ``train()`` uses prioritized replay (Schaul et al. 2016).
 
     Each gradient step weights the per-sample Huber loss by the sample's
@@ -27,6 +27,9 @@ class DQN(PrioritizedSetup, Sb3DQN):
         >>> model = DQN("MlpPolicy", "CartPole-v1", replay_buffer_kwargs=dict(alpha=0.6,
         ...     beta=recollect.LinearSchedule(0.4, 1.0, num_steps=50_000)))  # doctest: +SKIP
     """
+
+    def _setup_model(self) -> None:
+        setup_model(self, super()._setup_model)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """SB3's DQN update with importance weights and priority updates (see the class)."""

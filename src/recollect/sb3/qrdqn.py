@@ -6,7 +6,7 @@ import numpy as np
 import torch as th
 from sb3_contrib import QRDQN as ContribQRDQN
 
-from recollect.sb3.training import PrioritizedSetup, report_priorities, weighted_mean
+from recollect.sb3.training import report_priorities, setup_model, weighted_mean
 
 __all__ = ["QRDQN", "quantile_huber_per_sample"]
 
@@ -27,7 +27,7 @@ def quantile_huber_per_sample(current: th.Tensor, target: th.Tensor) -> th.Tenso
     return loss.sum(dim=-2).mean(dim=-1)
 
 
-class QRDQN(PrioritizedSetup, ContribQRDQN):
+class QRDQN(ContribQRDQN):
     """``sb3_contrib.QRDQN`` with prioritized replay (as :class:`recollect.sb3.DQN`).
 
     The loss is the importance-weighted mean of the per-sample quantile Huber
@@ -36,6 +36,9 @@ class QRDQN(PrioritizedSetup, ContribQRDQN):
     distributional loss). Without ``replay_buffer_class`` the buffer is a
     :class:`recollect.sb3.PrioritizedReplayBuffer`.
     """
+
+    def _setup_model(self) -> None:
+        setup_model(self, super()._setup_model)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """sb3-contrib's QR-DQN update with importance weights and priority updates."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch as th
 
 from recollect.sb3.prioritized import PrioritizedReplayBuffer
 
-__all__ = ["PrioritizedSetup", "report_priorities", "use_prioritized_buffer", "weighted_mean"]
+__all__ = ["report_priorities", "setup_model", "use_prioritized_buffer", "weighted_mean"]
 
 
 def weighted_mean(per_sample: th.Tensor, replay_data: Any) -> th.Tensor:
@@ -48,22 +49,19 @@ def use_prioritized_buffer(model: Any) -> bool:
     return True
 
 
-class PrioritizedSetup:
-    """Mixin of the DQN-family models: builds a prioritized buffer with the model's n-step.
+def setup_model(model: Any, setup: Callable[[], None]) -> None:
+    """Runs the SB3 model's own ``setup`` (its ``_setup_model``) so that it builds a
+    prioritized buffer with the model's n-step.
 
     SB3 warns that ``n_steps`` is ignored by a custom buffer; the buffer gets it
-    through ``replay_buffer_kwargs`` instead, so the model sees ``n_steps=1``
-    while it builds its buffer.
+    through ``replay_buffer_kwargs`` instead (:func:`use_prioritized_buffer`), so the
+    model shows ``n_steps=1`` while ``setup`` builds its buffer, and its own after.
     """
-
-    n_steps: int  # the model's (SB3's off-policy algorithms)
-
-    def _setup_model(self) -> None:
-        if not use_prioritized_buffer(self):
-            super()._setup_model()  # type: ignore[misc]  # the SB3 model class mixed into
-            return
-        n_steps, self.n_steps = self.n_steps, 1
-        try:
-            super()._setup_model()  # type: ignore[misc]  # the SB3 model class mixed into
-        finally:
-            self.n_steps = n_steps
+    if not use_prioritized_buffer(model):
+        setup()
+        return
+    n_steps, model.n_steps = model.n_steps, 1
+    try:
+        setup()
+    finally:
+        model.n_steps = n_steps

@@ -49,7 +49,7 @@ __all__ = ["MANIFEST", "Client", "TableHandle", "merge_infos"]
 TRANSPORT_GRACE_S = 30.0
 
 
-class Client(ClientUpdates):
+class Client:
     """Writes to, samples from and manages served tables (same API in-process and on Ray).
 
     Made by :meth:`Server.client <recollect.service.Server.client>`,
@@ -62,6 +62,11 @@ class Client(ClientUpdates):
         rng: seed of the client's split of batches over shards.
         on_close: called once by :meth:`close` (e.g. to stop an owned server).
     """
+
+    #: ids per shard a client holds back before it sends them on their own
+    max_unsent_updates: int = 4096
+    #: seconds after which held-back updates go out with the next ``update_priorities``
+    max_update_delay_s: float = 0.05
 
     def __init__(
         self,
@@ -88,6 +93,7 @@ class Client(ClientUpdates):
         self._id = secrets.randbits(62) + 1
         # the shard field of a table's ids starts after the other tables' (recollect.ids)
         self._id_base = id_bases(self._shards)
+        self._updates = ClientUpdates(self._endpoints, self.describe, self._held, self._id_base)
 
     @property
     def closed(self) -> bool:
@@ -277,6 +283,77 @@ class Client(ClientUpdates):
             mode = endpoint.result(endpoint.weight_normalization())
             found = self._normalization[table] = mode == "buffer"
         return found
+
+    # -- changes to stored windows ---------------------------------------------------
+    def update_priorities(
+        self, table: str, ids: Any, priorities: Any, *, wait: bool = False
+    ) -> int | None:
+        """Sets priorities of ``table``'s windows; each id goes to the shard encoded in it.
+
+        Ids that name no shard of ``table`` are skipped, as a local buffer skips
+        ids of another shard: ids of another table of the service (each table's
+        ids carry its own shard numbers, see :mod:`recollect.ids`), negative ids.
+
+        Without ``wait``, updates are held back on the client and go to their
+        shard along with this client's next sample request of the table (applied
+        before its draw), or on their own once a shard has
+        :attr:`max_unsent_updates` ids waiting or the oldest waited
+        :attr:`max_update_delay_s` seconds (checked by each call), or by
+        :meth:`flush` and :meth:`close`: one request carries many updates.
+
+        Args:
+            table: the table's name.
+            ids: int64 ``[B]`` sample ids.
+            priorities: float ``[B]`` new priorities.
+            wait: send now, after every update of the table held back, and
+                block until the shards applied them; then return the ids
+                skipped (of these ids). Otherwise return None
+                at once; an error a shard raises is raised by a later ``sample``
+                or ``update_priorities`` of this table (or :meth:`flush`).
+
+        Raises:
+            InvalidArgumentError: as ``ReplayBuffer.update_priorities`` (same
+                message): the sampler has no priorities, ``ids`` and
+                ``priorities`` are not 1-D of one length, ids are not integers,
+                a priority is NaN, inf or negative. Checked by this call, also
+                when the update is held back, so a bad call never takes another
+                call's update down with it.
+        """
+        return self._updates.update_priorities(
+            table,
+            ids,
+            priorities,
+            wait=wait,
+            max_unsent=self.max_unsent_updates,
+            max_delay_s=self.max_update_delay_s,
+        )
+
+    def delete(self, table: str, ids: Any) -> int:
+        """Deletes ``table``'s windows starting at ``ids`` (``ReplayBuffer.delete``; Reverb:
+        ``mutate_priorities`` deletes); each id goes to the shard encoded in it. Priority
+        updates held back for the table are sent first (applied before the deletes).
+
+        Args:
+            table: the table's name.
+            ids: int64 ``[K]`` sample ids.
+
+        Returns:
+            The number of ids skipped: overwritten, unknown, of no shard of this
+            table, or deleted already (as :meth:`update_priorities` counts them).
+
+        Raises:
+            InvalidArgumentError: ``ids`` is not 1-D integers; nothing is deleted.
+        """
+        return self._updates.delete(table, ids)
+
+    def flush(self, table: str | None = None) -> None:
+        """Sends the held-back priority updates of ``table`` (None: every table) and waits
+        for all its asynchronous ones.
+
+        Raises:
+            What a shard raised for one of them.
+        """
+        self._updates.flush(table)
 
     # -- management ----------------------------------------------------------------
     def info(self, table: str) -> TableInfo:
