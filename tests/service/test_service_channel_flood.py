@@ -271,3 +271,50 @@ def test_a_writer_gives_up_on_a_listener_that_never_answers() -> None:
         assert time.monotonic() - start < 10.0
     finally:
         server.close()
+
+
+def test_a_writer_gets_the_socket_while_a_peer_without_the_token_holds_every_slot(
+    listener,
+) -> None:
+    """One peer's 64 idle connections (the default ``max_pending``) take every handshake
+    slot; a writer that connects after them takes the slot of the oldest."""
+    peers = [connect_peer(listener.address) for _ in range(64)]
+    try:
+        assert all(peer is not None for peer in peers)
+        time.sleep(0.2)  # the listener accepted them all; older than the eviction grace
+        took, answer = new_writer(listener)
+        assert answer == 2 * 3, answer  # accepted (not refused), and the chunk was stored
+        assert took < HANDSHAKE_S  # did not wait for the peers' deadline
+        assert closed_by_listener(peers[0])  # the oldest peer gave its slot up
+        assert not closed_by_listener(peers[-1])  # the newest keeps its slot
+    finally:
+        for peer in peers:
+            if peer is not None:
+                peer.close()
+
+
+def test_a_burst_of_200_writers_connecting_at_once_is_all_accepted(listener) -> None:
+    """200 writers (more than ``max_pending``) connect at once: those beyond the free slots
+    wait in the listen queue, none is refused."""
+    outcomes: list = []
+    start = threading.Barrier(200, timeout=30.0)
+
+    def connect() -> None:
+        try:
+            start.wait()
+            channel = ChunkChannel(listener.address, listener.token)
+            outcomes.append(None)
+            time.sleep(0.5)  # every connection is open at once
+            channel.close()
+        except Exception as err:
+            outcomes.append(err)
+
+    threads = [threading.Thread(target=connect, daemon=True) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30.0)
+    refused = [err for err in outcomes if err is not None]
+    print(f"\n200 writers at once: {len(refused)} refused")
+    assert len(outcomes) == 200, "a writer hung"
+    assert refused == []

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from test_frame_store import DTYPES, StackingEnvs, check_sample, fill
 
 import recollect as rc
-from recollect.errors import InvalidArgumentError, SpecError
+from recollect.errors import InvalidArgumentError, SpecError, StateError
 from recollect.storage.arena import ByteArena
 from recollect.storage.codecs import Lz4Codec, ZlibCodec, ZstdCodec
 
@@ -292,10 +292,7 @@ def test_codec_levels_are_validated():
         ZlibCodec(level=10)
 
 
-@pytest.mark.parametrize("codec", CODECS)
-def test_a_torn_value_decodes_as_zeros_and_the_rest_of_the_batch_exactly(codec):
-    """A gather outside the lock may read a slot mid-write (its draw is stale and is
-    drawn again): that value must not raise, and the others must stay exact."""
+def _torn_buffer(codec):
     spec = {"image": rc.ArraySpec((16, 16), np.uint8), "is_last": rc.ArraySpec((), bool)}
     buf = rc.ReplayBuffer(spec, 40, 4, compression={"image": codec})
     images = [np.full((4, 16, 16), t, np.uint8) + np.arange(16, dtype=np.uint8) for t in range(6)]
@@ -303,12 +300,53 @@ def test_a_torn_value_decodes_as_zeros_and_the_rest_of_the_batch_exactly(codec):
         buf.add_batch({"image": image, "is_last": np.zeros(4, bool)})
     slots = buf.storage.compressed_slots[0]
     slots.lengths[1, 2] = 3  # a reader sees the new length with the old offset
+    return buf, slots, images
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_torn_value_decodes_as_zeros_and_the_rest_of_the_batch_exactly(codec):
+    """A gather outside the lock may read a slot mid-write (its draw is stale and is
+    drawn again): that value must not raise, and the others must stay exact."""
+    buf, slots, images = _torn_buffer(codec)
+    slots._writes += 1  # odd: a write is running while the reader decodes
     got = buf.gather_all()["image"]
     want = np.stack(images, 1)
     assert (got[1, 2] == 0).all()
     mask = np.ones((4, 6), bool)
     mask[1, 2] = False
     np.testing.assert_array_equal(got[mask], want[mask])
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_value_that_fails_to_decode_with_no_write_running_raises(codec):
+    """Under the lock (no write running, none ran during the read) a value that fails to
+    decode is damaged data: it raises instead of coming back as zeros."""
+    buf, _, _ = _torn_buffer(codec)
+    with pytest.raises(
+        StateError,
+        match=r"compressed leaf_0: stored values failed to decode .* and no write ran "
+        r"meanwhile, so the data in memory is damaged; reload the buffer from a checkpoint",
+    ):
+        buf.gather_all()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_write_that_ran_during_a_failed_read_makes_it_a_race_not_an_error(codec):
+    """The tolerance needs a write to have run during the read: the sequence number
+    moved between the index read and the failure (the codec fails mid-read here)."""
+    buf, slots, _ = _torn_buffer(codec)
+    inner = slots._index.codec
+
+    class RacedCodec:
+        name = inner.name
+
+        def decode_into(self, data, offsets, lengths, out):
+            slots._writes += 2  # a whole write ran while this read decoded
+            raise ValueError("torn")
+
+    slots._index = slots._index._replace(codec=RacedCodec())
+    got = buf.gather_all()["image"]  # no raise: the read raced a write
+    assert (got == 0).all()
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -89,6 +89,7 @@ class BufferState:
                 )
             self._table.load_state_dict(table)
             self._storage.load_state_dict(state["storage"], allow_map=allow_map)
+            self._storage.check_stored(lo, t)
             if rebuild and self._is_last is not None:
                 self._rebuild_episode_ends()
 

@@ -14,7 +14,12 @@ from ray import exceptions as ray_errors
 
 from recollect.buffers import ReplayBuffer
 from recollect.errors import CheckpointError, ShardUnavailableError, StateError
-from recollect.service.channel import TRANSPORT_ERRORS, ChunkChannel, ChunkListener
+from recollect.service.channel import (
+    CONNECT_TIMEOUT_S,
+    TRANSPORT_ERRORS,
+    ChunkChannel,
+    ChunkListener,
+)
 from recollect.service.endpoint import Raised, ShardCalls
 from recollect.service.requests import Request
 from recollect.service.server import open_shard
@@ -23,6 +28,14 @@ __all__ = ["ChunkCall", "RayEndpoint", "ShardActor"]
 
 #: Ray namespace of every recollect actor (names: "<service>", "<service>/<table>/<k>")
 NAMESPACE = "recollect"
+#: seconds before a stream the chunk listener refused tries its socket again (doubling)
+RETRY_FIRST_S = 0.25
+#: the longest wait between two tries of a stream's socket
+RETRY_LONGEST_S = 8.0
+#: tries of a refused stream's socket before it stays on Ray calls for the rest of its lease
+RETRY_ATTEMPTS = 8
+#: seconds a retry waits to connect and be accepted
+RETRY_CONNECT_TIMEOUT_S = 1.0
 
 
 class ShardActor:
@@ -119,6 +132,14 @@ _PROTOCOL = 5
 _UNAVAILABLE = (ray_errors.RayActorError, ray_errors.ActorUnavailableError)
 
 
+@dataclasses.dataclass
+class _Retry:
+    """When a stream whose socket was refused tries it again, and how often it did."""
+
+    attempts: int = 0
+    at: float = 0.0
+
+
 @dataclasses.dataclass(frozen=True)
 class ChunkCall:
     """The handle of ``request`` sent over a :class:`ChunkChannel` (its ``number`` there)."""
@@ -135,9 +156,12 @@ class RayEndpoint(ShardCalls):
     listener when the caller runs on the actor's node and the shard was served
     with ``local_writes`` (one Unix socket per stream, see
     :mod:`recollect.service.channel`); everything else, and streams from other
-    nodes, go as Ray calls. Errors of the actor itself (killed, crashed,
-    restarting, unreachable) raise :class:`~recollect.errors.ShardUnavailableError`
-    naming table and shard.
+    nodes, go as Ray calls. A stream the listener refused (its handshake slots
+    taken, say) sends over Ray and tries the socket again after 0.25, 0.5, ... s
+    (at most 8 s apart, ``RETRY_ATTEMPTS`` times), moving over once accepted: its
+    chunks are numbered, so the shard stores them in order whatever carried them.
+    Errors of the actor itself (killed, crashed, restarting, unreachable) raise
+    :class:`~recollect.errors.ShardUnavailableError` naming table and shard.
     """
 
     def __init__(self, table: str, shard: int, actor: Any) -> None:
@@ -151,6 +175,7 @@ class RayEndpoint(ShardCalls):
         self._channels: dict[int, ChunkChannel | None] = {}  # stream -> its socket, or None: Ray
         self._listener: dict[str, Any] | None = None  # the actor's, when on this node
         self._listener_asked = False
+        self._retries: dict[int, _Retry] = {}  # refused streams that try their socket again
 
     def __getstate__(self) -> dict[str, Any]:
         # sockets stay in their process; a copy elsewhere opens its own
@@ -162,7 +187,7 @@ class RayEndpoint(ShardCalls):
     def send(self, request: Request[Any]) -> Any:
         stream = request.stream
         if stream is not None:
-            channel = self._channel(stream)
+            channel = self._channel(stream, request.numbered)
             if channel is not None:
                 try:
                     return ChunkCall(channel, channel.send_request(request), request)
@@ -172,6 +197,7 @@ class RayEndpoint(ShardCalls):
         ended = request.ends_stream
         if ended is not None:
             self._over_ray.discard(ended)
+            self._retries.pop(ended, None)
             channel = self._channels.pop(ended, None)
             if channel is not None:
                 channel.close()
@@ -180,22 +206,45 @@ class RayEndpoint(ShardCalls):
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
 
-    def _channel(self, stream: int) -> ChunkChannel | None:
-        """The stream's socket to the actor's chunk listener; None: its requests go over Ray
-        (decided at its first request, kept for the stream)."""
+    def _channel(self, stream: int, numbered: bool) -> ChunkChannel | None:
+        """The stream's socket to the actor's chunk listener; None: this request goes over
+        Ray (decided at the stream's first request; a refused stream tries again when due,
+        with a ``numbered`` request)."""
         if stream in self._channels:
-            return self._channels[stream]
-        channel = None
-        if stream not in self._over_ray:
-            if not self._listener_asked:
-                self._listener = self._local_listener()
-                self._listener_asked = True
-            if self._listener is not None:
-                try:
-                    channel = ChunkChannel(self._listener["address"], self._listener["token"])
-                except TRANSPORT_ERRORS:  # another network namespace, or a restarted actor
-                    self._listener_asked = False
+            channel = self._channels[stream]
+            retry = self._retries.get(stream)
+            if channel is not None or retry is None or not numbered or time.monotonic() < retry.at:
+                return channel
+            channel = self._open_channel(stream, RETRY_CONNECT_TIMEOUT_S)
+        elif stream in self._over_ray:
+            channel = None
+        else:
+            channel = self._open_channel(stream, CONNECT_TIMEOUT_S)
         self._channels[stream] = channel
+        return channel
+
+    def _open_channel(self, stream: int, timeout: float) -> ChunkChannel | None:
+        """A socket for ``stream`` to the actor's chunk listener, or None: no listener on
+        this node, or it refused (then the stream tries again later, see the class)."""
+        if not self._listener_asked:
+            self._listener = self._local_listener()
+            self._listener_asked = True
+        if self._listener is None:
+            return None
+        try:
+            channel = ChunkChannel(self._listener["address"], self._listener["token"], timeout)
+        except TRANSPORT_ERRORS:  # slots taken, another network namespace, a restarted actor
+            self._listener_asked = False
+            retry = self._retries.setdefault(stream, _Retry())
+            if retry.attempts < RETRY_ATTEMPTS:
+                wait_s = min(RETRY_FIRST_S * 2**retry.attempts, RETRY_LONGEST_S)
+                retry.at = time.monotonic() + wait_s
+                retry.attempts += 1
+            else:  # on Ray calls for the rest of its lease
+                del self._retries[stream]
+            return None
+        self._retries.pop(stream, None)
+        self._over_ray.discard(stream)
         return channel
 
     def _local_listener(self) -> dict[str, Any] | None:

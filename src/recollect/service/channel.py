@@ -24,12 +24,16 @@ handshake is guarded: it is read without blocking, by the accepting thread, for
 all pending connections at once, and a connection that has not sent the whole
 token within ``handshake_timeout`` seconds (counting bytes, not readiness), or
 sent anything else, is closed; at most ``max_pending`` connections wait for
-their handshake (more are closed at once); an error of one connection (or
-running out of file descriptors, after which accepting pauses and resumes) never
-stops the listener. A writer's :class:`ChunkChannel` gives up after its own
-``timeout`` (a full listen queue included), and its caller falls back to Ray
-calls. On Linux the socket lives in the abstract namespace (no file to clean up
-after a killed process); elsewhere in a private temporary directory.
+their handshake (a newer one takes the oldest one's slot once that waited
+``eviction_grace`` seconds, and waits in the listen queue until then, so a peer
+without the token cannot keep writers out and a burst of writers is not refused);
+an error of one connection (or running out of file descriptors, after which
+accepting pauses and resumes) never stops the listener. A writer's
+:class:`ChunkChannel` gives up after its own ``timeout`` (a full listen queue
+included), and its caller falls back to Ray calls and tries the socket again later
+(:class:`~recollect.ray.actor.RayEndpoint`). On Linux the socket lives in the
+abstract namespace (no file to clean up after a killed process); elsewhere in a
+private temporary directory.
 
 This module is the writer's end (:class:`ChunkChannel`); the shard's end is
 :mod:`recollect.service.listener` (re-exported here) and the wire format both share
@@ -46,11 +50,17 @@ from typing import Any
 
 from recollect.service.channel_wire import ACCEPTED, HELLO, PROTOCOL, TRANSPORT_ERRORS
 from recollect.service.endpoint import Raised
-from recollect.service.listener import HANDSHAKE_TIMEOUT_S, MAX_PENDING, ChunkListener
+from recollect.service.listener import (
+    EVICTION_GRACE_S,
+    HANDSHAKE_TIMEOUT_S,
+    MAX_PENDING,
+    ChunkListener,
+)
 from recollect.service.requests import Extend, Request
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
+    "EVICTION_GRACE_S",
     "HANDSHAKE_TIMEOUT_S",
     "MAX_PENDING",
     "TRANSPORT_ERRORS",

@@ -8,9 +8,17 @@ authenticated connection stores that connection's chunks in the order they were
 sent and answers each with the shard's return value or exception. The handshake is
 guarded: it is read without blocking, for all pending connections at once; a
 connection that has not sent the whole token within ``handshake_timeout`` seconds,
-or sent anything else, is closed; at most ``max_pending`` connections wait for
-their handshake; an error of one connection (or running out of file descriptors,
-after which accepting pauses and resumes) never stops the listener.
+or sent anything else, is closed; an error of one connection (or running out of file
+descriptors, after which accepting pauses and resumes) never stops the listener.
+
+At most ``max_pending`` connections wait for their handshake. When that many wait
+and another connects, the listener first reads the handshakes that have arrived,
+then closes the oldest pending connection if it waited ``eviction_grace`` seconds,
+else leaves the new one in the listen queue until a slot frees or the oldest is
+that old. A writer sends its token as soon as it is connected, so it never waits
+long; a peer without the token cannot hold the slots against writers (it would
+have to outpace them all), and a burst of writers waits in the queue instead of
+being refused.
 """
 
 from __future__ import annotations
@@ -41,24 +49,28 @@ from recollect.service.channel_wire import (
 from recollect.service.endpoint import Raised
 from recollect.service.protocol import ShardProtocol
 
-__all__ = ["HANDSHAKE_TIMEOUT_S", "MAX_PENDING", "ChunkListener"]
+__all__ = ["EVICTION_GRACE_S", "HANDSHAKE_TIMEOUT_S", "MAX_PENDING", "ChunkListener"]
 
 #: seconds a new connection has to send its whole handshake (the listener's default)
 HANDSHAKE_TIMEOUT_S = 5.0
 #: connections waiting for their handshake at once (the listener's default)
 MAX_PENDING = 64
+#: seconds a pending handshake is safe from eviction by a newer connection (the default)
+EVICTION_GRACE_S = 0.05
 #: accept() errors after which accepting pauses (descriptors or memory ran out)
 _EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 _MAX_BACKOFF_S = 1.0
 
 
 class _Pending:
-    """A connection waiting for its handshake: the bytes read so far and its deadline."""
+    """A connection waiting for its handshake: the bytes read so far, when it was
+    accepted and its deadline."""
 
-    __slots__ = ("data", "deadline")
+    __slots__ = ("accepted", "data", "deadline")
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, accepted: float, deadline: float) -> None:
         self.data = b""
+        self.accepted = accepted
         self.deadline = deadline
 
 
@@ -73,8 +85,11 @@ class ChunkListener:
         shard: the :class:`~recollect.service.shard.Shard` the chunks go to.
         handshake_timeout: seconds a new connection has to send the token
             (all its bytes) before it is closed.
-        max_pending: connections waiting for their handshake at once; more are
-            closed as soon as they are accepted.
+        max_pending: connections waiting for their handshake at once; a newer one
+            takes the slot of the oldest once that waited ``eviction_grace`` s
+            (and waits in the listen queue until then).
+        eviction_grace: seconds a pending connection keeps its slot whatever connects
+            after it.
 
     Attributes:
         address: the socket's address (a str; on Linux it starts with ``"\\0"``).
@@ -87,11 +102,13 @@ class ChunkListener:
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
         max_pending: int = MAX_PENDING,
+        eviction_grace: float = EVICTION_GRACE_S,
     ) -> None:
         self.shard = shard
         self.token = secrets.token_bytes(TOKEN_BYTES)
         self.handshake_timeout = float(handshake_timeout)
         self.max_pending = int(max_pending)
+        self.eviction_grace = float(eviction_grace)
         self._directory: str | None = None
         if sys.platform.startswith("linux"):
             address = f"\0recollect-{os.getpid()}-{secrets.token_hex(8)}"
@@ -115,7 +132,8 @@ class ChunkListener:
         self._selector.register(self._socket, selectors.EVENT_READ, "accept")
         self._selector.register(self._wake_read, selectors.EVENT_READ, "wake")
         self._pending: dict[socket.socket, _Pending] = {}
-        self._paused_until: float | None = None  # accepting paused (descriptors ran out)
+        self._resume_at: float | None = None  # accepting paused until then
+        self._full = False  # paused because every handshake slot is young: resume when one frees
         self._backoff = 0.01
         self._accepting = threading.Thread(
             target=self._run, name=f"recollect-chunks-{shard.table}-{shard.index}", daemon=True
@@ -146,8 +164,8 @@ class ChunkListener:
     def _step(self) -> None:
         now = time.monotonic()
         wakes = [p.deadline for p in self._pending.values()]
-        if self._paused_until is not None:
-            wakes.append(self._paused_until)
+        if self._resume_at is not None:
+            wakes.append(self._resume_at)
         timeout = max(min(wakes) - now, 0.0) if wakes else None
         for key, _ in self._selector.select(timeout):
             if key.data == "accept":
@@ -160,33 +178,59 @@ class ChunkListener:
         now = time.monotonic()
         for sock in [s for s, p in self._pending.items() if p.deadline <= now]:
             self._drop(sock)
-        if self._paused_until is not None and now >= self._paused_until:
-            self._paused_until = None
+        if self._resume_at is not None and (
+            now >= self._resume_at or (self._full and len(self._pending) < self.max_pending)
+        ):
+            self._resume_at = None
+            self._full = False
             self._selector.register(self._socket, selectors.EVENT_READ, "accept")
+
+    def _pause_accepting(self, until: float, *, full: bool) -> None:
+        """Leaves new connections in the listen queue until ``until`` (or, ``full``, until
+        a handshake slot frees)."""
+        self._selector.unregister(self._socket)
+        self._resume_at = until
+        self._full = full
 
     def _accept_ready(self) -> None:
         for _ in range(256):  # then let the handshakes and deadlines have their turn
+            if len(self._pending) >= self.max_pending and not self._free_a_slot():
+                return
             try:
                 sock, _address = self._socket.accept()
             except BlockingIOError:
                 return
             except OSError as err:
                 if err.errno in _EXHAUSTED:  # pause accepting, keep serving; try again later
-                    self._selector.unregister(self._socket)
-                    self._paused_until = time.monotonic() + self._backoff
+                    self._pause_accepting(time.monotonic() + self._backoff, full=False)
                     self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
                 return  # e.g. ECONNABORTED: that connection is gone
             self._backoff = 0.01
-            if len(self._pending) >= self.max_pending:
-                sock.close()
-                continue
             try:
                 sock.setblocking(False)
                 self._selector.register(sock, selectors.EVENT_READ, "handshake")
             except Exception:
                 sock.close()
                 continue
-            self._pending[sock] = _Pending(time.monotonic() + self.handshake_timeout)
+            now = time.monotonic()
+            self._pending[sock] = _Pending(now, now + self.handshake_timeout)
+            self._read_handshake(sock)  # a writer sends its token at once: it may be here
+
+    def _free_a_slot(self) -> bool:
+        """Makes room for one more pending handshake: reads the handshakes that arrived,
+        else closes the oldest pending connection once it waited ``eviction_grace`` s.
+        False when every pending one is younger: accepting pauses until a slot frees or
+        the oldest is that old."""
+        for sock in list(self._pending):
+            self._read_handshake(sock)
+        if len(self._pending) < self.max_pending:
+            return True
+        oldest, pending = next(iter(self._pending.items()))  # dicts keep accepting order
+        if time.monotonic() - pending.accepted >= self.eviction_grace:
+            self._drop(oldest)
+            return True
+        self._pause_accepting(pending.accepted + self.eviction_grace, full=True)
+        return False
 
     def _read_handshake(self, sock: socket.socket) -> None:
         pending = self._pending.get(sock)

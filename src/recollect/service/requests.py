@@ -62,6 +62,12 @@ class Request(Generic[T]):
         """The stream this request ends (a released lease), or None."""
         return None
 
+    @property
+    def numbered(self) -> bool:
+        """True when the shard stores this stream request in the order of its number,
+        whatever carried it (so the stream may move from one transport to another)."""
+        return False
+
     def stream_lost(self) -> Request[Any] | None:
         """The request whose answer says why this request's stream connection broke."""
         return None
@@ -122,6 +128,10 @@ class Extend(Request[int]):
     @property
     def stream(self) -> int | None:
         return self.lease_id
+
+    @property
+    def numbered(self) -> bool:
+        return self.seq is not None
 
     def stream_lost(self) -> Request[Any] | None:
         return CheckLease(self.lease_id)

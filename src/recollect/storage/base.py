@@ -79,3 +79,8 @@ class Storage(Protocol):
 
     def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
         """Restores :meth:`state_dict` output; ``allow_map`` lets full column files be mapped."""
+
+    def check_stored(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """After a restore: raises CheckpointError unless every step of row ``r`` at times
+        ``[lo[r], hi[r])`` (int64 ``[num_envs]``) was written. Storages that keep a
+        never-written mark (compressed values) check it; raw rings cannot tell."""

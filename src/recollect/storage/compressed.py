@@ -13,74 +13,35 @@ store later (:meth:`CompressedSlots.store`).
 
 from __future__ import annotations
 
-import ctypes
 import math
 import threading
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from recollect.errors import CheckpointError
+from recollect.errors import CheckpointError, StateError
 from recollect.storage.arena import ByteArena
 from recollect.storage.codecs import Codec, DictionaryCodec
+from recollect.storage.compressed_parts import Encoded, block_bytes, slots_nbytes, trim_heap, tuned
+from recollect.storage.restore_checks import (
+    check_dictionary,
+    check_lengths,
+    check_values,
+    damaged,
+    digest,
+)
 
-__all__ = ["CompressedSlots", "Encoded", "block_bytes", "slots_nbytes"]
+__all__ = ["CompressedSlots", "Encoded", "block_bytes", "slots_nbytes", "trim_heap", "tuned"]
 
-BLOCK_BYTES = 1 << 20
 #: Values re-encoded per chunk when a dictionary is trained (bounds the decoded copy).
 REENCODE_VALUES = 512
 #: A trained dictionary is kept only when it shrinks the stored values by this fraction.
 MIN_DICTIONARY_GAIN = 0.1
 #: Stored values decoded on restore to choose a dictionary codec's encoder options.
 TUNE_SAMPLE = 256
-
-
-def block_bytes(codec: Codec, size: int) -> int:
-    """Arena block size for values of ``size`` bytes (at least 4 worst-case values)."""
-    return max(BLOCK_BYTES, 4 * codec.bound(max(1, size)))
-
-
-def slots_nbytes(codec: Codec, values: int, size: int, mean_bytes: float | None = None) -> int:
-    """Bytes of :class:`CompressedSlots` holding ``values`` slots of ``size`` bytes.
-
-    Without ``mean_bytes``: what an empty store holds (index and first block).
-    With it (measured mean compressed length): a full store, its bytes rounded
-    up to whole blocks plus one block being written.
-    """
-    block = -(-block_bytes(codec, size) // 4096) * 4096
-    index = values * (8 + 4)
-    if mean_bytes is None:
-        return index + block
-    return index + (-(-int(values * mean_bytes) // block) + 1) * block
-
-
-def trim_heap() -> None:
-    """Hands freed heap memory back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
-
-    glibc keeps freed chunks below its dynamic trim threshold (tens of MB once
-    numpy has freed large arrays), so the temporaries of a dictionary training
-    would otherwise stay in the process's RSS for good.
-    """
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc (or no CDLL(None): Windows)
-        return
-    trim(0)
-
-
-class Encoded:
-    """Values already compressed: their bytes joined, int64 ``lengths`` ``[*lead]``, and
-    the codec that encoded them (a store re-encodes them if it has changed since)."""
-
-    __slots__ = ("codec", "data", "lengths")
-
-    def __init__(self, data: bytes, lengths: np.ndarray, codec: Codec) -> None:
-        self.data, self.lengths, self.codec = data, lengths, codec
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The leading (env, time) dims of the values: ``lengths.shape``."""
-        return self.lengths.shape
+#: A thread keeps its decode scratch only up to this size (one ``sample(40_000)`` of 4 KiB
+#: values kept 160 MiB for good); a larger read's scratch goes with its result.
+SCRATCH_KEEP_BYTES = 16 << 20
 
 
 class _Index(NamedTuple):
@@ -104,12 +65,18 @@ class CompressedSlots:
             that many values and no dictionary keeps none.
         num_envs, slots: the index geometry.
         shape, dtype: one value's shape and dtype.
+        name: the leaf's name in messages (``leaf_1``, ``frames_3``: its checkpoint key).
+
+    Writes count themselves in a sequence number (odd while one runs): a read
+    outside the lock that fails to decode tells a race (zeros) from damage (raises).
     """
 
     def __init__(
-        self, codec: Codec, num_envs: int, slots: int, shape: tuple[int, ...], dtype: Any
-    ) -> None:
+        self, codec: Codec, num_envs: int, slots: int, shape: tuple[int, ...], dtype: Any,
+        name: str = "compressed leaf",
+    ) -> None:  # fmt: skip
         self.codec, self.shape, self.dtype = codec, tuple(shape), np.dtype(dtype)
+        self.name, self._writes = name, 0  # _writes: odd while a write changes index or arena
         self.num_envs, self.slots = num_envs, slots
         self.size = math.prod(self.shape) * self.dtype.itemsize
         self._index = self._empty_index(codec)
@@ -130,6 +97,30 @@ class CompressedSlots:
     def offsets(self) -> np.ndarray:
         """int64 ``[num_envs, slots]``: each value's offset in the arena (-1: never written)."""
         return self._index.offsets
+
+    def check_written(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Raises CheckpointError unless the values of row ``r`` at times ``[lo[r], hi[r])``
+        (slots ``time % slots``; int64 ``[num_envs]`` each) were all written.
+
+        A restored length of -1 marks a value never written: a checkpoint whose stored
+        steps include one would sample it as zeros."""
+        counts = np.clip(np.asarray(hi, np.int64) - lo, 0, self.slots)
+        if not counts.any():
+            return
+        rows = np.repeat(self._all_rows, counts)
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        times = np.repeat(np.asarray(lo, np.int64), counts) + np.arange(len(rows)) - starts
+        slots = times % self.slots
+        missing = np.flatnonzero(self._index.offsets[rows, slots] < 0)
+        if len(missing):
+            first = missing[0]
+            raise damaged(
+                self.name,
+                int(rows[first] * self.slots + slots[first]),
+                self.slots,
+                f"is never written but holds the stored step at time {int(times[first])} "
+                f"({len(missing)} such values)",
+            )
 
     @property
     def lengths(self) -> np.ndarray:
@@ -188,6 +179,13 @@ class CompressedSlots:
         ``slots`` ``[k, T]``.
         """
         encoded = self._current(self.encode(values))
+        self._writes += 1  # odd: readers that fail to decode meanwhile are racing this write
+        try:
+            self._store(rows, slots, encoded)
+        finally:
+            self._writes += 1
+
+    def _store(self, rows: np.ndarray | None, slots: Any, encoded: Encoded) -> None:
         index = self._index
         lengths = encoded.lengths.reshape(-1)
         if rows is None and np.ndim(slots) == 0:  # every row at one slot: column views
@@ -261,41 +259,64 @@ class CompressedSlots:
         """Values at distinct flat keys, zeros where never written, in a per-thread scratch
         array ``[lead + len(keys), *shape]`` (rows ``[:lead]`` left for the caller).
 
-        The scratch array is reused by this thread's next call: copy what you keep.
+        The scratch array (up to ``SCRATCH_KEEP_BYTES``; larger ones are not kept) is
+        reused by this thread's next call: copy what you keep.
+
+        Raises:
+            StateError: a value fails to decode and no write ran meanwhile (see :meth:`_decode`).
         """
         n = lead + len(keys)
         scratch = getattr(self._scratch, "array", None)
         if scratch is None or len(scratch) < n:
-            scratch = self._scratch.array = np.empty((max(n, 64), self.size), np.uint8)
+            scratch = np.empty((max(n, 64), self.size), np.uint8)
+            if scratch.nbytes <= SCRATCH_KEEP_BYTES:  # kept for the next read; larger ones not
+                self._scratch.array = scratch
         raw = scratch[lead:n]
+        before = self._writes  # read before the index: see _decode
         index = self._index  # one consistent version, even outside the lock
         offsets = index.offsets.reshape(-1)[keys]
         lengths = index.lengths.reshape(-1)[keys]
         written = offsets >= 0
         if written.all():
-            self._decode(index, offsets, lengths, raw)
+            self._decode(index, offsets, lengths, raw, before)
         else:
             raw[~written] = 0
             part = np.empty((int(written.sum()), self.size), np.uint8)
-            self._decode(index, offsets[written], lengths[written], part)
+            self._decode(index, offsets[written], lengths[written], part, before)
             raw[written] = part
         return scratch[:n].view(self.dtype).reshape(n, *self.shape)
 
     def _decode(
-        self, index: _Index, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
+        self,
+        index: _Index,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        out: np.ndarray,
+        before: int | None = None,
     ) -> None:
-        """``codec.decode_into``; a value that fails to decode comes back as zeros.
+        """``codec.decode_into``; raises unless a write raced the read (then zeros for
+        the values that fail, the others decoded one by one).
 
-        Under the table lock every stored value decodes. A gather outside the
-        lock (``Table.is_stale`` protocol) can read a slot while a write
-        replaces it; that draw is stale and is drawn again, so its values only
-        need to not raise. The fallback decodes value by value (rare path).
+        A gather outside the lock (``Table.is_stale`` protocol) can read a slot
+        while a write replaces its bytes; that draw is stale and is drawn again.
+        Tolerated only when the write sequence number ``before`` (read before
+        the index) was odd or has moved since: no write, no tolerance.
+
+        Raises:
+            StateError: a value failed to decode and no write ran during the read.
         """
         data, codec = index.arena.data, index.codec
         try:
             codec.decode_into(data, offsets, lengths, out)
-        except Exception:
-            for j in range(len(offsets)):  # fallback only: one value at a time
+        except Exception as err:
+            raced = before is not None and (before % 2 == 1 or self._writes != before)
+            if not raced:
+                raise StateError(
+                    f"compressed {self.name}: stored values failed to decode ({err}) and no "
+                    "write ran meanwhile, so the data in memory is damaged; reload the buffer "
+                    "from a checkpoint."
+                ) from err
+            for j in range(len(offsets)):  # a stale draw (rare): decode what still decodes
                 try:
                     codec.decode_into(data, offsets[j : j + 1], lengths[j : j + 1], out[j : j + 1])
                 except Exception:
@@ -308,16 +329,19 @@ class CompressedSlots:
     def clear(self) -> None:
         """Forgets every value (a trained dictionary is kept)."""
         index = self._index
+        self._writes += 1
         index.offsets[:] = -1
         index.lengths[:] = 0
         index.arena.clear()
+        self._writes += 1
         if self.dictionary is None and isinstance(self.codec, DictionaryCodec):
             self._untrained = 0 if self.codec.trains(self.size) else None
 
     # -- state ----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``{"bytes": uint8 [total], "lengths": int32 [num_envs, slots], "codec": name}``,
-        plus ``"dictionary"`` uint8 when the values are encoded with one.
+        plus ``"dictionary"`` uint8 and ``"dictionary_sha256"`` (its hex digest, kept in
+        the manifest and checked on load) when the values are encoded with one.
 
         ``bytes`` holds the stored values' compressed bytes back to back in slot
         order (row-major), without the arena's free space.
@@ -334,14 +358,20 @@ class CompressedSlots:
         dictionary = self.dictionary
         if dictionary is not None:
             state["dictionary"] = np.frombuffer(dictionary, np.uint8).copy()
+            state["dictionary_sha256"] = digest(dictionary)
         return state
 
     def load_state_dict(self, state: Any, name: str) -> None:
         """Restores :meth:`state_dict` output (bytes copied into fresh blocks).
 
+        Every value is checked first (:mod:`~recollect.storage.restore_checks`):
+        one valid frame of the slot size that decodes; the dictionary the one
+        whose sha256 was saved (older checkpoints saved none: check skipped).
+
         Raises:
-            CheckpointError: missing entries, another shape, codec or byte count, or a
-                dictionary this codec cannot use.
+            CheckpointError: missing entries, another shape, codec or byte count, a
+                dictionary this codec cannot use or of another sha256, or a value
+                (named by row and slot) that is not one valid encoding of the slot.
         """
         if not isinstance(state, dict) or {"bytes", "lengths"} - set(state):
             raise CheckpointError(f"saved compressed {name} lacks its bytes or lengths.")
@@ -351,26 +381,32 @@ class CompressedSlots:
                 f"uses {self.codec.name!r}."
             )
         data, lengths = np.asarray(state["bytes"]), np.asarray(state["lengths"])
-        if lengths.shape != self.offsets.shape or data.dtype != np.uint8 or data.ndim != 1:
+        if (
+            lengths.shape != self.offsets.shape
+            or lengths.dtype.kind not in "iu"
+            or (data.dtype != np.uint8 or data.ndim != 1)
+        ):
             raise CheckpointError(
-                f"saved compressed {name} has lengths of shape {lengths.shape} and bytes of "
-                f"dtype {data.dtype}; this buffer needs shape {self.offsets.shape}, uint8."
+                f"saved compressed {name} has lengths of shape {lengths.shape}, {lengths.dtype} "
+                f"and bytes of dtype {data.dtype}; this buffer needs lengths of shape "
+                f"{self.offsets.shape}, an int dtype, and uint8 bytes."
             )
         written = lengths >= 0
+        check_lengths(lengths, self.codec.bound(max(1, self.size)), name)
         if int(lengths[written].astype(np.int64).sum()) != len(data):
             raise CheckpointError(f"saved compressed {name}: lengths do not add up to its bytes.")
         codec = self._restored_codec(state.get("dictionary"), name)
-        index = self._index = self._empty_index(codec)
+        check_dictionary(codec, state.get("dictionary_sha256"), name)
+        index = self._empty_index(codec)
         offsets = index.arena.append(data, lengths[written].astype(np.int64))
         index.offsets[written] = offsets
         index.lengths[written] = lengths[written]
+        check_values(codec, index.arena.data, index.offsets, index.lengths, self.size, name)
+        self._index = index  # one swap: a reader outside the lock keeps the version it read
         live = int(np.count_nonzero(written))
         if codec is not self.codec and live:  # a restored dictionary: encode new values alike
             keys = np.flatnonzero(index.offsets.reshape(-1) >= 0)[:TUNE_SAMPLE]
-            sample = np.empty((len(keys), self.size), np.uint8)
-            self._decode(
-                index, index.offsets.reshape(-1)[keys], index.lengths.reshape(-1)[keys], sample
-            )
+            sample = self._decode_keys_raw(index, keys)
             self._index = _Index(tuned(codec, sample), index.arena, index.offsets, index.lengths)
         base, self._untrained = self.codec, None
         if codec is base and isinstance(base, DictionaryCodec) and base.trains(self.size):
@@ -388,10 +424,3 @@ class CompressedSlots:
         if dictionary.dtype != np.uint8 or dictionary.ndim != 1 or not len(dictionary):
             raise CheckpointError(f"saved compressed {name}: its dictionary is not uint8 bytes.")
         return self.codec.with_dictionary(dictionary.tobytes())
-
-
-def tuned(codec: Codec, values: np.ndarray) -> Codec:
-    """``codec.tuned(values)`` for a codec that chooses encoder options on sample values
-    (:meth:`~recollect.storage.zstd_codec.ZstdCodec.tuned`); any other codec as it is."""
-    tune = getattr(codec, "tuned", None)
-    return codec if tune is None else tune(values)

@@ -44,7 +44,9 @@ class CompressedStorage:
     ) -> None:
         self.flat_spec, self.num_envs, self.max_length = flat_spec, num_envs, max_length
         self._slots = {
-            i: CompressedSlots(c, num_envs, max_length, flat_spec.shapes[i], flat_spec.dtypes[i])
+            i: CompressedSlots(
+                c, num_envs, max_length, flat_spec.shapes[i], flat_spec.dtypes[i], f"leaf_{i}"
+            )
             for i, c in sorted(codecs.items())
         }
         placeholder = [
@@ -111,6 +113,13 @@ class CompressedStorage:
         state = dict(self.inner.state_dict())
         state["compressed_leaves"] = {f"leaf_{i}": s.state_dict() for i, s in self._slots.items()}
         return state
+
+    def check_stored(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Raises CheckpointError when a stored step's compressed value was never written
+        (:meth:`~recollect.storage.compressed.CompressedSlots.check_written`)."""
+        for slots in self._slots.values():
+            slots.check_written(lo, hi)
+        self.inner.check_stored(lo, hi)
 
     def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
         """Restores :meth:`state_dict` output.

@@ -32,6 +32,7 @@ class CompressedFrameRing:
         pad: the padding frame ``[*frame_shape]``.
         codec: the codec of every frame.
         gatherer: copies decoded frames into the (recycled) output blocks.
+        name: the leaf's name in messages (``frames_3``: its checkpoint key).
     """
 
     lanes = False
@@ -46,13 +47,14 @@ class CompressedFrameRing:
         pad: np.ndarray,
         codec: Codec,
         gatherer: Gatherer | None = None,
+        name: str = "frames",
     ) -> None:
         self.k, self.axis, self.ring, self.num_envs = shape[axis], axis, ring, num_envs
         self.shape, self.frame_shape, self.dtype = shape, pad.shape, np.dtype(dtype)
         self.pad = pad
         self._word = lane_word(shape, self.dtype, axis)  # the newest frame is the top lane
         self.gatherer = gatherer if gatherer is not None else Gatherer()
-        self.slots = CompressedSlots(codec, num_envs, ring, pad.shape, dtype)
+        self.slots = CompressedSlots(codec, num_envs, ring, pad.shape, dtype, name)
 
     @property
     def nbytes(self) -> int:

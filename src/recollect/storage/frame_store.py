@@ -129,7 +129,15 @@ class FrameStackStorage:
             pad = stack.padding_frame(path, frame_shape, leaf.dtype)
             if i in codecs:
                 ring = CompressedFrameRing(
-                    leaf.shape, leaf.dtype, axis, num_envs, self.ring, pad, codecs[i], self.gatherer
+                    leaf.shape,
+                    leaf.dtype,
+                    axis,
+                    num_envs,
+                    self.ring,
+                    pad,
+                    codecs[i],
+                    self.gatherer,
+                    f"frames_{i}",
                 )
                 self._leaves[i] = _Leaf(stack, ring)
                 continue
@@ -327,6 +335,12 @@ class FrameStackStorage:
         if compressed:
             state["compressed_frames"] = compressed
         return state
+
+    def check_stored(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Raises CheckpointError when a stored step's compressed frame was never written."""
+        for ring in self.compressed_rings().values():
+            ring.slots.check_written(lo, hi)
+        self._inner.check_stored(lo, hi)
 
     def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
         """Restores :meth:`state_dict` output (frames and history are copied).

@@ -34,6 +34,7 @@ from recollect.storage.codec_base import (
     usable_threads,
 )
 from recollect.storage.gather import ChunkPool, ThreadChooser
+from recollect.storage.zstd_frames import check_frames
 from recollect.storage.zstd_native import (
     CallerShare,
     NativeDecoder,
@@ -364,6 +365,14 @@ class ZstdCodec:
                 break
             done += got
         check_size(done, out.nbytes)
+
+    def check_values(
+        self, data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, size: int
+    ) -> tuple[int, str] | None:
+        """The first value (position, reason) that is not exactly one zstd frame stating
+        content size ``size``, or None (:func:`~recollect.storage.zstd_frames.check_frames`:
+        headers only, vectorized; a store restoring values then decodes them)."""
+        return check_frames(data, offsets, lengths, size)
 
     def config(self) -> dict[str, Any]:
         """``{"name", "level"}``, plus the dictionary options where they are not the defaults."""
