@@ -33,8 +33,6 @@ PENDING_MIXINS: set[str] = {
     "TransitionState",
     "WindowValues",
     "PrioritizedState",
-    "Sb3Attributes",
-    "Saving",
     "TableReads",
     "TableState",
 }
