@@ -28,8 +28,6 @@ PENDING_MIXINS: set[str] = {
     "BufferWrites",
     "BufferSampling",
     "BufferState",
-    "Sb3Attributes",
-    "Saving",
 }
 #: classes still aliasing ``self`` to reach their host's members (shrink only)
 PENDING_SELF_ALIASES = {"LocalSource", "BufferSource"}

@@ -218,6 +218,17 @@ def test_buffers_storing_observations_once_have_no_sb3_arrays_but_take_dones_wri
         _ = buf.dones[0]
 
 
+def test_sb3_arrays_cannot_be_replaced_only_written_into():
+    obs_space, act_space = spaces("box")
+    buf = recollect.sb3.ReplayBuffer(8, obs_space, act_space, "cpu", 1, rng=0)
+    view = buf.rewards
+    with pytest.raises(AttributeError, match="`rewards` of ReplayBuffer is a view of its storage"):
+        buf.rewards = np.zeros_like(view)
+    buf.rewards[3] = 2.5
+    assert view[3, 0] == 2.5 and buf.rewards[3, 0] == 2.5
+    assert isinstance(type(buf).observations.__doc__, str)
+
+
 def test_variants_check_their_spaces_as_sb3():
     obs_space, act_space = spaces("box")
     with pytest.raises(InvalidArgumentError, match="Dict observation space"):

@@ -21,16 +21,16 @@ Sampling can be n-step and prioritized in both.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import BaseBuffer
 from stable_baselines3.common.buffers import ReplayBuffer as Sb3ReplayBuffer
-from stable_baselines3.common.preprocessing import get_obs_shape
 
 from recollect import ids as id_layout
 from recollect.arguments import positive_int
@@ -38,16 +38,18 @@ from recollect.buffers import TransitionBuffer
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
 from recollect.samplers import Prioritized
+from recollect.sb3 import saving
 from recollect.sb3.arrays import Sb3Arrays
-from recollect.sb3.attributes import Sb3Attributes, TrajectoryCuts
+from recollect.sb3.attributes import Sb3Array, TrajectoryCuts, sb3_array
+from recollect.sb3.options import check_storage, codecs_of, n_step_of
 from recollect.sb3.samples import Draw, pack, to_samples
 from recollect.sb3.sampling import gather_fields
-from recollect.sb3.saving import Saving
 from recollect.sb3.spaces import (
     FLOAT32,
     AddConverter,
     action_dtype,
     first_env,
+    obs_spec,
     resolve_frame_stack,
     timeouts_of,
 )
@@ -58,9 +60,7 @@ from recollect.storage.frame_store import FrameStack
 __all__ = ["ReplayBuffer"]
 
 
-# SB3 declares its arrays as writable attributes; here they are read-only properties
-# (views of recollect's storage; item writes such as ``dones[pos] = 1`` still land)
-class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[override]
+class ReplayBuffer(Sb3ReplayBuffer):
     """SB3's ``ReplayBuffer`` on recollect storage (SB3's arrays, or one copy per observation).
 
     Use it with any SB3 off-policy algorithm::
@@ -104,6 +104,14 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
     """
 
     prioritized: ClassVar[bool] = False
+    # SB3's arrays: views of recollect's storage, read-only as attributes (item writes
+    # such as ``dones[pos] = 1`` land); see recollect.sb3.attributes
+    observations = Sb3Array("observations")
+    next_observations = Sb3Array("next_observations")
+    actions = Sb3Array("actions")
+    rewards = Sb3Array("rewards")
+    dones = Sb3Array("dones")
+    timeouts = Sb3Array("timeouts")
 
     def __init__(
         self,
@@ -130,9 +138,9 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
         self.buffer_size = max(buffer_size // n_envs, 1)
         self.optimize_memory_usage = bool(optimize_memory_usage)
         self.handle_timeout_termination = bool(handle_timeout_termination)
-        self.n_step = _n_step(n_step, n_steps)
+        self.n_step = n_step_of(n_step, n_steps)
         self.gamma = check_discount(gamma)
-        _check_storage(storage, directory)
+        check_storage(storage, directory)
         self.storage, self.directory = storage, directory
         self.frame_stack = resolve_frame_stack(frame_stack, observation_space)
         self.stack_starts: StackStarts | None = None
@@ -150,18 +158,13 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
         self.sb3_layout = (
             self.frame_stack is None and not self.optimize_memory_usage and compression is None
         )
-        codecs = compression  # {path: codec}; one codec (name, object, config) is the observation's
-        if compression is not None and not (
-            isinstance(compression, dict) and "name" not in compression
-        ):
-            codecs = {"observation": compression}
         self.compression = compression
         self.transitions: Sb3Arrays | TransitionBuffer
         if self.sb3_layout:
             self.transitions = Sb3Arrays(
                 self.buffer_size,
                 n_envs,
-                _obs_spec(observation_space),
+                obs_spec(observation_space),
                 ArraySpec((self.action_dim,), action_dtype(action_space)),
                 rng,
                 self.make_sampler(),
@@ -174,7 +177,7 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
                 rng,
                 prioritized=self.make_sampler(),
                 frame_stack=self.frame_stack,
-                compression=codecs,
+                compression=codecs_of(compression),
             )
         self.attach(self.transitions)
         self.cuts = TrajectoryCuts()
@@ -196,6 +199,15 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
     def make_sampler(self) -> Prioritized | None:
         """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
         return None
+
+    def sb3_array(self, name: str) -> Any:
+        """SB3's array ``name`` (a view of the storage); AttributeError without SB3's layout."""
+        return sb3_array(self, name)
+
+    @property
+    def n_steps(self) -> int:
+        """SB3's spelling of ``n_step``."""
+        return self.n_step
 
     @property
     def nbytes(self) -> int:
@@ -315,13 +327,8 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
             d = arrays.replay_buffer.table.draw(
                 batch_size, 1, within_episode=False, time_axis=False, **options
             )
-            rows, times, ids, probabilities, weights = (
-                d.rows,
-                d.times,
-                d.ids,
-                d.probabilities,
-                d.weights,
-            )
+            rows, times, ids = d.rows, d.times, d.ids
+            probabilities, weights = d.probabilities, d.weights
             batch_inds = times % self.buffer_size
         else:
             batch_inds, rows = self.uniform_draw(batch_size)
@@ -368,13 +375,7 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
         if isinstance(arrays, Sb3Arrays) and not self.prioritized:  # common case, fewest steps
             batch_inds, env_indices = self.uniform_draw(batch_size)
             fields = gather_fields(
-                arrays,
-                batch_inds,
-                env_indices,
-                env,
-                self.n_step,
-                self.gamma,
-                self.pos,
+                arrays, batch_inds, env_indices, env, self.n_step, self.gamma, self.pos
             )
             return pack(fields, self.device)
         return self.draw(batch_size, env).samples
@@ -401,13 +402,7 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
         transitions = self.transitions
         if isinstance(transitions, Sb3Arrays):  # SB3's layout
             fields = gather_fields(
-                transitions,
-                batch_inds,
-                env_indices,
-                env,
-                self.n_step,
-                self.gamma,
-                self.pos,
+                transitions, batch_inds, env_indices, env, self.n_step, self.gamma, self.pos
             )
             return pack(fields, self.device, weights, ids)
         s = transitions.sample_at(env_indices, times, **self.sample_options())
@@ -435,37 +430,53 @@ class ReplayBuffer(Sb3Attributes, Saving, Sb3ReplayBuffer):  # type: ignore[over
             raise InvalidArgumentError("some ids are not stored any more; sample again.")
         return times % self.buffer_size, rows
 
+    # -- saving (recollect.sb3.saving) --------------------------------------
+    def config(self) -> dict[str, Any]:
+        """JSON-able constructor options and counters (the checkpoint's ``sb3.json``)."""
+        return saving.buffer_config(self)
 
-def _n_step(n_step: Any, n_steps: Any) -> int:
-    if n_step is not None and n_steps is not None and n_step != n_steps:
-        raise InvalidArgumentError(
-            f"pass n_step or its SB3 spelling n_steps, not both; got n_step={n_step}, "
-            f"n_steps={n_steps}."
-        )
-    n = n_step if n_step is not None else (n_steps if n_steps is not None else 1)
-    return positive_int("n_step", n)
+    @classmethod
+    def options_from_config(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Constructor keyword arguments from the ``options`` of :meth:`config`."""
+        return saving.options_from_config(options)
 
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Writes a pickle-free checkpoint directory (see :mod:`recollect.sb3.persistence`).
 
-def _obs_spec(space: spaces.Space) -> Any:
-    """One env's observation spec as SB3 stores it (shape ``get_obs_shape``, space dtype)."""
-    if isinstance(space, spaces.Dict):
-        return {key: _obs_spec(sub) for key, sub in space.spaces.items()}
-    shape = get_obs_shape(space)
-    assert isinstance(shape, tuple)  # a dict only for Dict spaces
-    return ArraySpec(shape, np.dtype(space.dtype))
+        Raises:
+            CheckpointError: ``path`` is another, non-checkpoint directory.
+            InvalidArgumentError: an option cannot be written without pickle
+                (a custom ``beta`` callable).
+        """
+        saving.save_checkpoint(self, path)
 
+    @classmethod
+    def load_checkpoint(
+        cls,
+        path: str | os.PathLike,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        device: th.device | str = "auto",
+    ) -> Self:
+        """Restores a buffer written by :meth:`save_checkpoint` (data, counters, RNG, priorities).
 
-def _check_storage(storage: str, directory: Any) -> None:
-    if storage == "numpy" and directory is None:
-        return
-    if storage == "memmap":
-        raise InvalidArgumentError(
-            "storage='memmap' is not available for recollect.sb3 buffers yet: "
-            "recollect.TransitionBuffer has no storage option. Use storage='numpy' with "
-            "frame_stack= to keep Atari buffers small, or recollect.ReplayBuffer(..., "
-            "storage='memmap') directly."
-        )
-    raise InvalidArgumentError(
-        f"`storage` must be 'numpy' (or 'memmap', not available yet) and `directory` only "
-        f"comes with memmap; got storage={storage!r}, directory={directory!r}."
-    )
+        The spaces are not stored (they are not JSON); pass the model's.
+
+        Raises:
+            CheckpointError: damaged files, another format or buffer class, or a
+                checkpoint whose geometry differs from what it restores.
+        """
+        return saving.load_checkpoint(cls, path, observation_space, action_space, device)
+
+    def __copy__(self) -> Self:
+        """A copy with its own storage (as ``copy.deepcopy``): a pickle's state holds the
+        live storage arrays, which a shallow copy would otherwise share."""
+        return copy.deepcopy(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """SB3's ``save_replay_buffer`` pickle: the attributes, the storage as its kind,
+        config and live state arrays (see :mod:`recollect.sb3.persistence`)."""
+        return saving.pickle_state(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        saving.restore_pickle_state(self, state)

@@ -17,6 +17,7 @@ from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 
 from recollect.arguments import is_int
 from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError
+from recollect.specs import ArraySpec
 from recollect.storage.frame_store import FrameStack
 
 FLOAT32 = np.dtype(np.float32)
@@ -26,6 +27,7 @@ __all__ = [
     "as_actions",
     "as_observations",
     "first_env",
+    "obs_spec",
     "resolve_frame_stack",
 ]
 
@@ -70,6 +72,15 @@ def as_actions(action: Any, space: spaces.Space, n_envs: int) -> np.ndarray:
             f"actions must have shape {shape} (n_envs, action_dim); got shape {array.shape}."
         )
     return array.reshape(shape).astype(action_dtype(space), copy=False)
+
+
+def obs_spec(space: spaces.Space) -> Any:
+    """One env's observation spec as SB3 stores it (shape ``get_obs_shape``, space dtype)."""
+    if isinstance(space, spaces.Dict):
+        return {key: obs_spec(sub) for key, sub in space.spaces.items()}
+    shape = get_obs_shape(space)
+    assert isinstance(shape, tuple)  # a dict only for Dict spaces
+    return ArraySpec(shape, np.dtype(space.dtype))
 
 
 def first_env(tree: Any) -> Any:
