@@ -23,10 +23,12 @@ __all__ = ["export_buffer", "import_dataset", "seed_from_dataset"]
 _FORMATS = click.Choice(["minari", "rlds"])
 
 
-def _load_dataset(fmt: str, source: str, download: bool = False, **kwargs: Any) -> Any:
+def _load_dataset(fmt: str, source: str, download: bool | None = False, **kwargs: Any) -> Any:
     """A new buffer with the episodes of Minari dataset ``source`` or RLDS directory ``source``.
 
     Every failure is one ``click.ClickException`` (an ``Error:`` line, exit 1).
+    ``download`` is None where the command has no ``--download`` option (a missing
+    Minari id then names only ``minari download``).
     """
     from recollect import datasets
 
@@ -38,7 +40,7 @@ def _load_dataset(fmt: str, source: str, download: bool = False, **kwargs: Any) 
         )
     try:
         if fmt == "minari":
-            return datasets.from_minari(source, download=download, **kwargs)
+            return datasets.from_minari(source, download=bool(download), **kwargs)
         import tensorflow_datasets as tfds
 
         episodes = tfds.builder_from_directory(source).as_dataset(split="train")
@@ -49,8 +51,13 @@ def _load_dataset(fmt: str, source: str, download: bool = False, **kwargs: Any) 
         if fmt == "minari" and not download and "not found locally" in str(err):
             raise click.ClickException(
                 f"Minari dataset {source!r} is not in the local Minari datasets folder "
-                "(MINARI_DATASETS_PATH, default ~/.minari/datasets). Add --download to fetch "
-                f"it from Minari's remote hub, or run `minari download {source}` first."
+                "(MINARI_DATASETS_PATH, default ~/.minari/datasets). "
+                + (
+                    "Run"
+                    if download is None
+                    else "Add --download to fetch it from Minari's remote hub, or run"
+                )
+                + f" `minari download {source}` first."
             ) from None
         raise click.ClickException(f"cannot load {fmt} dataset {source!r}: {err}") from err
     except ImportError as err:
@@ -70,7 +77,13 @@ def seed_from_dataset(
     spec, so collection continues in the same buffer.
     """
     buf = _load_dataset(
-        "minari", dataset_id, capacity=capacity, num_envs=num_envs, data_spec=spec, rng=seed
+        "minari",
+        dataset_id,
+        download=None,
+        capacity=capacity,
+        num_envs=num_envs,
+        data_spec=spec,
+        rng=seed,
     )
     buf.save(path)
     return buf.num_frames()
