@@ -1,7 +1,7 @@
 """What a caller of a served object needs: :class:`Channel` (and :class:`StreamChannel`).
 
 A channel calls methods of an object by name with keyword arguments and returns their
-result. :class:`~recollect.grpc.client.GrpcChannel` does it across processes and machines;
+result. :class:`~recollect.grpc.GrpcChannel` does it across processes and machines;
 an in-process implementation can call the object directly. Arguments and results are nests
 the codec carries (:mod:`recollect.grpc.codec`).
 """
@@ -27,11 +27,11 @@ class Channel(Protocol):
             timeout: seconds to wait for the result (None: no limit).
 
         Raises:
-            recollect.grpc.errors.DeadlineExceededError: no result within ``timeout``
+            recollect.grpc.DeadlineExceededError: no result within ``timeout``
                 (also when nothing listens at the address).
-            recollect.grpc.errors.UnknownMethodError: no such public method.
+            recollect.grpc.UnknownMethodError: no such public method.
             recollect.grpc.errors.UnauthenticatedError: the server refused the token.
-            recollect.grpc.errors.RemoteError: the method raised an unregistered exception;
+            recollect.grpc.RemoteError: the method raised an unregistered exception;
                 a registered one (every recollect error) is raised as its own class.
         """
         ...

@@ -78,7 +78,7 @@ def _rebuild(cls: type[BaseException], message: str) -> BaseException:
 
 
 class GrpcChannel:
-    """A :class:`~recollect.grpc.channel.Channel` to an object served at ``"host:port"``.
+    """A :class:`~recollect.grpc.Channel` to an object served at ``"host:port"``.
 
     Thread-safe (one gRPC connection serves all threads), picklable and fork-safe. Results'
     arrays are read-only views of the received message (``arr.copy()`` to write).
@@ -248,8 +248,8 @@ def connect(address: str, token: str | None = None, *, wait_for_ready: bool = Tr
 
     Nothing is sent until the first call. With ``wait_for_ready`` (the default, as Reverb's
     client) a call waits for the server to come up until its ``timeout`` and then raises
-    :class:`~recollect.grpc.errors.DeadlineExceededError`; without it, a call to an address
-    where nothing listens raises :class:`~recollect.grpc.errors.UnavailableError` at once.
+    :class:`~recollect.grpc.DeadlineExceededError`; without it, a call to an address
+    where nothing listens raises :class:`~recollect.grpc.UnavailableError` at once.
 
     Args:
         address: ``"host:port"`` (IPv6: ``"[::1]:port"``).

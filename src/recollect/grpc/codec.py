@@ -198,7 +198,7 @@ def decode(data: bytes) -> Any:
     """The nest :func:`encode` made ``data`` from; arrays are read-only views of ``data``.
 
     Raises:
-        recollect.grpc.errors.WireFormatError: ``data`` is not such a message.
+        recollect.grpc.WireFormatError: ``data`` is not such a message.
     """
     reader = _Reader(data)
     try:

@@ -11,6 +11,7 @@ name in the registry only: nothing named on the wire is ever imported.
 from __future__ import annotations
 
 import inspect
+from typing import TypeVar
 
 from recollect import errors as _recollect_errors
 from recollect.errors import RecollectError
@@ -73,6 +74,7 @@ class RemoteError(RecollectError, RuntimeError):
 
 
 _REGISTRY: dict[str, type[BaseException]] = {}
+_E = TypeVar("_E", bound=BaseException)
 
 
 def error_name(cls: type[BaseException]) -> str:
@@ -80,7 +82,7 @@ def error_name(cls: type[BaseException]) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def register_error(cls: type[BaseException]) -> type[BaseException]:
+def register_error(cls: type[_E]) -> type[_E]:
     """Let exceptions of ``cls`` cross the transport with their class (usable as a decorator).
 
     Register the class in the server's and in the client's process (importing the module

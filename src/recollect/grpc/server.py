@@ -196,7 +196,7 @@ def serve(
     A client (:func:`recollect.grpc.connect`) calls ``getattr(target, name)(**args)`` by
     name. Names starting with ``_``, names not in ``methods`` (when given) and attributes
     that are not callable are refused (the client raises
-    :class:`~recollect.grpc.errors.UnknownMethodError`). Each call runs in a thread of a
+    :class:`~recollect.grpc.UnknownMethodError`). Each call runs in a thread of a
     pool of ``max_workers``: a call that blocks (an insert waiting on a rate limiter) holds
     one, so keep it above the number of calls that may block at once.
 
