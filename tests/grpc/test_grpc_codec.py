@@ -175,6 +175,21 @@ def test_malformed_messages_raise_wire_format_errors(data, match):
         decode(data)
 
 
+@pytest.mark.parametrize(
+    "node",
+    [
+        b'{"a":"<f8","s":[1000000000000],"n":0}',
+        b'{"a":"<f8","s":[4],"n":8,"o":0}',
+        b'{"a":"<f8","s":[-1],"n":-8,"o":0}',
+    ],
+)
+def test_an_array_whose_shape_and_size_disagree_is_refused(node):
+    message = b"RCG1" + len(node).to_bytes(4, "little") + node
+    message += bytes(-len(message) % 64 + 64)
+    with pytest.raises(WireFormatError, match=r"malformed message: an array of shape"):
+        decode(message)
+
+
 def test_a_leaf_whose_bytes_run_past_the_message_is_refused():
     message = encode(np.arange(16, dtype=np.int64))
     with pytest.raises(WireFormatError, match=r"run past its end"):

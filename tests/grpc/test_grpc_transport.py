@@ -85,6 +85,12 @@ def test_every_dtype_and_nest_round_trips_through_a_server(channel):
     assert_same(channel.call("echo", args, timeout=TIMEOUT), args)
 
 
+def test_a_localhost_address_reaches_a_loopback_server(server):
+    assert server.address == f"127.0.0.1:{server.port}"
+    with connect(f"localhost:{server.port}") as channel:
+        assert channel.call("echo", {"x": "ok"}, timeout=TIMEOUT) == {"x": "ok"}
+
+
 def test_a_100_mb_array_round_trips(channel):
     big = np.random.default_rng(0).integers(0, 255, size=100 * 2**20, dtype=np.uint8)
     got = channel.call("echo", {"big": big}, timeout=120.0)["big"]

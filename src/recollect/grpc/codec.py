@@ -23,6 +23,7 @@ Decoded arrays are read-only views of the received message (``arr.copy()`` to wr
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any
 
@@ -168,6 +169,11 @@ def _array(node: dict[str, Any], reader: _Reader) -> Any:
     if dtype.kind not in _KINDS or dtype.fields is not None:
         raise WireFormatError(f"malformed message: dtype {node['a']!r} is not carried.")
     shape = tuple(node["s"])
+    if node["n"] != math.prod(shape) * dtype.itemsize or min(shape, default=0) < 0:
+        raise WireFormatError(
+            f"malformed message: an array of shape {shape} and dtype {dtype} claims "
+            f"{node['n']} bytes."
+        )
     if node["n"]:
         array = np.frombuffer(reader.span(node), dtype=dtype).reshape(shape)
     else:

@@ -79,6 +79,7 @@ class _Handler:
         self._expected = None if token is None else f"Bearer {token}".encode()
         self._refuse = grpc.unary_unary_rpc_method_handler(self._unauthenticated)
         self._refuse_stream = grpc.unary_stream_rpc_method_handler(self._unauthenticated)
+        self._handlers: dict[tuple[bool, str], Any] = {}  # found methods' handlers
 
     # grpc.GenericRpcHandler's one method (duck-typed: grpc only calls it)
     def service(self, details: Any) -> Any:
@@ -88,12 +89,17 @@ class _Handler:
         streaming = service == STREAM_SERVICE
         if not self._authorized(details.invocation_metadata):
             return self._refuse_stream if streaming else self._refuse
-        method = _public_method(self._target, name, self._methods)
-        if method is None:
-            return None  # gRPC answers UNIMPLEMENTED
-        if streaming:
-            return self._grpc.unary_stream_rpc_method_handler(self._streamer(method))
-        return self._grpc.unary_unary_rpc_method_handler(self._caller(method))
+        handler = self._handlers.get((streaming, name))
+        if handler is None:
+            method = _public_method(self._target, name, self._methods)
+            if method is None:
+                return None  # gRPC answers UNIMPLEMENTED
+            if streaming:
+                handler = self._grpc.unary_stream_rpc_method_handler(self._streamer(method))
+            else:
+                handler = self._grpc.unary_unary_rpc_method_handler(self._caller(method))
+            self._handlers[streaming, name] = handler
+        return handler
 
     def _authorized(self, metadata: Iterable[Any] | None) -> bool:
         if self._expected is None:
