@@ -78,3 +78,11 @@ def serve_in_child(conn: Any, token: str | None) -> None:
     with serve(Target(), token=token) as server:
         conn.send(server.address)
         conn.recv()  # any message: stop
+
+
+def call_in_child(channel: Any, conn: Any) -> None:
+    """Call ``echo`` through a channel that arrived pickled; send the result back."""
+    try:
+        conn.send(channel.call("echo", {"where": "child"}, timeout=30.0))
+    except BaseException as err:
+        conn.send(repr(err))

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from grpc_targets import Target, TargetError, TwoArgumentError, serve_in_child
+from grpc_targets import Target, TargetError, TwoArgumentError, call_in_child, serve_in_child
 
 from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeError
 from recollect.grpc import (
@@ -314,6 +314,22 @@ def test_a_server_in_a_spawned_process_is_reached_by_address(token):
         parent.send("stop")
         process.join(TIMEOUT)
         assert process.exitcode == 0
+    finally:
+        if process.is_alive():
+            process.kill()
+
+
+def test_a_channel_passed_to_a_spawned_process_calls_from_there(token_server):
+    channel = connect(token_server.address, token=TOKEN)
+    assert channel.call("noop", {}, timeout=TIMEOUT) is None  # opened in this process
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=call_in_child, args=(channel, child), daemon=True)
+    process.start()
+    try:
+        assert parent.poll(120), "the child's call did not return"
+        assert parent.recv() == {"where": "child"}
+        process.join(TIMEOUT)
     finally:
         if process.is_alive():
             process.kill()
