@@ -194,3 +194,24 @@ def test_a_leaf_whose_bytes_run_past_the_message_is_refused():
     message = encode(np.arange(16, dtype=np.int64))
     with pytest.raises(WireFormatError, match=r"run past its end"):
         decode(message[:-8])
+
+
+@pytest.mark.parametrize("installed", [None, "a folder named grpc"])
+def test_without_grpcio_serve_and_connect_name_the_extra(monkeypatch, installed):
+    import sys
+    import types
+
+    from recollect.extras import MissingExtraError
+    from recollect.grpc import connect, serve
+    from recollect.grpc.options import load_grpc
+
+    fake = None if installed is None else types.ModuleType("grpc")  # no grpc.server
+    monkeypatch.setitem(sys.modules, "grpc", fake)
+    load_grpc.cache_clear()
+    try:
+        with pytest.raises(MissingExtraError, match=r'pip install "recollect\[reverb\]"'):
+            serve(object())
+        with pytest.raises(MissingExtraError, match=r"recollect.grpc needs grpc"):
+            connect("127.0.0.1:1").call("noop", {})
+    finally:
+        load_grpc.cache_clear()
