@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from recollect.arguments import is_number
 from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError
 from recollect.grpc.codec import decode, encode
 from recollect.grpc.errors import (
@@ -124,7 +125,7 @@ class GrpcChannel:
                 f"args must be a dict of keyword arguments for {method}(); got "
                 f"{type(args).__name__}."
             )
-        if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
+        if timeout is not None and not (is_number(timeout) and timeout >= 0):
             raise InvalidArgumentError(
                 f"timeout must be None or seconds >= 0; got {timeout!r} for {method}()."
             )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from recollect.arguments import positive_int
 from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError
 from recollect.grpc.codec import decode, encode
 from recollect.grpc.errors import TransportError, error_name, registered_error
@@ -239,8 +240,7 @@ def serve(
             f"clients the same token (connect(..., token=...) or ${TOKEN_ENV}), or serve on "
             "127.0.0.1 (this machine only)."
         )
-    if type(max_workers) is not int or max_workers < 1:
-        raise InvalidArgumentError(f"max_workers must be an int >= 1; got {max_workers!r}.")
+    positive_int("max_workers", max_workers)
     allowed = None if methods is None else frozenset(methods)
     grpc = load_grpc()
     executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="recollect-grpc")
