@@ -28,6 +28,7 @@ EXTRAS: dict[str, str] = {
     "tensorflow_datasets": "rlds",
     "stable_baselines3": "sb3",
     "sb3_contrib": "sb3",
+    "google": "reverb-checkpoint",  # google.protobuf
 }
 
 

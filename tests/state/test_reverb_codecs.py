@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import sys
 import zlib
 
 import numpy as np
@@ -253,3 +254,20 @@ def test_plain_tensor_protos():
     )
     with pytest.raises(TensorDecodeError, match=r"shape \(1,\) holds 2 values"):
         decode_tensor_proto(tensor_proto(3, (1,), int_val=[1, 2]))
+
+
+def test_missing_protobuf_names_the_extra(monkeypatch):
+    from recollect.extras import MissingExtraError
+
+    messages.cache_clear()
+    for name in ("google.protobuf", "google.protobuf.descriptor_pool"):
+        monkeypatch.setitem(sys.modules, name, None)
+    try:
+        with pytest.raises(
+            MissingExtraError, match=r'pip install "recollect\[reverb-checkpoint\]"'
+        ):
+            messages()
+    finally:
+        monkeypatch.undo()
+        messages.cache_clear()
+    assert "ChunkData" in messages()

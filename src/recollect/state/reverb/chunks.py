@@ -206,6 +206,7 @@ def decode_tensor_proto(proto: Any) -> np.ndarray:
         array = np.frombuffer(content, dtype=dtype)
     else:
         values = list(getattr(proto, _VAL_FIELDS[proto.dtype]))
+        flat: np.ndarray
         if proto.dtype == 19:  # float16: the bits in int32 values
             flat = np.asarray(values, dtype=np.uint16).view(np.float16)
         elif proto.dtype in (8, 18):  # complex: pairs of reals

@@ -14,6 +14,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from recollect.extras import missing_extra
+
 __all__ = ["messages"]
 
 # (name, number, type, label, type_name); type and label as FieldDescriptorProto names
@@ -249,9 +251,13 @@ def messages() -> dict[str, Any]:
     """The message classes, keyed by short name (``"ChunkData"``, ``"TensorProto"``, ...).
 
     Raises:
-        ModuleNotFoundError: the ``protobuf`` package is not installed.
+        MissingExtraError: the ``protobuf`` package is not installed (the message says
+            ``pip install "recollect[reverb-checkpoint]"``).
     """
-    from google.protobuf import descriptor_pool, message_factory
+    try:
+        from google.protobuf import descriptor_pool, message_factory
+    except ImportError as err:
+        raise missing_extra(err, "reading Reverb checkpoints (recollect.state.reverb)") from err
 
     pool = descriptor_pool.DescriptorPool()
     pool.Add(_file_proto("google/protobuf/timestamp.proto", "google.protobuf", [], _TIMESTAMP, {}))

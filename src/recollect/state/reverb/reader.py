@@ -355,7 +355,7 @@ def read_checkpoint(path: str | Path) -> ReverbCheckpoint:
         CheckpointError: no complete checkpoint (with ``DONE``) is there; a file is missing,
             truncated, fails a CRC check, or does not hold the messages it should; an item
             refers to a chunk that is absent or too short; the message names the file.
-        ModuleNotFoundError: the ``protobuf`` package is not installed.
+        MissingExtraError: the ``protobuf`` package is not installed.
     """
     from recollect.state.reverb.protos import messages
 

@@ -115,7 +115,7 @@ def _namedtuple(name: str, keys: list[str]) -> Any:
     fields_ok = all(k.isidentifier() and not k.startswith("_") for k in keys)
     if not (valid and fields_ok and len(set(keys)) == len(keys)):
         return None
-    return collections.namedtuple(name, keys)  # type: ignore[misc]
+    return collections.namedtuple(name, keys)
 
 
 def decode_signature(value: Any) -> Any:
