@@ -312,3 +312,16 @@ def test_not_a_checkpoint(tmp_path):
         read_checkpoint(tmp_path)
     with pytest.raises(CheckpointError, match=r"no Reverb checkpoint here"):
         read_checkpoint(tmp_path / "absent")
+
+
+def test_items_know_their_episode_and_first_step():
+    wt = expected(SHARED)["tables"][0]
+    items = read_checkpoint(SHARED / "checkpoint").tables[0].items
+    episode_ids: dict[int, int] = {}
+    for item, want in zip(items, wt["items"], strict=True):
+        assert item.episode_id is not None
+        assert episode_ids.setdefault(want["episode"], item.episode_id) == item.episode_id
+        assert item.first_step == want["steps"][0]
+    assert len(set(episode_ids.values())) == 3
+    heap = read_checkpoint(OURS / "checkpoint").table("heap")  # squeezed columns: no run
+    assert all(i.episode_id is None and i.first_step is None for i in heap.items)

@@ -80,6 +80,10 @@ class ReverbItem:
         data: one array per column (the signature's leaves in ``tf.nest.flatten`` order):
             ``[num_steps, *step_shape]``, or ``step_shape`` for a squeezed column; string
             columns are object arrays of ``bytes``.
+        episode_id: the episode every column's steps come from, when they are one
+            unbroken run of steps of one episode and all columns agree (as for TF-Agents'
+            observers' windows), else None.
+        first_step: the index within that episode of the item's first step, else None.
     """
 
     key: int
@@ -87,6 +91,8 @@ class ReverbItem:
     times_sampled: int
     inserted_at_ns: int
     data: list[np.ndarray]
+    episode_id: int | None = None
+    first_step: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -257,6 +263,29 @@ class _Chunks:
         self.decoded[(key, index)] = array
         return array
 
+    def first_step(self, key: int) -> tuple[int, int] | None:
+        """(episode id, step index of the chunk's row 0), or None for a sparse chunk."""
+        _, chunk = self.protos[key]
+        if not chunk.HasField("sequence_range") or chunk.sequence_range.sparse:
+            return None
+        return int(chunk.sequence_range.episode_id), int(chunk.sequence_range.start)
+
+
+def _run(chunks: _Chunks, column: Any) -> tuple[int, int] | None:
+    """(episode id, first step) when the column's slices are one run of consecutive steps."""
+    run, following = None, None
+    for piece in column.chunk_slices:
+        start = chunks.first_step(int(piece.chunk_key))
+        if start is None:
+            return None
+        episode, step = start[0], start[1] + int(piece.offset)
+        if run is None:
+            run = (episode, step)
+        elif (episode, step) != following:
+            return None
+        following = (episode, step + int(piece.length))
+    return run
+
 
 def _column(chunks: _Chunks, column: Any, where: str) -> np.ndarray:
     parts = []
@@ -288,6 +317,7 @@ def _item(message: Any, chunks: _Chunks, specs: list[ReverbTensorSpec], where: s
             f"{where} has {len(columns)} columns, the table's signature {len(specs)}. {_FIX}"
         )
     data = []
+    runs = set()
     for c, column in enumerate(columns):
         array = _column(chunks, column, f"{where}, column {c}")
         if specs and array.dtype != specs[c].dtype:
@@ -296,6 +326,8 @@ def _item(message: Any, chunks: _Chunks, specs: list[ReverbTensorSpec], where: s
                 f"{specs[c].name or c!r} says {specs[c].dtype}. {_FIX}"
             )
         data.append(array)
+        runs.add(None if column.squeeze else _run(chunks, column))
+    run = runs.pop() if len(runs) == 1 else None
     stamp = message.inserted_at
     return ReverbItem(
         key=int(message.key),
@@ -303,6 +335,8 @@ def _item(message: Any, chunks: _Chunks, specs: list[ReverbTensorSpec], where: s
         times_sampled=int(message.times_sampled),
         inserted_at_ns=int(stamp.seconds) * 1_000_000_000 + int(stamp.nanos),
         data=data,
+        episode_id=None if run is None else run[0],
+        first_step=None if run is None else run[1],
     )
 
 
