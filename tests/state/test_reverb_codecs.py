@@ -20,7 +20,7 @@ from recollect.state.reverb.chunks import (
 )
 from recollect.state.reverb.protos import messages
 from recollect.state.reverb.snappy import SnappyError, uncompress
-from recollect.state.reverb.tfrecord import crc32c, masked_crc32c, read_records
+from recollect.state.reverb.tfrecord import crc32c, crc32c_many, masked_crc32c, read_records
 
 
 def crc32c_reference(data: bytes) -> int:
@@ -46,6 +46,14 @@ def test_crc32c_lanes_match_the_reference(head, size, seed):
     rng = np.random.default_rng(seed)
     data = head + rng.integers(0, 256, size, dtype=np.uint8).tobytes()
     assert crc32c(data) == crc32c_reference(data)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.binary(max_size=200), max_size=30), st.sampled_from([0, 1, 65536, 70_001]))
+def test_crc32c_many_matches_the_reference(chunks, big):
+    """Batched over records of mixed lengths (zero-padded lanes), large ones on their own."""
+    chunks = [*chunks, bytes(range(256)) * (big // 256) + b"x" * (big % 256)]
+    assert crc32c_many(chunks).tolist() == [crc32c_reference(c) for c in chunks]
 
 
 def frame(records: list[bytes]) -> bytes:

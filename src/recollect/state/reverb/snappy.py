@@ -56,9 +56,15 @@ def uncompress(data: bytes, expected_size: int | None = None) -> bytes:
     at, end = 0, len(data)
     while pos < end:
         tag = data[pos]
-        pos += 1
         kind = tag & 3
-        if kind == 0:
+        if kind == 2:  # the most common element of compressible data: checked first
+            if pos + 3 > end:
+                raise SnappyError(f"a copy's offset is truncated at byte {pos + 1}")
+            length = (tag >> 2) + 1
+            offset = data[pos + 1] | (data[pos + 2] << 8)
+            pos += 3
+        elif kind == 0:
+            pos += 1
             length = (tag >> 2) + 1
             if length > 60:
                 extra = length - 60
@@ -72,19 +78,18 @@ def uncompress(data: bytes, expected_size: int | None = None) -> bytes:
             pos += length
             at += length
             continue
-        if kind == 1:
-            if pos >= end:
-                raise SnappyError(f"a copy's offset is truncated at byte {pos}")
+        elif kind == 1:
+            if pos + 2 > end:
+                raise SnappyError(f"a copy's offset is truncated at byte {pos + 1}")
             length = 4 + ((tag >> 2) & 7)
-            offset = ((tag >> 5) << 8) | data[pos]
-            pos += 1
+            offset = ((tag >> 5) << 8) | data[pos + 1]
+            pos += 2
         else:
-            width = 2 if kind == 2 else 4
-            if pos + width > end:
-                raise SnappyError(f"a copy's offset is truncated at byte {pos}")
+            if pos + 5 > end:
+                raise SnappyError(f"a copy's offset is truncated at byte {pos + 1}")
             length = (tag >> 2) + 1
-            offset = int.from_bytes(data[pos : pos + width], "little")
-            pos += width
+            offset = int.from_bytes(data[pos + 1 : pos + 5], "little")
+            pos += 5
         if offset == 0 or offset > at or at + length > size:
             raise SnappyError(
                 f"a copy of {length} bytes from {offset} back at output byte {at} is out of range"
@@ -93,8 +98,7 @@ def uncompress(data: bytes, expected_size: int | None = None) -> bytes:
         if offset >= length:
             out[at : at + length] = out[src : src + length]
         else:  # overlapping: the last `offset` bytes repeat
-            pattern = bytes(out[src:at])
-            out[at : at + length] = (pattern * (length // offset + 1))[:length]
+            out[at : at + length] = (out[src:at] * (length // offset + 1))[:length]
         at += length
     if at != size:
         raise SnappyError(f"the block holds {at} bytes, its header says {size}")
