@@ -191,6 +191,8 @@ def test_own_fixture_holds_delta_encoded_chunks():
     chunks = [chunk_cls.FromString(r) for r in read_records(directory / "chunks.tfrecord")]
     delta = [c for c in chunks if c.delta_encoded]
     assert delta and all(c.data.tensors[0].tensor_shape.dim[0].size > 1 for c in delta)
+    # the legacy writer's chunks: frames (uint8), counters (int64) and rewards (float32)
+    assert all([t.dtype for t in c.data.tensors] == [4, 9, 1] for c in delta)
 
 
 # ---------------------------------------------------------------- damage

@@ -3,12 +3,17 @@
 How dm-reverb 0.14 stores a column's data (``reverb/cc/chunker.cc``,
 ``reverb/cc/tensor_compression.cc``, ``reverb/cc/support/trajectory_util.cc``):
 
-- A chunk holds consecutive steps of ONE column: the steps, each ``[*step_shape]``, are
-  concatenated into one tensor ``[T, *step_shape]`` (``ChunkData.data.tensors[0]``;
-  ``FlatTrajectory.ChunkSlice.index`` names the tensor, always 0 in 0.14).
-  ``data_uncompressed_size`` is that tensor's byte size before any encoding.
-- Delta encoding (a writer option, off by default; ``ChunkData.delta_encoded``): applied
-  to the ``[T, ...]`` tensor before compression, only when it has 2 or more dimensions
+- A chunk holds consecutive steps of one episode. ``TrajectoryWriter`` (what TF-Agents'
+  observers use) chunks every column on its own: ``ChunkData.data.tensors`` has one tensor
+  ``[T, *step_shape]``, the column's steps concatenated. The legacy ``client.writer``
+  puts every column of the steps into one chunk, one tensor per column
+  (``data_tensors_len`` of them). ``FlatTrajectory.ChunkSlice.index`` names the tensor,
+  ``offset``/``length`` the rows. ``data_uncompressed_size`` is the tensors' total byte
+  size before any encoding; ``sequence_range`` gives the episode id and the steps
+  ``start..end`` (inclusive) the rows hold.
+- Delta encoding (an option of the legacy writer, ``delta_encoded=True``; off by default;
+  ``ChunkData.delta_encoded``, one flag for all the chunk's tensors): applied to each
+  ``[T, ...]`` tensor before compression, only when it has 2 or more dimensions
   (a step is not a scalar) and an integer dtype (int8..int64, uint8..uint64; not bool or
   floats). Row 0 is kept; row ``i`` becomes ``x[i] - x[i-1]`` computed on the same-width
   unsigned type (wrapping modulo 2**bits). Decoding is a wrapping cumulative sum over
