@@ -327,3 +327,59 @@ def test_items_know_their_episode_and_first_step():
     assert len(set(episode_ids.values())) == 3
     heap = read_checkpoint(OURS / "checkpoint").table("heap")  # squeezed columns: no run
     assert all(i.episode_id is None and i.first_step is None for i in heap.items)
+
+
+def rewrite(path: Path, message: str, edit) -> None:
+    """Parses every record of ``path`` as ``message``, applies ``edit(list)``, writes back."""
+    from recollect.state.reverb.protos import messages
+
+    cls = messages()[message]
+    parsed = [cls.FromString(r) for r in read_records(path)]
+    edit(parsed)
+    write_tfrecord(path, [m.SerializeToString() for m in parsed])
+
+
+def test_damaged_snappy_block_names_the_chunk(tmp_path):
+    root, directory = copy_root(tmp_path)
+    keys = []
+
+    def damage(chunks):
+        tensor = chunks[5].data.tensors[0]
+        tensor.tensor_content = tensor.tensor_content[:-2]
+        keys.append(chunks[5].chunk_key)
+
+    rewrite(directory / "chunks.tfrecord", "ChunkData", damage)
+    with pytest.raises(
+        CheckpointError,
+        match=rf"chunks.tfrecord: record 5 \(chunk {keys[0]}\): the Snappy-compressed data of a "
+        r"tensor \(\w+, shape \(\d+,?\d*\)\) is damaged: a literal",
+    ):
+        read_checkpoint(root)
+
+
+def test_item_slicing_past_its_chunk(tmp_path):
+    root, directory = copy_root(tmp_path)
+
+    def damage(items):
+        items[0].flat_trajectory.columns[1].chunk_slices[0].offset = 5
+
+    rewrite(directory / "items.tfrecord", "PrioritizedItem", damage)
+    with pytest.raises(
+        CheckpointError,
+        match=r"items.tfrecord: record 0 \(item \d+\), column 1 slices steps \[5, 6\) of chunk "
+        r"\d+, which holds 1",
+    ):
+        read_checkpoint(root)
+
+
+def test_item_of_an_unknown_table(tmp_path):
+    root, directory = copy_root(tmp_path)
+
+    def damage(items):
+        items[3].table = "elsewhere"
+
+    rewrite(directory / "items.tfrecord", "PrioritizedItem", damage)
+    with pytest.raises(
+        CheckpointError, match=r"record 3 \(item \d+\) belongs to table 'elsewhere', which"
+    ):
+        read_checkpoint(root)

@@ -244,7 +244,7 @@ def test_chunk_tensor_errors():
     with pytest.raises(TensorDecodeError, match="unsupported tensor dtype bfloat16"):
         decode_chunk_tensor(tensor_proto(14, (1,)), False)
     damaged = tensor_proto(1, (2,), tensor_content=snappy_varint(8) + literal(b"1234"))
-    with pytest.raises(TensorDecodeError, match=r"float32 tensor of shape \(2,\) is damaged"):
+    with pytest.raises(TensorDecodeError, match=r"tensor \(float32, shape \(2,\)\) is damaged"):
         decode_chunk_tensor(damaged, False)
     with pytest.raises(TensorDecodeError, match="undefined dimension"):
         decode_chunk_tensor(tensor_proto(1, (-1,)), False)
@@ -260,7 +260,7 @@ def test_plain_tensor_protos():
     np.testing.assert_array_equal(
         decode_tensor_proto(tensor_proto(2, (2,), tensor_content=raw)), [1.5, -2.5]
     )
-    with pytest.raises(TensorDecodeError, match=r"shape \(1,\) holds 2 values"):
+    with pytest.raises(TensorDecodeError, match=r"a tensor \(int32, shape \(1,\)\) holds 2 values"):
         decode_tensor_proto(tensor_proto(3, (1,), int_val=[1, 2]))
 
 

@@ -175,7 +175,7 @@ def decode_chunk_tensor(proto: Any, delta_encoded: bool) -> np.ndarray:
         raw = uncompress(proto.tensor_content, nbytes)
     except SnappyError as err:
         raise TensorDecodeError(
-            f"the Snappy-compressed data of a {_NAMES[proto.dtype]} tensor of shape {shape} "
+            f"the Snappy-compressed data of a tensor ({_NAMES[proto.dtype]}, shape {shape}) "
             f"is damaged: {err}"
         ) from err
     array = np.frombuffer(raw, dtype=dtype).reshape(shape)
@@ -206,7 +206,7 @@ def decode_tensor_proto(proto: Any) -> np.ndarray:
         content = proto.tensor_content
         if len(content) != count * dtype.itemsize:
             raise TensorDecodeError(
-                f"a {_NAMES[proto.dtype]} tensor of shape {shape} holds {len(content)} bytes"
+                f"a tensor ({_NAMES[proto.dtype]}, shape {shape}) holds {len(content)} bytes"
             )
         array = np.frombuffer(content, dtype=dtype)
     else:
@@ -221,7 +221,7 @@ def decode_tensor_proto(proto: Any) -> np.ndarray:
             flat = np.asarray(values).astype(dtype)
         if len(flat) > count or (len(flat) == 0 and count):
             raise TensorDecodeError(
-                f"a {_NAMES[proto.dtype]} tensor of shape {shape} holds {len(flat)} values"
+                f"a tensor ({_NAMES[proto.dtype]}, shape {shape}) holds {len(flat)} values"
             )
         array = np.empty(count, dtype=dtype)
         array[: len(flat)] = flat
