@@ -383,3 +383,22 @@ def test_item_of_an_unknown_table(tmp_path):
         CheckpointError, match=r"record 3 \(item \d+\) belongs to table 'elsewhere', which"
     ):
         read_checkpoint(root)
+
+
+def test_step_spec():
+    from recollect.errors import SpecError
+
+    table = read_checkpoint(SHARED / "checkpoint").tables[0]
+    spec = table.step_spec()
+    assert type(spec).__name__ == "Trajectory" and spec.policy_info == ()
+    assert spec.observation == ArraySpec((4,), np.float32, "observation")
+    assert spec.step_type == ArraySpec((), np.int32, "step_type")
+    assert spec.next_step_type.name == "step_type"  # TF-Agents reuses the spec
+    assert spec.discount == ArraySpec((), np.float32, "discount")
+    ours = read_checkpoint(OURS / "checkpoint")
+    with pytest.raises(SpecError, match=r"column 'small' has no time dimension \(shape \(\)\)"):
+        ours.table("heap").step_spec()
+    with pytest.raises(SpecError, match=r"column 'text' holds strings"):
+        ours.table("prioritized").step_spec()
+    with pytest.raises(SpecError, match=r"Reverb table 'delta' has no signature"):
+        ours.table("delta").step_spec()

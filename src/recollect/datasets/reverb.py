@@ -56,29 +56,9 @@ def _step_spec(table: ReverbTable) -> FlatSpec:
     if table.signature is None:
         raise _refuse(table, "it has no signature, so the step spec is unknown")
     try:
-        spec = _map_leaves(table.signature)
+        return FlatSpec(table.step_spec())
     except SpecError as err:
         raise _refuse(table, str(err).rstrip(".")) from err
-    return FlatSpec(spec)
-
-
-def _map_leaves(signature: Any) -> Any:
-    import optree
-
-    from recollect.state.reverb import ReverbTensorSpec
-
-    def leaf(spec: ReverbTensorSpec) -> Any:
-        if spec.dtype == object:
-            raise SpecError(
-                f"column {spec.name!r} holds strings (recollect stores fixed-size dtypes)"
-            )
-        if not spec.shape:
-            raise SpecError(f"column {spec.name!r} has no time dimension (shape {spec.shape})")
-        return spec.array_spec(drop_leading=True)
-
-    return optree.tree_map(
-        leaf, signature, is_leaf=lambda x: isinstance(x, ReverbTensorSpec), none_is_leaf=False
-    )
 
 
 def _episodes(table: ReverbTable, flat: FlatSpec) -> tuple[list[list[np.ndarray]], int]:

@@ -21,6 +21,7 @@ from recollect.state.reverb.signature import (
     ReverbTensorSpec,
     decode_signature,
     flatten_signature,
+    map_signature,
     unflatten_signature,
 )
 from recollect.state.reverb.tfrecord import read_records
@@ -126,6 +127,32 @@ class ReverbTable:
     def flat_signature(self) -> list[ReverbTensorSpec]:
         """The signature's leaves in column order ([] without a signature)."""
         return [] if self.signature is None else flatten_signature(self.signature)
+
+    def step_spec(self) -> Any:
+        """The signature as a nest of :class:`~recollect.specs.ArraySpec` of ONE step.
+
+        Every leaf loses its leading (time) dimension and keeps its name; bounds are
+        dropped (``ArraySpec`` has none; they stay on :attr:`signature`).
+
+        Raises:
+            SpecError: the table has no signature, or a leaf has no leading dimension,
+                another unknown dimension, or the ``string`` dtype.
+        """
+        from recollect.errors import SpecError
+
+        if self.signature is None:
+            raise SpecError(f"Reverb table {self.name!r} has no signature, so no step spec.")
+
+        def leaf(spec: ReverbTensorSpec) -> Any:
+            if spec.dtype == object:
+                raise SpecError(
+                    f"column {spec.name!r} holds strings (recollect stores fixed-size dtypes)"
+                )
+            if not spec.shape:
+                raise SpecError(f"column {spec.name!r} has no time dimension (shape {spec.shape})")
+            return spec.array_spec(drop_leading=True)
+
+        return map_signature(leaf, self.signature)
 
     def unflatten(self, item: ReverbItem) -> Any:
         """``item.data`` in the signature's structure (the flat list without a signature)."""

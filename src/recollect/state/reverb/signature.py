@@ -23,7 +23,13 @@ import optree
 from recollect.specs import ArraySpec
 from recollect.state.reverb.chunks import TensorDecodeError, decode_tensor_proto, numpy_dtype
 
-__all__ = ["ReverbTensorSpec", "decode_signature", "flatten_signature", "unflatten_signature"]
+__all__ = [
+    "ReverbTensorSpec",
+    "decode_signature",
+    "flatten_signature",
+    "map_signature",
+    "unflatten_signature",
+]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -166,3 +172,8 @@ def unflatten_signature(signature: Any, columns: list[Any]) -> Any:
     """``columns`` (one per leaf, in column order) put into the signature's structure."""
     treedef = optree.tree_structure(signature, is_leaf=_is_leaf, none_is_leaf=False)
     return optree.tree_unflatten(treedef, columns)
+
+
+def map_signature(fn: Any, signature: Any) -> Any:
+    """``fn`` applied to every leaf of the signature, in its structure."""
+    return optree.tree_map(fn, signature, is_leaf=_is_leaf, none_is_leaf=False)
