@@ -119,6 +119,7 @@ def test_shared_fixture_definition_and_counters():
     assert table.num_deleted_episodes == counters["num_deleted_episodes"]
     assert table.num_unique_samples == counters["num_unique_samples"]
     assert spec_matches(table.signature, wt["definition"]["signature"])
+    assert (len(table.items), table.num_episodes) == (info["current_size"], info["num_episodes"])
     observation = table.signature.observation
     assert observation.array_spec(drop_leading=True) == ArraySpec((4,), np.float32, "observation")
     assert table.signature.action.array_spec(drop_leading=True).dtype == np.int64
@@ -172,6 +173,19 @@ def test_own_fixture_definitions():
     assert isinstance(d.unflatten(d.items[0]), list)
     for name, table in [("prioritized", p), ("heap", h), ("queue", q)]:
         assert spec_matches(table.signature, want[name]["signature"]), name
+    for table in ck.tables:  # what real Reverb's server_info() said before the checkpoint
+        w = want[table.name]
+        assert (
+            len(table.items),
+            table.num_episodes,
+            table.num_deleted_episodes,
+            table.num_unique_samples,
+        ) == (
+            w["current_size"],
+            w["num_episodes"],
+            w["num_deleted_episodes"],
+            w["num_unique_samples"],
+        )
     # nested dict signature: leaves in tf.nest order, an image column, strings as bytes
     assert [s.name for s in p.flat_signature()] == ["action", "done", "text", "image", "vector"]
     nest = p.unflatten(p.items[0])

@@ -85,6 +85,7 @@ class ReverbItem:
             unbroken run of steps of one episode and all columns agree (as for TF-Agents'
             observers' windows), else None.
         first_step: the index within that episode of the item's first step, else None.
+        episode_ids: every episode the item's chunks belong to (sorted).
     """
 
     key: int
@@ -94,6 +95,7 @@ class ReverbItem:
     data: list[np.ndarray]
     episode_id: int | None = None
     first_step: int | None = None
+    episode_ids: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -127,6 +129,11 @@ class ReverbTable:
     def flat_signature(self) -> list[ReverbTensorSpec]:
         """The signature's leaves in column order ([] without a signature)."""
         return [] if self.signature is None else flatten_signature(self.signature)
+
+    @property
+    def num_episodes(self) -> int:
+        """Episodes the items refer to (what Reverb's ``server_info`` reports after a load)."""
+        return len({e for item in self.items for e in item.episode_ids})
 
     def step_spec(self) -> Any:
         """The signature as a nest of :class:`~recollect.specs.ArraySpec` of ONE step.
@@ -290,6 +297,13 @@ class _Chunks:
         self.decoded[(key, index)] = array
         return array
 
+    def episode(self, key: int) -> int | None:
+        """The episode id of chunk ``key`` (None when it has no sequence range)."""
+        _, chunk = self.protos[key]
+        if not chunk.HasField("sequence_range"):
+            return None
+        return int(chunk.sequence_range.episode_id)
+
     def first_step(self, key: int) -> tuple[int, int] | None:
         """(episode id, step index of the chunk's row 0), or None for a sparse chunk."""
         _, chunk = self.protos[key]
@@ -355,6 +369,8 @@ def _item(message: Any, chunks: _Chunks, specs: list[ReverbTensorSpec], where: s
         data.append(array)
         runs.add(None if column.squeeze else _run(chunks, column))
     run = runs.pop() if len(runs) == 1 else None
+    keys = {int(p.chunk_key) for column in columns for p in column.chunk_slices}
+    episodes = {chunks.episode(key) for key in keys}
     stamp = message.inserted_at
     return ReverbItem(
         key=int(message.key),
@@ -364,6 +380,7 @@ def _item(message: Any, chunks: _Chunks, specs: list[ReverbTensorSpec], where: s
         data=data,
         episode_id=None if run is None else run[0],
         first_step=None if run is None else run[1],
+        episode_ids=tuple(sorted(e for e in episodes if e is not None)),
     )
 
 
