@@ -61,8 +61,8 @@ def _step_spec(table: ReverbTable) -> FlatSpec:
         raise _refuse(table, str(err).rstrip(".")) from err
 
 
-def _episodes(table: ReverbTable, flat: FlatSpec) -> tuple[list[list[np.ndarray]], int]:
-    """Every episode's steps (leaves ``[len, ...]``), oldest first; and items merged."""
+def _episodes(table: ReverbTable, flat: FlatSpec) -> list[list[np.ndarray]]:
+    """Every episode's steps (leaves ``[len, ...]`` in ``flat`` order), oldest first."""
     extents: dict[int, list[int]] = {}  # episode -> [first step, end step, first insert time]
     for item in table.items:
         if item.episode_id is None or item.first_step is None:
@@ -106,7 +106,7 @@ def _episodes(table: ReverbTable, flat: FlatSpec) -> tuple[list[list[np.ndarray]
             gap = int(np.argmin(mask)) + extents[eid][0]
             raise _refuse(table, f"episode {eid} has no item holding its step {gap}")
     order = sorted(extents, key=lambda eid: extents[eid][2])
-    return [columns[eid] for eid in order], len(table.items)
+    return [columns[eid] for eid in order]
 
 
 def from_reverb(
@@ -140,6 +140,6 @@ def from_reverb(
     flat = _step_spec(found)
     if not found.items:
         raise _refuse(found, "it holds no items")
-    episodes, _ = _episodes(found, flat)
+    episodes = _episodes(found, flat)
     rows = plan_rows([len(ep[0]) for ep in episodes], num_envs, row_length(capacity, num_envs))
     return write_rows(flat, [[episodes[i] for i in row] for row in rows], capacity, **buffer_kwargs)

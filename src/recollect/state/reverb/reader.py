@@ -274,14 +274,14 @@ class _Chunks:
             return got
         if key not in self.protos:
             raise CheckpointError(
-                f"{self.path}: {where} refers to chunk {key}, which the file does not hold. {_FIX}"
+                f"{where} refers to chunk {key}, which {self.path} does not hold. {_FIX}"
             )
         record, chunk = self.protos[key]
         tensors = chunk.data.tensors
         if not 0 <= index < len(tensors):
             raise CheckpointError(
-                f"{self.path}: {where} asks for tensor {index} of chunk {key} (record {record}), "
-                f"which holds {len(tensors)}. {_FIX}"
+                f"{where} asks for tensor {index} of chunk {key} ({self.path}, record "
+                f"{record}), which holds {len(tensors)}. {_FIX}"
             )
         try:
             array = decode_chunk_tensor(tensors[index], bool(chunk.delta_encoded))
@@ -335,19 +335,17 @@ def _column(chunks: _Chunks, column: Any, where: str) -> np.ndarray:
         start, length = int(piece.offset), int(piece.length)
         if start < 0 or length < 0 or start + length > tensor.shape[0]:
             raise CheckpointError(
-                f"{chunks.path}: {where} slices steps [{start}, {start + length}) of chunk "
-                f"{piece.chunk_key}, which holds {tensor.shape[0]}. {_FIX}"
+                f"{where} slices steps [{start}, {start + length}) of chunk "
+                f"{piece.chunk_key}, which holds {tensor.shape[0]} ({chunks.path}). {_FIX}"
             )
         parts.append(tensor[start : start + length])
     if not parts:
-        raise CheckpointError(f"{chunks.path}: {where} has no chunk slices. {_FIX}")
+        raise CheckpointError(f"{where} has no chunk slices. {_FIX}")
     data = parts[0].copy() if len(parts) == 1 else np.concatenate(parts, axis=0)
     if column.squeeze:
         if data.shape[0] != 1:
-            raise CheckpointError(
-                f"{chunks.path}: {where} is squeezed but spans {data.shape[0]} steps. {_FIX}"
-            )
-        data = data[0]
+            raise CheckpointError(f"{where} is squeezed but spans {data.shape[0]} steps. {_FIX}")
+        data = data.reshape(data.shape[1:])  # an array even for one string
     return data
 
 
