@@ -29,6 +29,7 @@ EXTRAS: dict[str, str] = {
     "stable_baselines3": "sb3",
     "sb3_contrib": "sb3",
     "grpc": "reverb",
+    "google": "reverb",  # google.protobuf
 }
 
 

@@ -4,7 +4,8 @@
 writes the checkpoint's complete episodes as a Minari dataset (``--to rlds
 --output DIR`` as an RLDS/TFDS dataset). ``recollect import --from minari ID
 --checkpoint-dir D --buffer-name N`` loads a dataset into a new buffer and
-checkpoints it to ``D/N`` (as ``recollect populate`` does);
+checkpoints it to ``D/N`` (as ``recollect populate`` does); ``--from reverb DIR``
+imports the episodes of a dm-reverb checkpoint's table (``--table NAME``);
 ``recollect populate --from-dataset ID`` starts from one.
 """
 
@@ -21,6 +22,7 @@ from recollect.errors import RecollectError
 __all__ = ["export_buffer", "import_dataset", "seed_from_dataset"]
 
 _FORMATS = click.Choice(["minari", "rlds"])
+_IMPORT_FORMATS = click.Choice(["minari", "rlds", "reverb"])
 
 
 def _load_dataset(fmt: str, source: str, download: bool | None = False, **kwargs: Any) -> Any:
@@ -32,6 +34,14 @@ def _load_dataset(fmt: str, source: str, download: bool | None = False, **kwargs
     """
     from recollect import datasets
 
+    if fmt == "reverb":
+        from recollect.datasets.reverb import from_reverb
+
+        try:
+            return from_reverb(source, **kwargs)
+        except RecollectError as err:
+            raise click.ClickException(str(err)) from err
+    kwargs.pop("table", None)
     if fmt == "rlds" and not Path(source, "dataset_info.json").is_file():
         raise click.ClickException(
             f"{source!r} is not an RLDS/TFDS dataset directory (it has no dataset_info.json); "
@@ -127,7 +137,7 @@ def export_buffer(
 
 
 @main.command("import")
-@click.option("--from", "fmt", type=_FORMATS, required=True, help="dataset format.")
+@click.option("--from", "fmt", type=_IMPORT_FORMATS, required=True, help="dataset format.")
 @click.argument("source")
 @click.option(
     "--checkpoint-dir",
@@ -150,6 +160,7 @@ def export_buffer(
     is_flag=True,
     help="--from minari: fetch a dataset missing locally from Minari's remote hub.",
 )
+@click.option("--table", help="--from reverb: the table to import (needed with several).")
 def import_dataset(
     fmt: str,
     source: str,
@@ -159,15 +170,25 @@ def import_dataset(
     num_envs: int,
     seed: int,
     download: bool,
+    table: str | None,
 ) -> None:
-    """Load SOURCE (a Minari dataset id, or an RLDS/TFDS directory) into a new buffer.
+    """Load SOURCE (a Minari dataset id, an RLDS/TFDS directory, or a Reverb checkpoint
+    directory) into a new buffer.
 
     The buffer is checkpointed to CHECKPOINT_DIR/BUFFER_NAME.
     """
     if download and fmt != "minari":
         raise click.UsageError("--download works with --from minari only.")
+    if table is not None and fmt != "reverb":
+        raise click.UsageError("--table works with --from reverb only.")
     buf = _load_dataset(
-        fmt, source, download=download, capacity=capacity, num_envs=num_envs, rng=seed
+        fmt,
+        source,
+        download=download,
+        capacity=capacity,
+        num_envs=num_envs,
+        rng=seed,
+        table=table,
     )
     path = Path(checkpoint_dir) / buffer_name
     try:
