@@ -227,8 +227,9 @@ class ReplayBufferManager:
                 f"{self._checkpoint_dir} holds a Reverb checkpoint ({found.name}, written by "
                 "dm-reverb), not a recollect one. Restore it with recollect.reverb "
                 "(reverb.Server(tables, checkpointer=reverb.platform.checkpointers_lib."
-                "DefaultCheckpointer(path))), or convert it first with `recollect import "
-                "--from reverb DIR --checkpoint-dir NEW_DIR` and point the manager at NEW_DIR."
+                "DefaultCheckpointer(path))), or convert it first with `recollect import --from "
+                "reverb DIR --checkpoint-dir PARENT --buffer-name NAME` and point the manager "
+                "at PARENT/NAME."
             )
 
     def create_replay_buffer(
