@@ -119,3 +119,13 @@ def test_reverb_checkpoint_detection_needs_the_done_file(tmp_path):
     folder = fake_reverb_checkpoint(tmp_path)
     (folder / "DONE").unlink()
     assert reverb_checkpoint(tmp_path) is None
+
+
+def test_the_real_reverb_fixture_is_refused(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "reverb_checkpoint_v0.14" / "checkpoint"
+    shutil.copytree(fixture, tmp_path / "ck")
+    with pytest.raises(CheckpointError, match="holds a Reverb checkpoint"):
+        rc.ReplayBufferManager(spec(), 100, tmp_path / "ck").create_or_load_replay_buffer()
