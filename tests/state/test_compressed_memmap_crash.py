@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import recollect as rc
 from recollect.errors import CheckpointError
 from recollect.storage import compressed_parts
 
@@ -81,7 +80,7 @@ CHILD = COMMON + textwrap.dedent(
 def _helpers(tmp_path: Path, monkeypatch) -> dict:
     monkeypatch.setattr(compressed_parts, "BLOCK_BYTES", 1 << 16)  # as the child
     scope: dict = {}
-    exec(COMMON, scope)  # noqa: S102  # the child's own definitions, for the oracle
+    exec(COMMON, scope)  # the child's own definitions, for the oracle
     return scope
 
 

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.storage.test_frame_store import StackingEnvs, check_sample
 
 import recollect as rc
 from recollect.errors import CheckpointError, DiskFullError
 from recollect.memory import table_nbytes
 from recollect.storage import ZstdCodec
-from tests.storage.test_frame_store import StackingEnvs, check_sample
 
 CODECS = ["zstd", "lz4", "zlib"]
 
@@ -34,9 +34,10 @@ def make(directory, num_envs, max_length, k, markers, dtype, codec="zstd", frame
         "action": rc.ArraySpec((), np.int32),
     }
     spec.update({m: rc.ArraySpec((), bool) for m in markers})
+    kw.setdefault("sampler", rc.Prioritized())
+    kw.setdefault("sequence_length", 2)
     return rc.ReplayBuffer(
-        spec, num_envs * max_length, num_envs, rng=0, sampler=rc.Prioritized(),
-        sequence_length=kw.pop("sequence_length", 2), storage="memmap", directory=directory,
+        spec, num_envs * max_length, num_envs, rng=0, storage="memmap", directory=directory,
         frame_stacks={"observation": rc.FrameStack(k, axis=-1)},
         compression={"observation": codec}, **kw,
     )  # fmt: skip
@@ -247,7 +248,7 @@ def test_plain_leaf_compression_on_memmap_reopens(tmp_path):
     np.testing.assert_array_equal(buf.gather_all()["image"], images[8:].swapaxes(0, 1))
 
 
-def test_estimate_memory_separates_ram_and_disk():
+def test_estimate_memory_separates_ram_and_disk(tmp_path):
     spec = {"observation": rc.ArraySpec((84, 84, 4), np.uint8), "is_first": rc.ArraySpec((), bool)}
     kw = {
         "frame_stacks": {"observation": rc.FrameStack(4)},
@@ -261,3 +262,45 @@ def test_estimate_memory_separates_ram_and_disk():
     assert ram.disk == 0
     assert disk.ram == table_nbytes(8, 10_000, rc.Prioritized(), False)  # the table only
     assert disk.disk > 80_000 * 12  # the offset index and blocks live in files
+    buf = rc.ReplayBuffer(spec, 80_000, 8, storage="memmap", directory=tmp_path / "e",
+                          sequence_length=2, **kw)  # fmt: skip
+    assert buf.nbytes == total
+    assert buf.table.nbytes == disk.ram
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [rc.Uniform(), rc.Prioritized(), rc.samplers.Fifo(), rc.samplers.Lifo(),
+     rc.samplers.MaxHeap(), rc.samplers.MinHeap()],
+    ids=lambda s: type(s).__name__,
+)  # fmt: skip
+def test_every_sampler_reads_exact_stacks(tmp_path, sampler):
+    env = StackingEnvs(3, (4, 4), np.uint8, 4, -1, "reset", 9, 0.15)
+    recorded = {}
+    buf = make(tmp_path / "s", 3, 10, 4, ("is_first", "is_last"), np.uint8, frame=(4, 4),
+               sampler=sampler)  # fmt: skip
+    for t in range(25):
+        add(buf, env, recorded, ("is_first", "is_last"), t)
+    check_sample(buf, recorded, 16, 2)
+    check_all(buf, recorded)
+
+
+def test_a_served_table_on_disk_samples_what_its_writers_added(tmp_path):
+    from recollect.service import Server
+
+    env = StackingEnvs(2, (4, 4), np.uint8, 4, -1, "reset", 4, 0.1)
+    buf = make(tmp_path / "t", 2, 16, 4, ("is_first",), np.uint8, frame=(4, 4))
+    server = Server({"t": buf})
+    client = server.client()
+    added = []
+    with client.writer("t", 2, chunk_length=3) as writer:
+        for t in range(40):
+            obs, is_first, _ = env.step()
+            added.append(obs)
+            writer.add_batch({"observation": obs, "action": np.zeros(2, np.int32) + t,
+                              "is_first": is_first})  # fmt: skip
+    sample = client.sample("t", 32)
+    pool = {a.tobytes() for batch in added for a in batch}
+    assert all(o.tobytes() in pool for o in sample.data["observation"].reshape(-1, 4, 4, 4))
+    server.close()
+    assert list((tmp_path / "t").glob("compressed-*.blocks"))

@@ -473,7 +473,7 @@ def joined_state(state: dict[str, Any]) -> dict[str, Any]:
     ends = flat_off[keep] + flat_len[keep]
     if len(keep) and (int(ends.max()) > len(blocks) or int(flat_len[keep].min()) < 0):
         raise CheckpointError("saved compressed blocks: an index entry points outside them.")
-    view = memoryview(blocks)
+    view = blocks.data  # a memoryview
     joined = b"".join(map(view.__getitem__, map(slice, flat_off[keep].tolist(), ends.tolist())))
     out = {k: v for k, v in state.items() if k not in ("blocks", "offsets")}
     out["bytes"] = np.frombuffer(joined, np.uint8)

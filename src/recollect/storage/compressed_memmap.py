@@ -99,9 +99,11 @@ class DiskSlots(CompressedSlots):
         try:
             arena = DiskArena(self._path(generation, ".blocks"), block)
             made.append(arena.path)
-            offsets = create_npy_memmap(self._path(generation, "-offsets.npy"), shape, np.int64)
-            made.append(self._path(generation, "-offsets.npy"))
-            lengths = create_npy_memmap(self._path(generation, "-lengths.npy"), shape, np.int32)
+            path = self._path(generation, "-offsets.npy")
+            offsets = create_npy_memmap(path, shape, np.dtype(np.int64))
+            made.append(path)
+            path = self._path(generation, "-lengths.npy")
+            lengths = create_npy_memmap(path, shape, np.dtype(np.int32))
         except BaseException:
             for path in made:
                 path.unlink(missing_ok=True)
@@ -153,6 +155,7 @@ class DiskSlots(CompressedSlots):
             codec = codec.with_dictionary(dictionary)
         self._generation = generation
         self._generations[generation] = (arena, offsets, lengths)
+        self._remove_others(generation)
         return _Index(codec, arena, offsets.view(np.ndarray), lengths.view(np.ndarray))
 
     def _after_reopen(self) -> None:
@@ -196,11 +199,15 @@ class DiskSlots(CompressedSlots):
         self._generation = generation
         for old in [g for g in self._generations if g != generation]:
             del self._generations[old]  # readers outside the lock keep their own mapping
+        self._remove_others(generation)
+
+    def _remove_others(self, generation: int) -> None:
+        """Removes the files of every generation but ``generation`` (older ones, or a newer
+        one a crash left half-written before its pointer was replaced)."""
+        own = f"{self._prefix}-g{generation}"
         for path in self.directory.glob(f"{self._prefix}-g*"):
-            if not path.name.startswith(f"{self._prefix}-g{generation}"):
-                path.unlink(missing_ok=True)
-            elif path.name[len(f"{self._prefix}-g{generation}")] not in ".-":
-                path.unlink(missing_ok=True)  # g1 vs g10: another generation
+            if not path.name.startswith(own) or path.name[len(own)] not in ".-":
+                path.unlink(missing_ok=True)  # (g1 vs g10: another generation)
 
     # -- writing ----------------------------------------------------------------
     def reserve(self, values: Any) -> None:

@@ -69,7 +69,7 @@ class DiskArena(ByteArena):
                 )
             blocks = size // self.block_bytes
         else:
-            blocks = GROW_MIN_BLOCKS
+            blocks = 1  # grows by GROW_MIN_BLOCKS or more when first needed
             with create_new(self.path, "w+b") as f:
                 try:
                     reserve_file(f, self.path, blocks * self.block_bytes)
@@ -130,9 +130,7 @@ class DiskArena(ByteArena):
         """
         flat_off, flat_len = offsets.reshape(-1), lengths.reshape(-1)
         used = flat_off >= 0
-        bad = used & (
-            (flat_len <= 0) | (flat_off + flat_len.astype(np.int64) > len(self.data))
-        )
+        bad = used & ((flat_len <= 0) | (flat_off + flat_len.astype(np.int64) > len(self.data)))
         cleared = int(np.count_nonzero(bad))
         if cleared:
             flat_off[bad] = -1
