@@ -186,10 +186,9 @@ class DiskSlots(CompressedSlots):
                 f.flush()
                 os.fsync(f.fileno())
             pointer["dictionary_sha256"] = digest(dictionary)
-        for _, offsets, lengths in [self._generations[generation]]:
-            offsets.flush()
-            lengths.flush()
-        self._generations[generation][0].flush()
+        arena, offsets, lengths = self._generations[generation]
+        for part in (arena, offsets, lengths):  # the data before the pointer names it
+            part.flush()
         tmp = self._pointer.with_suffix(".json.tmp")
         with create_new(tmp) as f:
             f.write(json.dumps(pointer).encode())
@@ -218,12 +217,14 @@ class DiskSlots(CompressedSlots):
             DiskFullError: the disk cannot hold them; nothing was changed.
         """
         arena = self._index.arena
-        if isinstance(values, Encoded) and values.codec is self._index.codec:
-            nbytes, count = int(values.lengths.sum()), values.lengths.size
+        if isinstance(values, Encoded):
+            count = values.lengths.size
+            current = values.codec is self._index.codec  # else re-encoded: assume the bound
+            nbytes = int(values.lengths.sum()) if current else 0
         else:
             count = int(np.prod(np.shape(values)[: np.ndim(values) - len(self.shape)]))
-            if isinstance(values, Encoded):
-                count = values.lengths.size
+            current, nbytes = False, 0
+        if not current:
             nbytes = count * self._index.codec.bound(max(1, self.size))
         assert isinstance(arena, DiskArena)
         arena.reserve(nbytes, count)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recollect.errors import CheckpointError
 from recollect.state.safe_files import create_new
 from recollect.state.space import reserve as reserve_file
 from recollect.storage.arena import PAGE, ByteArena
@@ -52,8 +53,6 @@ class DiskArena(ByteArena):
     """
 
     def __init__(self, path: Path, block_bytes: int, reopen: bool = False) -> None:
-        from recollect.errors import CheckpointError
-
         self.path = Path(path)
         self.block_bytes = -(-block_bytes // PAGE) * PAGE
         if reopen:
