@@ -22,9 +22,11 @@ ALLOWED = {
     ("jax.py", "jax._src"),
     # tf.data's OwnedIterator can only be built on the dataset's variant tensor.
     ("_tf_eager.py", "dataset._variant_tensor"),
-    # `_fields` is the documented namedtuple API (the underscore avoids field-name clashes).
+    # `_fields` and `_replace` are the documented namedtuple API (the underscore avoids
+    # field-name clashes).
     ("state/manifest.py", "node._fields"),
     ("manager/checks.py", "node._fields"),
+    ("storage/compressed_memmap.py", "index._replace"),
     # in a forked child, whether the forking thread itself holds a table's RLock: only
     # RLock._is_owned says so (a non-blocking acquire cannot tell it from a free lock).
     ("table/at_fork.py", "lock._is_owned"),

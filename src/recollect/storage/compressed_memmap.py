@@ -240,7 +240,7 @@ class DiskSlots(CompressedSlots):
         super().store(rows, slots, encoded)
 
     def _train(self, codec: DictionaryCodec) -> None:
-        """As :meth:`CompressedSlots._train`, the re-encoded values in a new generation;
+        """Trains as the in-RAM store does, writing the re-encoded values in a new generation;
         a full disk skips the dictionary (the values stay as they are)."""
         try:
             super()._train(codec)
