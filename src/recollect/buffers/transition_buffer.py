@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Self, cast, overload
 
 import numpy as np
+import optree
 
 from recollect.arguments import positive_int
 from recollect.buffers import transition_items as items
@@ -205,6 +206,38 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
                 if self._prioritized is not None:
                     self._prioritized = cast(Prioritized, self._prioritized.copy())
             raise
+        with reader.replay_buffer.lock:
+            reader.write(leaves, nxt)
+
+    def add_batched(
+        self,
+        observation: Any,
+        action: Any,
+        reward: Any,
+        next_observation: Any,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+    ) -> None:
+        """:meth:`add` of values that always have the leading env dim, ``num_envs == 1`` too
+        (``terminated``, ``truncated``: bool ``[num_envs]``); SB3's and vector envs' form.
+
+        Values of exactly the stored dtypes and shapes are written as they are, on the
+        calling thread, with no conversion (the short path of ``recollect.sb3``'s ``add``).
+
+        Raises:
+            SpecError, ShapeError, DTypeError, CastError: as :meth:`add`; nothing is written.
+        """
+        reader = self._reader
+        if reader is None:  # the first add infers the spec: from unbatched values at 1 env
+            if self._num_envs == 1:
+                observation, action, reward, next_observation = _first_rows(
+                    (observation, action, reward, next_observation)
+                )
+            self.add(observation, action, reward, next_observation, terminated, truncated)
+            return
+        leaves, nxt = reader.convert_batched(
+            observation, action, reward, next_observation, terminated, truncated
+        )
         with reader.replay_buffer.lock:
             reader.write(leaves, nxt)
 
@@ -495,3 +528,8 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
                 or a checkpoint of another kind.
         """
         return load_consistent(path, lambda saved: cls.from_saved(saved, mmap=mmap))
+
+
+def _first_rows(tree: Any) -> Any:
+    """Every array of ``tree`` without its leading env dim (row 0)."""
+    return optree.tree_map(lambda x: np.asarray(x)[0], tree, none_is_leaf=False)

@@ -19,7 +19,7 @@ from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import FlatSpec
 from recollect.storage.frame_store import FrameStack
-from recollect.validation import convert_step
+from recollect.validation import convert_step, exact_matcher
 
 __all__ = ["TransitionReader"]
 
@@ -62,6 +62,9 @@ class TransitionReader:
         self.has_pending = np.zeros(num_envs, bool)
         self.final_ref = np.full((num_envs, buffer.max_length), -1, np.int64)
         self.finals = FinalObservations(self.obs_flat, capacity + num_envs)
+        # input of the exact dtypes and shapes (with the env dim) skips convert_step
+        self.match_step = exact_matcher(buffer.flat_spec, (num_envs,))
+        self.match_next = exact_matcher(self.obs_flat, (num_envs,))
 
     @classmethod
     def build(
@@ -151,32 +154,77 @@ class TransitionReader:
         nxt = convert_step(self.obs_flat, next_observation, lead, "add next_observation")
         return leaves, nxt
 
+    def convert_batched(
+        self,
+        observation: Any,
+        action: Any,
+        reward: Any,
+        next_observation: Any,
+        terminated: Any,
+        truncated: Any,
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """:meth:`convert` of values that have the env dim even when ``num_envs == 1``
+        (``terminated``, ``truncated``: ``[num_envs]``); input of the exact dtypes and shapes
+        is taken as it is (no copy, no conversion), anything else is converted or rejected
+        as :meth:`convert` does.
+
+        Raises:
+            SpecError, ShapeError, DTypeError, CastError: an argument does not match the spec.
+        """
+        step = {
+            "observation": observation,
+            "action": action,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
+        lead = (self.num_envs,)
+        if self.first_id is not None:
+            step["is_first"] = np.zeros(lead, bool)  # set from the chain in write()
+        leaves = self.match_step(step)
+        if leaves is None:
+            leaves = convert_step(self.replay_buffer.flat_spec, step, lead, "add")
+        nxt = self.match_next(next_observation)
+        if nxt is None:
+            nxt = convert_step(self.obs_flat, next_observation, lead, "add next_observation")
+        return list(leaves), list(nxt)
+
     def write(self, leaves: list[np.ndarray], nxt: list[np.ndarray]) -> None:
         """Stores the validated step ``leaves`` (``[num_envs, ...]`` each) and remembers
         ``nxt``, the next observation leaves; the caller holds the buffer lock."""
         buffer = self.replay_buffer
-        chained = self._link_previous([leaves[i] for i in self.obs_leaf_ids])
+        t = buffer.table.next_steps(None)[0]  # an int while every row shares one clock
+        if type(t) is not int:  # per-row clocks (all equal here: every add writes each row)
+            t = int(t[0])
+        slot = t % buffer.max_length
+        chained = self._link_previous([leaves[i] for i in self.obs_leaf_ids], t)
         if self.first_id is not None:
             leaves[self.first_id] = ~chained
-        t = self.clock()
-        self.final_ref[:, t % buffer.max_length] = -1
-        buffer.write_leaves(leaves)
+        self.final_ref[:, slot] = -1
+        buffer.write_leaves(leaves)  # on this thread: storage, then the table's record
         for pending, value in zip(self.pending, nxt, strict=True):
             pending[...] = value
-        self.has_pending[:] = True
+        self.has_pending.fill(True)
 
-    def _link_previous(self, obs: list[np.ndarray]) -> np.ndarray:
-        """Keeps the previous next_observation of envs whose chain breaks now.
+    def _link_previous(self, obs: list[np.ndarray], t: int) -> np.ndarray:
+        """Keeps the previous next_observation of envs whose chain breaks now (``t``: the
+        clock of the step being written).
 
         Returns bool ``[num_envs]``: the envs whose observation continues the chain.
         """
         buffer = self.replay_buffer
-        chained = self.has_pending.copy()
-        for current, pending in zip(obs, self.pending, strict=True):
-            # Bitwise: NaN chains, and -0.0 does not chain to 0.0 (replayed exactly).
-            chained &= (_row_bytes(current) == _row_bytes(pending)).all(axis=1)
+        # Bitwise: NaN chains, and -0.0 does not chain to 0.0 (replayed exactly).
+        if self.num_envs == 1:  # one row: a memcmp of its bytes, no [1, nbytes] bool temporary
+            had = bool(self.has_pending[0])
+            same = had and _same_bytes(obs, self.pending)
+            chained = np.array([same])
+            if same or not had:
+                return chained
+        else:
+            chained = self.has_pending.copy()
+            for current, pending in zip(obs, self.pending, strict=True):
+                chained &= (_row_bytes(current) == _row_bytes(pending)).all(axis=1)
         broken = np.flatnonzero(self.has_pending & ~chained)
-        t = self.clock()
         prev_t = t - 1
         new_lo = max(int(buffer.table.cleared_before[0]), t + 1 - buffer.max_length)
         if len(broken) == 0 or prev_t < new_lo:
@@ -381,6 +429,14 @@ class TransitionReader:
         finals.times = np.zeros(size, np.int64)
         if size:
             finals.times[pos] = times
+
+
+def _same_bytes(current: list[np.ndarray], pending: list[np.ndarray]) -> bool:
+    """Whether every leaf of ``current`` has the bytes of its ``pending`` leaf (one row)."""
+    for a, b in zip(current, pending, strict=True):
+        if a.tobytes() != b.tobytes():  # C-order bytes: what _row_bytes compares
+            return False
+    return True
 
 
 def _row_bytes(x: np.ndarray) -> np.ndarray:
