@@ -25,7 +25,7 @@ The table gives us per call and recollect's time as a multiple of SB3's (the
 limit rows: target <= 1.0x). A benchmark, not a test.
 
     python benchmarks/bench_sb3_calls.py [--quick] [--forms cartpole,pendulum,atari]
-        [--loads 0,1,4] [--capacity 10000] [--repeats 9]
+        [--loads 0,1,4] [--capacity 10000] [--repeats 31]
 """
 
 from __future__ import annotations
@@ -194,8 +194,9 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
-    repeats = args.repeats or (5 if args.quick else 9)
-    repeat_s = 0.02 if args.quick else 0.05
+    # many short repeats: on a shared machine both buffers of a form see the same load
+    repeats = args.repeats or (15 if args.quick else 31)
+    repeat_s = 0.005 if args.quick else 0.01
     capacity = args.capacity or (2_000 if args.quick else 10_000)
     th.set_num_threads(1)
     loads = [int(x) for x in args.loads.split(",")]

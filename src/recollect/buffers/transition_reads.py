@@ -5,6 +5,7 @@ the following step, or kept aside where the observation chain broke), n-step tra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import FlatSpec
 from recollect.storage.frame_store import FrameStack
+from recollect.storage.ring import RingStorage
 from recollect.validation import convert_step, exact_matcher
 
 __all__ = ["TransitionReader"]
@@ -65,6 +67,7 @@ class TransitionReader:
         # input of the exact dtypes and shapes (with the env dim) skips convert_step
         self.match_step = exact_matcher(buffer.flat_spec, (num_envs,))
         self.match_next = exact_matcher(self.obs_flat, (num_envs,))
+        self.write_step = _step_writer(buffer, num_envs)
 
     @classmethod
     def build(
@@ -201,7 +204,7 @@ class TransitionReader:
         if self.first_id is not None:
             leaves[self.first_id] = ~chained
         self.final_ref[:, slot] = -1
-        buffer.write_leaves(leaves)  # on this thread: storage, then the table's record
+        self.write_step(leaves)  # on this thread: storage, then the table's record
         for pending, value in zip(self.pending, nxt, strict=True):
             pending[...] = value
         self.has_pending.fill(True)
@@ -429,6 +432,27 @@ class TransitionReader:
         finals.times = np.zeros(size, np.int64)
         if size:
             finals.times[pos] = times
+
+
+def _step_writer(buffer: ReplayBuffer, num_envs: int) -> Callable[[list[np.ndarray]], None]:
+    """``write(leaves)`` of one step of every row (``[num_envs, ...]`` leaves, checked):
+    ``buffer.write_leaves``; or, with one row in a plain RAM ring without rate limiter
+    or episode index, the same write made shorter: each leaf into its slot of the row's
+    ``[max_length, ...]`` view (``RingStorage.write_unbatched``), then
+    ``Table.insert_one``, under the table lock on the calling thread."""
+    storage, table = buffer.storage, buffer.table
+    plain = type(storage) is RingStorage and table.rate_limiter is None
+    if num_envs != 1 or not plain or buffer.episode_aware:
+        return buffer.write_leaves
+    single, insert, lock = storage.write_unbatched, table.insert_one, table.lock
+    length = buffer.max_length
+
+    def write_one(leaves: list[np.ndarray]) -> None:
+        with lock:
+            single(table.clock % length, [leaf[0] for leaf in leaves])
+            insert(False)
+
+    return write_one
 
 
 def _same_bytes(current: list[np.ndarray], pending: list[np.ndarray]) -> bool:
