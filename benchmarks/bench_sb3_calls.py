@@ -17,20 +17,23 @@ script and feeds them the values those scripts pass (one env):
   ``sample(32)``.
 
 Both buffers of a form are filled to capacity, then ``add`` and ``sample`` are
-timed in one process, interleaved (one repeat of each row in turn, medians;
-see ``_common.measure``), in three load settings this script starts and stops
-itself: ``idle``; ``1 busy`` (one CPU-bound process: on a 2-core machine the
-other core); ``4 busy`` (four CPU-bound processes: both cores oversubscribed).
+timed in one process in paired rounds (each round a short window of SB3's call
+and one of recollect's, order alternating; medians, and the median of the
+per-round ratios, which cancels load that changes between rounds), in three
+load settings this script starts and stops itself: ``idle``; ``1 busy`` (one
+CPU-bound process: on a 2-core machine the other core); ``4 busy`` (four
+CPU-bound processes: both cores oversubscribed).
 The table gives us per call and recollect's time as a multiple of SB3's (the
 limit rows: target <= 1.0x). A benchmark, not a test.
 
     python benchmarks/bench_sb3_calls.py [--quick] [--forms cartpole,pendulum,atari]
-        [--loads 0,1,4] [--capacity 10000] [--repeats 31]
+        [--loads 0,1,4] [--capacity 10000] [--repeats 61]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import subprocess
 import sys
@@ -47,7 +50,7 @@ import torch as th
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Row, cycle, measure
+from _common import _warm_up, cycle
 
 Call = tuple[Any, ...]
 
@@ -176,34 +179,77 @@ def load(processes: int) -> Iterator[None]:
             p.wait()
 
 
-def run_form(form: Form, bufs: dict[str, Any], repeats: int, repeat_s: float) -> dict[str, float]:
-    """Seconds per call of ``{kind} add`` / ``{kind} sample``, rows interleaved."""
-    rows = []
-    for kind, buf in bufs.items():
-        nxt = cycle(form.calls(256, 1))
-        rows.append(Row(f"{kind} add", lambda b=buf, n=nxt: b.add(*n()), 1))
-        rows.append(Row(f"{kind} sample", lambda b=buf, k=form.batch: b.sample(k), form.batch))
-    return {r.name: r.seconds for r in measure(rows, repeats, repeat_s)}
+def paired(
+    sb3: Callable[[], object], ours: Callable[[], object], rounds: int, window_s: float
+) -> tuple[float, float, float]:
+    """Median seconds per call of ``sb3`` and ``ours`` and the median of their per-round
+    ratio: each round times a short window of each (order alternating, ABBA), so the two
+    windows of a round see the same load and the ratio cancels it."""
+    for fn in (sb3, ours):
+        _warm_up(fn, window_s)
+    calls = [max(1, int(window_s / _once(fn))) for fn in (sb3, ours)]
+    times: tuple[list[float], list[float]] = ([], [])
+    ratios = []
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            this = [0.0, 0.0]
+            for k in (0, 1) if r % 2 == 0 else (1, 0):
+                fn, n = (sb3, ours)[k], calls[k]
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                this[k] = (time.perf_counter() - t0) / n
+                times[k].append(this[k])
+            ratios.append(this[1] / this[0])
+    finally:
+        if gc_was:
+            gc.enable()
+    return float(np.median(times[0])), float(np.median(times[1])), float(np.median(ratios))
+
+
+def _once(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    for _ in range(5):
+        fn()
+    return max((time.perf_counter() - t0) / 5, 1e-7)
+
+
+def run_form(
+    form: Form, bufs: dict[str, Any], rounds: int, window_s: float
+) -> dict[str, tuple[float, float, float]]:
+    """``{call: (sb3 s, recollect s, median ratio)}`` for ``add`` and ``sample``."""
+    sb3, ours = bufs["sb3"], bufs["recollect"]
+    n_sb3, n_ours = cycle(form.calls(256, 1)), cycle(form.calls(256, 1))
+    return {
+        "add": paired(lambda: sb3.add(*n_sb3()), lambda: ours.add(*n_ours()), rounds, window_s),
+        "sample": paired(
+            lambda: sb3.sample(form.batch), lambda: ours.sample(form.batch), rounds, window_s
+        ),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter repeats")
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--forms", default=",".join(FORMS), help="comma list of forms")
     parser.add_argument("--loads", default="0,1,4", help="comma list of busy processes")
     parser.add_argument("--capacity", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None, help="paired rounds")
     args = parser.parse_args()
-    # many short repeats: on a shared machine both buffers of a form see the same load
-    repeats = args.repeats or (15 if args.quick else 31)
-    repeat_s = 0.005 if args.quick else 0.01
+    # many short paired rounds: both buffers of a form see the same load in a round
+    rounds = args.repeats or (21 if args.quick else 61)
+    window_s = 0.002 if args.quick else 0.004
     capacity = args.capacity or (2_000 if args.quick else 10_000)
     th.set_num_threads(1)
     loads = [int(x) for x in args.loads.split(",")]
     import recollect
 
     print(f"# recollect {recollect.__version__} ({Path(recollect.__file__).parent})")
-    print(f"# capacity {capacity}, repeats {repeats}, cpus {os.cpu_count()}, interleaved medians")
+    print(
+        f"# capacity {capacity}, {rounds} paired rounds, cpus {os.cpu_count()}; x sb3: median ratio"
+    )
     head = f"{'form':<44} {'load':>6} {'call':<11} {'sb3 us':>9} {'recollect us':>13} {'x sb3':>7}"
     print(f"{head}\n{'-' * len(head)}", flush=True)
     for key in args.forms.split(","):
@@ -211,13 +257,13 @@ def main() -> None:
         bufs = build(form, capacity)
         for busy in loads:
             with load(busy):
-                by = run_form(form, bufs, repeats, repeat_s)
+                by = run_form(form, bufs, rounds, window_s)
             label = "idle" if not busy else f"{busy} busy"
             for call in ("add", "sample"):
-                sb3, ours = by[f"sb3 {call}"], by[f"recollect {call}"]
+                sb3, ours, ratio = by[call]
                 print(
                     f"{form.name:<44} {label:>6} {call:<11} {sb3 * 1e6:>9.1f} "
-                    f"{ours * 1e6:>13.1f} {ours / sb3:>7.2f}",
+                    f"{ours * 1e6:>13.1f} {ratio:>7.2f}",
                     flush=True,
                 )
         del bufs
