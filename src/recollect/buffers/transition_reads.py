@@ -5,7 +5,6 @@ the following step, or kept aside where the observation chain broke), n-step tra
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ from recollect import ids as id_layout
 from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.nstep_transitions import n_step_fields
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
+from recollect.buffers.transition_rows import copy_value, same_bytes, step_writer
 from recollect.buffers.transition_sample import TransitionSample, step_spec
 from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.samplers.prioritized import Prioritized
@@ -67,7 +67,7 @@ class TransitionReader:
         # input of the exact dtypes and shapes (with the env dim) skips convert_step
         self.match_step = exact_matcher(buffer.flat_spec, (num_envs,))
         self.match_next = exact_matcher(self.obs_flat, (num_envs,))
-        self.write_step = _step_writer(buffer, num_envs)
+        self.write_step = step_writer(buffer, num_envs)
 
     @classmethod
     def build(
@@ -192,6 +192,13 @@ class TransitionReader:
             nxt = convert_step(self.obs_flat, next_observation, lead, "add next_observation")
         return list(leaves), list(nxt)
 
+    def add_batched(self, *transition: Any) -> None:
+        """``TransitionBuffer.add_batched`` once the spec is known: converts (exact values
+        as they are), then writes under the buffer lock on the calling thread."""
+        leaves, nxt = self.convert_batched(*transition)
+        with self.replay_buffer.lock:
+            self.write(leaves, nxt)
+
     def write(self, leaves: list[np.ndarray], nxt: list[np.ndarray]) -> None:
         """Stores the validated step ``leaves`` (``[num_envs, ...]`` each) and remembers
         ``nxt``, the next observation leaves; the caller holds the buffer lock."""
@@ -219,7 +226,7 @@ class TransitionReader:
         # Bitwise: NaN chains, and -0.0 does not chain to 0.0 (replayed exactly).
         if self.num_envs == 1:  # one row: a memcmp of its bytes, no [1, nbytes] bool temporary
             had = bool(self.has_pending[0])
-            same = had and _same_bytes(obs, self.pending)
+            same = had and same_bytes(obs, self.pending)
             chained = np.array([same])
             if same or not had:
                 return chained
@@ -373,6 +380,38 @@ class TransitionReader:
                 o[newest] = p[rows[newest]]
         return out
 
+    def item_at(self, row: int, time: int) -> tuple[Any, ...] | None:
+        """The stored transition of env ``row`` at step ``time`` as the values
+        ``(observation, action, reward, next_observation, terminated, truncated)``, each a
+        copy (numpy scalars for 0-d leaves), read from the ring arrays directly (no gather,
+        no sample); None where the storage is not a plain ring (frame stacks, compressed
+        leaves: use :meth:`sample_at`). ``(row, time)`` is stored; the caller holds the
+        buffer lock."""
+        buffer = self.replay_buffer
+        storage = buffer.storage
+        if type(storage) is not RingStorage:
+            return None
+        arrays, length = storage.arrays, buffer.max_length
+        slot = time % length
+        leaves = [copy_value(a[row, slot]) for a in arrays]
+        ref = int(self.final_ref[row, slot])
+        if ref >= 0:
+            nxt = [v[0] for v in self.finals.gather(np.array([ref], np.int64))]
+        elif time == self.clock() - 1:
+            nxt = [p[row].copy() for p in self.pending]
+        else:
+            following = (time + 1) % length
+            nxt = [arrays[i][row, following].copy() for i in self.obs_leaf_ids]
+        data = buffer.flat_spec.unflatten(leaves)
+        return (
+            data["observation"],
+            data["action"],
+            data["reward"],
+            self.obs_flat.unflatten(nxt),
+            data["terminated"],
+            data["truncated"],
+        )
+
     # -- checkpoint state -------------------------------------------------
     def chain_state(self) -> dict[str, Any]:
         """The observation chains: ``final_ref`` ring columns, pending next observations,
@@ -432,35 +471,6 @@ class TransitionReader:
         finals.times = np.zeros(size, np.int64)
         if size:
             finals.times[pos] = times
-
-
-def _step_writer(buffer: ReplayBuffer, num_envs: int) -> Callable[[list[np.ndarray]], None]:
-    """``write(leaves)`` of one step of every row (``[num_envs, ...]`` leaves, checked):
-    ``buffer.write_leaves``; or, with one row in a plain RAM ring without rate limiter
-    or episode index, the same write made shorter: each leaf into its slot of the row's
-    ``[max_length, ...]`` view (``RingStorage.write_unbatched``), then
-    ``Table.insert_one``, under the table lock on the calling thread."""
-    storage, table = buffer.storage, buffer.table
-    plain = type(storage) is RingStorage and table.rate_limiter is None
-    if num_envs != 1 or not plain or buffer.episode_aware:
-        return buffer.write_leaves
-    single, insert, lock = storage.write_unbatched, table.insert_one, table.lock
-    length = buffer.max_length
-
-    def write_one(leaves: list[np.ndarray]) -> None:
-        with lock:
-            single(table.clock % length, [leaf[0] for leaf in leaves])
-            insert(False)
-
-    return write_one
-
-
-def _same_bytes(current: list[np.ndarray], pending: list[np.ndarray]) -> bool:
-    """Whether every leaf of ``current`` has the bytes of its ``pending`` leaf (one row)."""
-    for a, b in zip(current, pending, strict=True):
-        if a.tobytes() != b.tobytes():  # C-order bytes: what _row_bytes compares
-            return False
-    return True
 
 
 def _row_bytes(x: np.ndarray) -> np.ndarray:

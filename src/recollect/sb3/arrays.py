@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -203,7 +203,8 @@ class Sb3Arrays:
         )
         if not fits:
             return buffer.write_leaves
-        single, insert, lock = storage.write_unbatched, table.insert_one, table.lock
+        single = cast(RingStorage, storage).write_unbatched  # type checked above
+        insert, lock = table.insert_one, table.lock
         length = buffer.max_length
 
         def write_one(leaves: list[np.ndarray]) -> None:
