@@ -254,7 +254,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                     convert.flags(done),
                     convert.observations(next_obs),
                     convert.observations(obs),
-                    convert.scalars(reward, FLOAT32),
+                    convert.float_rewards(reward),  # float64 cast as it is written
                 ]
             )
             self.num_added += n
