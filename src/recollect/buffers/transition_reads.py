@@ -18,7 +18,7 @@ from recollect.buffers.transition_rows import copy_value, same_bytes, step_write
 from recollect.buffers.transition_sample import TransitionSample, step_spec
 from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.samplers.prioritized import Prioritized
-from recollect.specs import FlatSpec
+from recollect.specs import ArraySpec, FlatSpec
 from recollect.storage.frame_store import FrameStack
 from recollect.storage.ring import RingStorage
 from recollect.validation import convert_step, exact_matcher
@@ -67,6 +67,10 @@ class TransitionReader:
         # input of the exact dtypes and shapes (with the env dim) skips convert_step
         self.match_step = exact_matcher(buffer.flat_spec, (num_envs,))
         self.match_next = exact_matcher(self.obs_flat, (num_envs,))
+        #: ``(shape, dtype)`` of an exact next observation when the observation is one array
+        self.next_exact = None
+        if isinstance(obs_spec, ArraySpec):
+            self.next_exact = ((num_envs, *obs_spec.shape), np.dtype(obs_spec.dtype))
         self.write_step = step_writer(buffer, num_envs)
 
     @classmethod
@@ -187,6 +191,14 @@ class TransitionReader:
         leaves = self.match_step(step)
         if leaves is None:
             leaves = convert_step(self.replay_buffer.flat_spec, step, lead, "add")
+        exact = self.next_exact
+        if (
+            exact is not None
+            and type(next_observation) is np.ndarray
+            and next_observation.shape == exact[0]
+            and next_observation.dtype is exact[1]
+        ):  # one array of the exact shape and dtype (Box observations)
+            return list(leaves), [next_observation]
         nxt = self.match_next(next_observation)
         if nxt is None:
             nxt = convert_step(self.obs_flat, next_observation, lead, "add next_observation")
@@ -227,7 +239,7 @@ class TransitionReader:
         if self.num_envs == 1:  # one row: a memcmp of its bytes, no [1, nbytes] bool temporary
             had = bool(self.has_pending[0])
             same = had and same_bytes(obs, self.pending)
-            chained = np.array([same])
+            chained = _CHAINED if same else _NOT_CHAINED
             if same or not had:
                 return chained
         else:
@@ -471,6 +483,11 @@ class TransitionReader:
         finals.times = np.zeros(size, np.int64)
         if size:
             finals.times[pos] = times
+
+
+#: ``_link_previous``'s result for one row (read-only; callers only negate it)
+_CHAINED, _NOT_CHAINED = np.ones(1, bool), np.zeros(1, bool)
+_CHAINED.flags.writeable = _NOT_CHAINED.flags.writeable = False
 
 
 def _row_bytes(x: np.ndarray) -> np.ndarray:
