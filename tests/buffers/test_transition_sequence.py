@@ -212,7 +212,8 @@ def test_one_item_reads_one_slot_per_leaf_never_the_buffer():
     storage.gather = counting
     batch = random.Random(0).sample(buf, 32)
     del storage.gather
-    assert len(batch) == 32 and sizes and max(sizes) <= 2
+    # a plain ring: each item is read from its slots directly, with no gather at all
+    assert len(batch) == 32 and max(sizes, default=0) <= 2
 
 
 def test_iteration_raises_when_unread_transitions_are_cleared():
@@ -307,3 +308,39 @@ def test_a_checkpoint_keeps_the_appended_form(tmp_path, appended):
     elif appended == "tuple":
         with pytest.raises(InvalidArgumentError, match="holds tuples of 5 fields"):
             loaded.append(steps[10])
+
+
+@pytest.mark.parametrize("num_envs", [1, 2])
+@settings(max_examples=20, deadline=None)
+@given(steps=st.integers(1, 40), capacity_steps=st.integers(1, 12), seed=st.integers(0, 999))
+def test_every_item_equals_what_a_deque_holds_and_is_read_without_a_gather(
+    num_envs, steps, capacity_steps, seed
+):
+    """``buf[i]`` (stored next observations, kept finals at chain breaks, the pending newest)
+    is the deque's ``i``-th item, read straight from the ring (no ``storage.gather``)."""
+    rng = np.random.default_rng(seed)
+    buf = rc.TransitionBuffer(capacity_steps * num_envs, num_envs)
+    reference: deque = deque(maxlen=capacity_steps * num_envs)
+    obs = rng.standard_normal((num_envs, 3)).astype(np.float32)
+    for _ in range(steps):
+        nxt = rng.standard_normal((num_envs, 3)).astype(np.float32)
+        done = rng.random(num_envs) < 0.3
+        act, rew = rng.integers(0, 4, num_envs), rng.standard_normal(num_envs).astype(np.float32)
+        if num_envs == 1:
+            buf.add(obs[0], act[0], rew[0], nxt[0], done[0])
+        else:
+            buf.add(obs, act, rew, nxt, done)
+        for e in range(num_envs):
+            reference.append((obs[e], act[e], rew[e], nxt[e], done[e]))
+        obs = np.where(done[:, None], rng.standard_normal((num_envs, 3)), nxt).astype(np.float32)
+    storage = buf.replay_buffer.storage
+    storage.gather = None  # any gather would raise TypeError
+    try:
+        items = [buf[i] for i in range(-len(buf), len(buf))]
+    finally:
+        del storage.gather
+    assert len(buf) == len(reference)
+    for got, want in zip(items, list(reference) * 2, strict=True):
+        assert got[0].tobytes() == want[0].tobytes()  # (s, a, r, s2, terminated, truncated)
+        assert got[3].tobytes() == want[3].tobytes()
+        assert (got[1], got[2], got[4], got[5]) == (want[1], want[2], want[4], False)

@@ -25,13 +25,14 @@ import numpy as np
 
 from recollect.arguments import positive_int
 from recollect.buffers import transition_items as items
-from recollect.buffers.prefetcher import Prefetcher, prefetched
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.buffers.transition_items import ItemForm, TransitionSequence
 from recollect.buffers.transition_reads import TransitionReader
+from recollect.buffers.transition_rows import first_rows
 from recollect.buffers.transition_sample import (
     TransitionSample,
     n_step_args,
+    stream_transitions,
     transition_spec,
 )
 from recollect.buffers.transition_state import (
@@ -208,6 +209,21 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         with reader.replay_buffer.lock:
             reader.write(leaves, nxt)
 
+    def add_batched(self, *transition: Any) -> None:
+        """:meth:`add` of ``(observation, action, reward, next_observation, terminated,
+        truncated)`` that all have the leading env dim, ``num_envs == 1`` too (SB3's form);
+        values of the stored dtypes and shapes are written as they are, on this thread.
+
+        Raises:
+            SpecError, ShapeError, DTypeError, CastError: as :meth:`add`; nothing is written.
+        """
+        reader = self._reader
+        if reader is None:  # the first add infers the spec (from row 0 at one env)
+            one = self._num_envs == 1 and len(transition) >= 4
+            self.add(*(first_rows(transition[:4]) + transition[4:] if one else transition))
+        else:
+            reader.add_batched(*transition)
+
     def append(self, transition: tuple[Any, ...]) -> None:
         """Stores one transition given as a tuple, as ``deque.append`` would.
 
@@ -371,6 +387,14 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         n, gamma = n_step_args(n_step, discount)
         return self._read().sample_at(rows, times, n, gamma)
 
+    def item_at(self, row: int, time: int) -> tuple[Any, ...] | None:
+        """The transition of env ``row`` stored at step ``time`` as the values
+        ``(observation, action, reward, next_observation, terminated, truncated)`` (copies),
+        read without a gather (``buf[i]``'s path); None with frame stacks or compressed
+        leaves (then use :meth:`sample_at`). ``(row, time)`` must be stored (no check);
+        hold ``replay_buffer.lock`` while other threads add."""
+        return self._read().item_at(row, time)
+
     def chain_breaks(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Bool, shape of ``rows``: whether the step at ``(rows, slots)`` keeps its own
         next observation (its episode or observation chain ends there).
@@ -404,34 +428,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         s = self.sample(batch_size)
         return lambda: s
 
-    def stream(
-        self,
-        batch_size: int,
-        num_steps: int | None,
-        *,
-        convert: Callable[[Any], Any] | None = None,
-        prefetch: int = 2,
-        num_threads: int = 1,
-        max_in_flight: int = 2,
-        batches_per_request: int = 1,
-    ) -> Prefetcher:
-        """``num_threads`` prefetch threads keeping ``prefetch`` batches ``convert(sample)`` ready.
-
-        ``max_in_flight`` and ``batches_per_request`` concern served tables
-        and are ignored.
-
-        Raises:
-            InvalidArgumentError: ``prefetch`` or ``num_threads`` < 1.
-        """
-        del max_in_flight, batches_per_request  # a local buffer sends no requests
-        return prefetched(
-            self,
-            batch_size,
-            num_steps,
-            convert=convert,
-            prefetch=prefetch,
-            num_threads=num_threads,
-        )
+    stream = stream_transitions
 
     # -- checkpoints (:mod:`recollect.buffers.transition_state`) ----------
     def config(self) -> dict[str, Any]:

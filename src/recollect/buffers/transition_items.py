@@ -33,6 +33,7 @@ from recollect.buffers.transition_sample import TransitionSample
 from recollect.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
+    NotEnoughDataError,
     StateError,
 )
 
@@ -219,6 +220,8 @@ class SequenceHost(Protocol):
 
     def sample_at(self, rows: Any, times: Any) -> TransitionSample: ...
 
+    def item_at(self, row: int, time: int) -> tuple[Any, ...] | None: ...
+
 
 class TransitionSequence:
     """The ``deque`` face of a :class:`~recollect.TransitionBuffer`: ``append`` and reads by
@@ -259,16 +262,24 @@ class TransitionSequence:
             raise InvalidArgumentTypeError(
                 f"TransitionBuffer indices must be ints or slices; got {type(index).__name__}."
             ) from None
-        if len(self.buffer) == 0:
-            raise IndexError(f"TransitionBuffer index {i} out of range: it is empty.")
-        with self.buffer.replay_buffer.lock:
+        try:
+            lock = self.buffer.replay_buffer.lock
+        except NotEnoughDataError:  # nothing added yet
+            raise IndexError(f"TransitionBuffer index {i} out of range: it is empty.") from None
+        with lock:
             oldest, clock = self._span()
             n = (clock - oldest) * self.buffer.num_envs
+            if n == 0:
+                raise IndexError(f"TransitionBuffer index {i} out of range: it is empty.")
             if not -n <= i < n:
                 raise IndexError(
                     f"TransitionBuffer index {i} out of range: it holds {n} transitions."
                 )
-            return self._read(np.array([i % n], np.int64), oldest)[0]
+            pos, envs = i % n, self.buffer.num_envs
+            values = self.buffer.item_at(pos % envs, oldest + pos // envs)  # no gather
+            if values is not None:
+                return (self.form or DEFAULT_FORM).make(values)
+            return self._read(np.array([pos], np.int64), oldest)[0]
 
     def iterate(self) -> Iterator[tuple[Any, ...]]:
         """The items stored when called, oldest first, gathered ``ITER_CHUNK`` at a time.

@@ -14,12 +14,14 @@ from recollect import ids as id_layout
 from recollect.buffers.final_observations import FinalObservations
 from recollect.buffers.nstep_transitions import n_step_fields
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
+from recollect.buffers.transition_rows import copy_value, same_bytes, step_writer
 from recollect.buffers.transition_sample import TransitionSample, step_spec
 from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.samplers.prioritized import Prioritized
-from recollect.specs import FlatSpec
+from recollect.specs import ArraySpec, FlatSpec
 from recollect.storage.frame_store import FrameStack
-from recollect.validation import convert_step
+from recollect.storage.ring import RingStorage
+from recollect.validation import convert_step, exact_matcher
 
 __all__ = ["TransitionReader"]
 
@@ -62,6 +64,14 @@ class TransitionReader:
         self.has_pending = np.zeros(num_envs, bool)
         self.final_ref = np.full((num_envs, buffer.max_length), -1, np.int64)
         self.finals = FinalObservations(self.obs_flat, capacity + num_envs)
+        # input of the exact dtypes and shapes (with the env dim) skips convert_step
+        self.match_step = exact_matcher(buffer.flat_spec, (num_envs,))
+        self.match_next = exact_matcher(self.obs_flat, (num_envs,))
+        #: ``(shape, dtype)`` of an exact next observation when the observation is one array
+        self.next_exact = None
+        if isinstance(obs_spec, ArraySpec):
+            self.next_exact = ((num_envs, *obs_spec.shape), np.dtype(obs_spec.dtype))
+        self.write_step = step_writer(buffer, num_envs)
 
     @classmethod
     def build(
@@ -151,32 +161,92 @@ class TransitionReader:
         nxt = convert_step(self.obs_flat, next_observation, lead, "add next_observation")
         return leaves, nxt
 
+    def convert_batched(
+        self,
+        observation: Any,
+        action: Any,
+        reward: Any,
+        next_observation: Any,
+        terminated: Any,
+        truncated: Any,
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """:meth:`convert` of values that have the env dim even when ``num_envs == 1``
+        (``terminated``, ``truncated``: ``[num_envs]``); input of the exact dtypes and shapes
+        is taken as it is (no copy, no conversion), anything else is converted or rejected
+        as :meth:`convert` does.
+
+        Raises:
+            SpecError, ShapeError, DTypeError, CastError: an argument does not match the spec.
+        """
+        step = {
+            "observation": observation,
+            "action": action,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+        }
+        lead = (self.num_envs,)
+        if self.first_id is not None:
+            step["is_first"] = np.zeros(lead, bool)  # set from the chain in write()
+        leaves = self.match_step(step)
+        if leaves is None:
+            leaves = convert_step(self.replay_buffer.flat_spec, step, lead, "add")
+        exact = self.next_exact
+        if (
+            exact is not None
+            and type(next_observation) is np.ndarray
+            and next_observation.shape == exact[0]
+            and next_observation.dtype is exact[1]
+        ):  # one array of the exact shape and dtype (Box observations)
+            return list(leaves), [next_observation]
+        nxt = self.match_next(next_observation)
+        if nxt is None:
+            nxt = convert_step(self.obs_flat, next_observation, lead, "add next_observation")
+        return list(leaves), list(nxt)
+
+    def add_batched(self, *transition: Any) -> None:
+        """``TransitionBuffer.add_batched`` once the spec is known: converts (exact values
+        as they are), then writes under the buffer lock on the calling thread."""
+        leaves, nxt = self.convert_batched(*transition)
+        with self.replay_buffer.lock:
+            self.write(leaves, nxt)
+
     def write(self, leaves: list[np.ndarray], nxt: list[np.ndarray]) -> None:
         """Stores the validated step ``leaves`` (``[num_envs, ...]`` each) and remembers
         ``nxt``, the next observation leaves; the caller holds the buffer lock."""
         buffer = self.replay_buffer
-        chained = self._link_previous([leaves[i] for i in self.obs_leaf_ids])
+        t = buffer.table.next_steps(None)[0]  # an int while every row shares one clock
+        if type(t) is not int:  # per-row clocks (all equal here: every add writes each row)
+            t = int(t[0])
+        slot = t % buffer.max_length
+        chained = self._link_previous([leaves[i] for i in self.obs_leaf_ids], t)
         if self.first_id is not None:
             leaves[self.first_id] = ~chained
-        t = self.clock()
-        self.final_ref[:, t % buffer.max_length] = -1
-        buffer.write_leaves(leaves)
+        self.final_ref[:, slot] = -1
+        self.write_step(leaves)  # on this thread: storage, then the table's record
         for pending, value in zip(self.pending, nxt, strict=True):
             pending[...] = value
-        self.has_pending[:] = True
+        self.has_pending.fill(True)
 
-    def _link_previous(self, obs: list[np.ndarray]) -> np.ndarray:
-        """Keeps the previous next_observation of envs whose chain breaks now.
+    def _link_previous(self, obs: list[np.ndarray], t: int) -> np.ndarray:
+        """Keeps the previous next_observation of envs whose chain breaks now (``t``: the
+        clock of the step being written).
 
         Returns bool ``[num_envs]``: the envs whose observation continues the chain.
         """
         buffer = self.replay_buffer
-        chained = self.has_pending.copy()
-        for current, pending in zip(obs, self.pending, strict=True):
-            # Bitwise: NaN chains, and -0.0 does not chain to 0.0 (replayed exactly).
-            chained &= (_row_bytes(current) == _row_bytes(pending)).all(axis=1)
+        # Bitwise: NaN chains, and -0.0 does not chain to 0.0 (replayed exactly).
+        if self.num_envs == 1:  # one row: a memcmp of its bytes, no [1, nbytes] bool temporary
+            had = bool(self.has_pending[0])
+            same = had and same_bytes(obs, self.pending)
+            chained = _CHAINED if same else _NOT_CHAINED
+            if same or not had:
+                return chained
+        else:
+            chained = self.has_pending.copy()
+            for current, pending in zip(obs, self.pending, strict=True):
+                chained &= (_row_bytes(current) == _row_bytes(pending)).all(axis=1)
         broken = np.flatnonzero(self.has_pending & ~chained)
-        t = self.clock()
         prev_t = t - 1
         new_lo = max(int(buffer.table.cleared_before[0]), t + 1 - buffer.max_length)
         if len(broken) == 0 or prev_t < new_lo:
@@ -322,6 +392,38 @@ class TransitionReader:
                 o[newest] = p[rows[newest]]
         return out
 
+    def item_at(self, row: int, time: int) -> tuple[Any, ...] | None:
+        """The stored transition of env ``row`` at step ``time`` as the values
+        ``(observation, action, reward, next_observation, terminated, truncated)``, each a
+        copy (numpy scalars for 0-d leaves), read from the ring arrays directly (no gather,
+        no sample); None where the storage is not a plain ring (frame stacks, compressed
+        leaves: use :meth:`sample_at`). ``(row, time)`` is stored; the caller holds the
+        buffer lock."""
+        buffer = self.replay_buffer
+        storage = buffer.storage
+        if type(storage) is not RingStorage:
+            return None
+        arrays, length = storage.arrays, buffer.max_length
+        slot = time % length
+        leaves = [copy_value(a[row, slot]) for a in arrays]
+        ref = int(self.final_ref[row, slot])
+        if ref >= 0:
+            nxt = [v[0] for v in self.finals.gather(np.array([ref], np.int64))]
+        elif time == self.clock() - 1:
+            nxt = [p[row].copy() for p in self.pending]
+        else:
+            following = (time + 1) % length
+            nxt = [arrays[i][row, following].copy() for i in self.obs_leaf_ids]
+        data = buffer.flat_spec.unflatten(leaves)
+        return (
+            data["observation"],
+            data["action"],
+            data["reward"],
+            self.obs_flat.unflatten(nxt),
+            data["terminated"],
+            data["truncated"],
+        )
+
     # -- checkpoint state -------------------------------------------------
     def chain_state(self) -> dict[str, Any]:
         """The observation chains: ``final_ref`` ring columns, pending next observations,
@@ -381,6 +483,11 @@ class TransitionReader:
         finals.times = np.zeros(size, np.int64)
         if size:
             finals.times[pos] = times
+
+
+#: ``_link_previous``'s result for one row (read-only; callers only negate it)
+_CHAINED, _NOT_CHAINED = np.ones(1, bool), np.zeros(1, bool)
+_CHAINED.flags.writeable = _NOT_CHAINED.flags.writeable = False
 
 
 def _row_bytes(x: np.ndarray) -> np.ndarray:

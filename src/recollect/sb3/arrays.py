@@ -13,7 +13,8 @@ ids, prioritized sampling, checkpoints and pickling.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
@@ -179,6 +180,40 @@ class Sb3Arrays:
             self.replay_buffer.write_leaves([action, done, next_obs, obs, reward, timeout])
         else:
             self.replay_buffer.write_leaves([action, done, next_obs, obs, reward])
+
+    def step_writer(self) -> Callable[[list[np.ndarray]], None]:
+        """``write(leaves)`` of one step of every env (leaves in flat order, ``[n_envs, ...]``,
+        already checked): the core buffer's ``write_leaves``; or, for SB3's five fields of a
+        Box space (no timeouts leaf) in one env row of a plain RAM ring without rate
+        limiter, a shorter write of the same effect: each leaf into its slot of the
+        row's ``[buffer_size, ...]`` view (``RingStorage.write_unbatched``, the scalar
+        rewards and dones as numpy scalars), then ``Table.insert_one``, on the calling
+        thread under the table lock."""
+        buffer = self.replay_buffer
+        storage, table = buffer.storage, buffer.table
+        shapes = buffer.flat_spec.shapes  # action, dones, next obs, obs, rewards
+        fits = (
+            self.n_envs == 1
+            and type(storage) is RingStorage
+            and table.rate_limiter is None
+            and not buffer.episode_aware
+            and not self.dict_obs
+            and not self.store_timeouts
+            and all(shapes[i] != () for i in (0, 2, 3))  # [1, *shape] into [*shape]
+        )
+        if not fits:
+            return buffer.write_leaves
+        single = cast(RingStorage, storage).write_unbatched  # type checked above
+        insert, lock = table.insert_one, table.lock
+        length = buffer.max_length
+
+        def write_one(leaves: list[np.ndarray]) -> None:
+            action, done, next_obs, obs, reward = leaves
+            with lock:
+                single(table.clock % length, (action, done[0], next_obs, obs, reward[0]))
+                insert(False)
+
+        return write_one
 
     def clear(self) -> None:
         self.replay_buffer.clear()

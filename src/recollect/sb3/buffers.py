@@ -48,7 +48,6 @@ from recollect.sb3.spaces import (
     FLOAT32,
     AddConverter,
     action_dtype,
-    first_env,
     obs_spec,
     resolve_frame_stack,
     timeouts_of,
@@ -187,6 +186,9 @@ class ReplayBuffer(Sb3ReplayBuffer):
     def attach(self, transitions: Sb3Arrays | TransitionBuffer) -> None:
         """Makes ``transitions`` this buffer's storage (construction, loading)."""
         self.transitions = transitions
+        #: the ``truncated`` flags of an add without timeouts (read-only, never copied)
+        self.no_truncations = np.zeros(self.n_envs, bool)
+        self.no_truncations.flags.writeable = False
         lean = isinstance(transitions, Sb3Arrays) and not transitions.dict_obs
         #: the short ``add`` path: SB3's layout, a Box space, no timeouts to read
         self.lean_adds = lean and not self.handle_timeout_termination
@@ -194,7 +196,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
         self.write_leaves: Callable[[list[np.ndarray]], None] | None = None
         if self.lean_adds:
             assert isinstance(transitions, Sb3Arrays)
-            self.write_leaves = transitions.replay_buffer.write_leaves
+            self.write_leaves = transitions.step_writer()
 
     def make_sampler(self) -> Prioritized | None:
         """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
@@ -252,7 +254,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                     convert.flags(done),
                     convert.observations(next_obs),
                     convert.observations(obs),
-                    convert.scalars(reward, FLOAT32),
+                    convert.float_rewards(reward),  # float64 cast as it is written
                 ]
             )
             self.num_added += n
@@ -279,14 +281,15 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 self.no_timeouts if timeout is None else timeout.astype(np.float32),
             )
         else:
-            done = np.asarray(done).reshape(n).astype(bool)
-            timeout = np.zeros(n, bool) if timeout is None else timeout
+            done = np.asarray(done).reshape(n).astype(bool, copy=False)
+            if timeout is None:  # stored as given: a shared read-only array of False
+                terminated, timeout = done, self.no_truncations
+            else:
+                terminated = done & ~timeout
             if self.stack_starts is not None:
                 self.stack_starts.check(obs)
-            args = (obs, action, reward, next_obs)
-            if n == 1:  # TransitionBuffer takes unbatched values when num_envs == 1
-                args = tuple(first_env(a) for a in args)
-            transitions.add(*args[:3], args[3], done & ~timeout, timeout)
+            # with the env dim even at n_envs == 1: exact values are written as they are
+            transitions.add_batched(obs, action, reward, next_obs, terminated, timeout)
             if self.stack_starts is not None:
                 self.stack_starts.commit(next_obs)
         self.num_added += n

@@ -147,6 +147,7 @@ class AddConverter:
             self.obs_size = math.prod(self.obs_shape)
         self.action_space = action_space
         self.action_shape = (n, get_action_dim(action_space))
+        self.action_size = self.action_shape[0] * self.action_shape[1]
         self.action_dtype = action_dtype(action_space)
         self.scalar_shape = (n,)
 
@@ -168,6 +169,11 @@ class AddConverter:
 
     def actions(self, action: Any) -> np.ndarray:
         """As :func:`as_actions` (same errors)."""
+        if type(action) is np.ndarray and action.dtype is self.action_dtype:
+            if action.shape == self.action_shape:
+                return action  # the common case: nothing to convert
+            if action.size == self.action_size:  # e.g. CleanRL's Discrete actions [n_envs]
+                return action.reshape(self.action_shape)
         array = np.asarray(action)
         if array.shape != self.action_shape:
             if array.size != self.action_shape[0] * self.action_shape[1]:
@@ -184,6 +190,15 @@ class AddConverter:
             return value  # the common case: nothing to convert
         array = np.asarray(value, dtype)
         return array if array.shape == self.scalar_shape else array.reshape(self.scalar_shape)
+
+    def float_rewards(self, value: Any) -> np.ndarray:
+        """``value`` as ``[n_envs]`` floats: a float array of that shape as it is (a write
+        into float32 storage casts it, as SB3's ``rewards[pos] = np.array(reward)``),
+        anything else as :meth:`scalars` of float32 (same errors)."""
+        if type(value) is np.ndarray and value.shape == self.scalar_shape:
+            if value.dtype.kind == "f":
+                return value
+        return self.scalars(value, FLOAT32)
 
     def flags(self, value: Any) -> np.ndarray:
         """``value`` as ``[n_envs]`` of bool, ints or floats (what a float32 array takes
