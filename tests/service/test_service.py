@@ -21,7 +21,7 @@ from recollect.errors import (
     StateError,
 )
 from recollect.service import Server
-from recollect.service import requests as rq
+from recollect.service.wire import requests as rq
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
 

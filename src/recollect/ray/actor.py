@@ -14,15 +14,15 @@ from ray import exceptions as ray_errors
 
 from recollect.buffers import ReplayBuffer
 from recollect.errors import CheckpointError, ShardUnavailableError, StateError
-from recollect.service.channel import (
+from recollect.ray.channel import (
     CONNECT_TIMEOUT_S,
     TRANSPORT_ERRORS,
     ChunkChannel,
     ChunkListener,
 )
-from recollect.service.endpoint import Raised
-from recollect.service.requests import Request
-from recollect.service.server import open_shard
+from recollect.service.shard import open_shard
+from recollect.service.wire.endpoint import Raised
+from recollect.service.wire.requests import Request
 
 __all__ = ["ChunkCall", "RayEndpoint", "ShardActor"]
 
@@ -50,7 +50,7 @@ class ShardActor:
     Exceptions come back as :class:`Raised` values, so the client raises the
     shard's own error (type and message). With ``local_writes``, writers on the
     actor's node send their chunks over its
-    :class:`~recollect.service.channel.ChunkListener` instead (a connection's
+    :class:`~recollect.ray.channel.ChunkListener` instead (a connection's
     chunks are stored in the order sent; no Ray call per chunk).
 
     Args:
@@ -59,7 +59,7 @@ class ShardActor:
         checkpoint_dir: where the shard restores from (on a restart too) and
             keeps its insert counters, or None.
         lease_timeout: as :class:`~recollect.service.Server`.
-        local_writes: open a :class:`~recollect.service.channel.ChunkListener`,
+        local_writes: open a :class:`~recollect.ray.channel.ChunkListener`,
             so writers on this node send their chunks over a Unix socket.
     """
 
@@ -84,7 +84,7 @@ class ShardActor:
         self.listener = ChunkListener(self.shard) if local_writes else None
 
     def call(self, request: bytes) -> bytes:
-        """Applies the pickled :class:`~recollect.service.requests.Request` to the shard;
+        """Applies the pickled :class:`~recollect.service.wire.requests.Request` to the shard;
         returns its result pickled (an exception as :class:`Raised`)."""
         value: Any
         try:
@@ -155,7 +155,7 @@ class RayEndpoint:
     The requests of a stream (a writer's chunks) go over the actor's chunk
     listener when the caller runs on the actor's node and the shard was served
     with ``local_writes`` (one Unix socket per stream, see
-    :mod:`recollect.service.channel`); everything else, and streams from other
+    :mod:`recollect.ray.channel`); everything else, and streams from other
     nodes, go as Ray calls. A stream the listener refused (its handshake slots
     taken, say) sends over Ray and tries the socket again after 0.25, 0.5, ... s
     (at most 8 s apart, ``RETRY_ATTEMPTS`` times), moving over once accepted: its
@@ -259,7 +259,7 @@ class RayEndpoint:
 
     def _channel_lost(self, request: Request[Any], err: BaseException) -> BaseException:
         """The error of a request whose stream's socket broke: sends the request's
-        :meth:`~recollect.service.requests.Request.stream_lost` over Ray, so a restarted
+        :meth:`~recollect.service.wire.requests.Request.stream_lost` over Ray, so a restarted
         shard answers as for any chunk of a lease it does not hold (StateError) and a dead
         one as for any call (ShardUnavailableError)."""
         probe = request.stream_lost()

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from recollect.service import requests as rq
-from recollect.service.endpoint import Endpoint
-from recollect.service.replies import PriorityUpdates
+from recollect.service.wire import requests as rq
+from recollect.service.wire.endpoint import Endpoint
+from recollect.service.wire.replies import PriorityUpdates
 
 __all__ = ["HeldUpdates"]
 
@@ -77,7 +77,7 @@ class HeldUpdates:
 
     def take(self, table: str, shard: int) -> PriorityUpdates | None:
         """The held-back updates of ``table``'s shard ``shard``, concatenated, with the
-        length of each call (:data:`~recollect.service.replies.PriorityUpdates`; None:
+        length of each call (:data:`~recollect.service.wire.replies.PriorityUpdates`; None:
         none); they are no longer held."""
         with self._lock:
             held = self._held.get(table)

@@ -17,13 +17,13 @@ import pytest
 
 import recollect as rc
 from recollect.errors import StateError
-from recollect.service import requests as rq
-from recollect.service.endpoint import Endpoint, LocalEndpoint
-from recollect.service.protocol import ShardProtocol
+from recollect.service.client.writer import Writer
 from recollect.service.shard import Shard
-from recollect.service.writer import Writer
+from recollect.service.wire import requests as rq
+from recollect.service.wire.endpoint import Endpoint, LocalEndpoint
+from recollect.service.wire.protocol import ShardProtocol
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "recollect"
+SRC = Path(__file__).resolve().parents[3] / "src" / "recollect"
 SPEC = {"seq": rc.ArraySpec((), np.int64)}
 ENVS, CHUNK = 2, 4
 
@@ -141,28 +141,42 @@ def test_a_writer_numbers_its_chunks_from_zero() -> None:
     assert [r.seq for r in endpoint.sent if isinstance(r, rq.Extend)] == [0, 1, 2]
 
 
-CLIENT_SIDE = [
-    "client",
-    "assemble",
-    "checkpoints",
-    "endpoint",
-    "placement",
-    "priority_updates",
-    "protocol",
-    "replies",
-    "requests",
-    "routing",
-    "table_handle",
-    "writer",
-]
+#: each side of the service imports the wire layer and never the other side
+FORBIDDEN = {
+    "client": ("recollect.service.shard", "recollect.service.server"),
+    "shard": ("recollect.service.client", "recollect.service.server"),
+    "wire": ("recollect.service.client", "recollect.service.shard", "recollect.service.server"),
+}
 
 
-@pytest.mark.parametrize("module", CLIENT_SIDE)
-def test_the_client_side_imports_no_server_module(module: str) -> None:
-    tree = ast.parse((SRC / "service" / f"{module}.py").read_text(encoding="utf-8"))
-    imported = {
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
         node.module
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module is not None
+    } | {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+
+
+@pytest.mark.parametrize("side", sorted(FORBIDDEN))
+def test_each_side_imports_the_wire_layer_and_not_the_other_side(side: str) -> None:
+    modules = sorted((SRC / "service" / side).glob("*.py"))
+    assert len(modules) >= 3, modules
+    offenders = {
+        f"{path.name}: {name}"
+        for path in modules
+        for name in _imports(path)
+        if name.startswith(FORBIDDEN[side])
     }
-    assert not imported & {"recollect.service.shard", "recollect.service.server"}
+    assert offenders == set()
+
+
+def test_the_socket_transport_lives_beside_its_only_user() -> None:
+    assert not list((SRC / "service").rglob("channel*.py"))
+    assert not list((SRC / "service").rglob("listener.py"))
+    users = {
+        path.relative_to(SRC).as_posix()
+        for path in SRC.rglob("*.py")
+        if "recollect.ray.channel" in path.read_text(encoding="utf-8") and path.parent.name != "ray"
+    }
+    assert users == set()

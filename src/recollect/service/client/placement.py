@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from recollect.errors import NoFreeRowsError
-from recollect.service.endpoint import Endpoint
-from recollect.service.writer import Writer
+from recollect.service.client.writer import Writer
+from recollect.service.wire.endpoint import Endpoint
 
 __all__ = ["place_writer"]
 

@@ -1,4 +1,4 @@
-"""Writer chunks over a Unix socket (``recollect.service.channel``), without Ray: what a
+"""Writer chunks over a Unix socket (``recollect.ray.channel``), without Ray: what a
 chunk sent over the socket stores and raises is what ``Shard.extend`` stores and raises."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 import recollect as rc
 from recollect.errors import RateLimiterTimeout, ShapeError, StateError
-from recollect.service.channel import ChunkChannel, ChunkListener
+from recollect.ray.channel import ChunkChannel, ChunkListener
 from recollect.service.shard import Shard
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32), "seq": rc.ArraySpec((), np.int64)}
@@ -126,7 +126,7 @@ LISTENER_PROCESS = """
 import socket, sys, time
 import numpy as np
 import recollect as rc
-from recollect.service.channel import ChunkListener
+from recollect.ray.channel import ChunkListener
 from recollect.service.shard import Shard
 spec = {"obs": rc.ArraySpec((3,), np.float32), "seq": rc.ArraySpec((), np.int64)}
 shard = Shard("t", rc.ReplayBuffer(spec, 400, 2))

@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 import pytest
-from test_service_channel_flood import connect_peer
+from test_ray_channel_flood import connect_peer
 
 import recollect as rc
-from recollect.service.channel import HANDSHAKE_TIMEOUT_S
+from recollect.ray.channel import HANDSHAKE_TIMEOUT_S
 
 ray = pytest.importorskip("ray")
 rc_ray = pytest.importorskip("recollect.ray")

@@ -26,7 +26,7 @@ from recollect.ids import decode
 ray = pytest.importorskip("ray")
 rc_ray = pytest.importorskip("recollect.ray")
 from recollect.ray.actor import ChunkCall  # noqa: E402
-from recollect.service import requests as rq  # noqa: E402
+from recollect.service.wire import requests as rq  # noqa: E402
 
 SPEC = {
     "obs": rc.ArraySpec((3,), np.float32),

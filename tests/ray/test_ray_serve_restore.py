@@ -131,9 +131,9 @@ def test_a_shard_actor_that_cannot_restore_answers_every_call_with_the_checkpoin
     import pickle
 
     from recollect.ray.actor import ShardActor
-    from recollect.service import requests as rq
-    from recollect.service.endpoint import Raised
-    from recollect.service.split import shard_config
+    from recollect.service.shard.split import shard_config
+    from recollect.service.wire import requests as rq
+    from recollect.service.wire.endpoint import Raised
 
     service_checkpoint(tmp_path, 20)
     leaf = next((tmp_path / "t" / "shard-0").glob("state-*obs.npy"))

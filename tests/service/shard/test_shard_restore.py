@@ -19,7 +19,7 @@ import pytest
 import recollect as rc
 from recollect.errors import CheckpointError
 from recollect.service import Server
-from recollect.service.counters import KEY
+from recollect.service.shard.counters import KEY
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
 MARKER = ".recollect-save"

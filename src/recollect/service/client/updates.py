@@ -14,11 +14,11 @@ import numpy as np
 
 from recollect.errors import InvalidArgumentError
 from recollect.samplers.prioritized import check_update
-from recollect.service import requests as rq
-from recollect.service.endpoint import Endpoint
-from recollect.service.priority_updates import HeldUpdates
-from recollect.service.replies import ShardDescription
-from recollect.service.routing import route
+from recollect.service.client.held_updates import HeldUpdates
+from recollect.service.client.routing import route
+from recollect.service.wire import requests as rq
+from recollect.service.wire.endpoint import Endpoint
+from recollect.service.wire.replies import ShardDescription
 
 __all__ = ["ClientUpdates"]
 

@@ -13,8 +13,8 @@ import pytest
 
 import recollect as rc
 from recollect.errors import StateError
-from recollect.service import requests as rq
-from recollect.service.endpoint import Raised
+from recollect.service.wire import requests as rq
+from recollect.service.wire.endpoint import Raised
 
 pytest.importorskip("ray")
 from recollect.ray.actor import ShardActor

@@ -1,7 +1,7 @@
 """The shard's end of the chunk channel: :class:`ChunkListener` accepts writer
 connections in the shard's process and stores their chunks (see
-:mod:`recollect.service.channel` for the design and :class:`ChunkChannel
-<recollect.service.channel.ChunkChannel>` for the writer's end).
+:mod:`recollect.ray.channel` for the design and :class:`ChunkChannel
+<recollect.ray.channel.ChunkChannel>` for the writer's end).
 
 One thread accepts connections and reads their handshakes, and one thread per
 authenticated connection stores that connection's chunks in the order they were
@@ -39,15 +39,15 @@ import time
 from multiprocessing.connection import Connection
 from typing import cast
 
-from recollect.service.channel_wire import (
+from recollect.ray.channel_wire import (
     ACCEPTED,
     HELLO,
     TOKEN_BYTES,
     TRANSPORT_ERRORS,
     answer,
 )
-from recollect.service.endpoint import Raised
-from recollect.service.protocol import ShardProtocol
+from recollect.service.wire.endpoint import Raised
+from recollect.service.wire.protocol import ShardProtocol
 
 __all__ = ["EVICTION_GRACE_S", "HANDSHAKE_TIMEOUT_S", "MAX_PENDING", "ChunkListener"]
 
@@ -77,9 +77,9 @@ class _Pending:
 class ChunkListener:
     """Accepts writer connections in the shard's process and stores their chunks.
 
-    Each message is a pickled :class:`~recollect.service.requests.Request`
+    Each message is a pickled :class:`~recollect.service.wire.requests.Request`
     (a writer's ``Extend``), applied to the shard and answered by its pickled
-    return value or a :class:`~recollect.service.endpoint.Raised` of what it raised.
+    return value or a :class:`~recollect.service.wire.endpoint.Raised` of what it raised.
 
     Args:
         shard: the :class:`~recollect.service.shard.Shard` the chunks go to.

@@ -1,12 +1,13 @@
 """Client: one interface to tables served in-process or on Ray, in one or more shards.
 
 Sampling across shards is exact (the same distribution as one buffer holding
-every shard's data; :mod:`recollect.service.assemble`). The client's parts live
-in their own modules: routing of ids to shards (:mod:`~recollect.service.routing`),
-batch splitting and reassembly (:mod:`~recollect.service.assemble`), held-back
-priority updates (:mod:`~recollect.service.priority_updates`), the checkpoint
-(:mod:`~recollect.service.checkpoints`), writer placement (:mod:`~recollect.service.placement`),
-and its priority updates and deletes (:mod:`~recollect.service.client_updates`).
+every shard's data; :mod:`recollect.service.client.assemble`). The client's parts live
+in their own modules: routing of ids to shards (:mod:`~recollect.service.client.routing`),
+batch splitting and reassembly (:mod:`~recollect.service.client.assemble`), held-back
+priority updates (:mod:`~recollect.service.client.held_updates`), the checkpoint
+(:mod:`~recollect.service.client.checkpoints`), writer placement
+(:mod:`~recollect.service.client.placement`), and its priority updates and deletes
+(:mod:`~recollect.service.client.updates`).
 """
 
 from __future__ import annotations
@@ -23,23 +24,25 @@ import numpy as np
 from recollect.arguments import positive_int
 from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError, StateError
-from recollect.service import requests as rq
-from recollect.service.assemble import (
+from recollect.service.client.assemble import (
     assemble,
     draw_over_shards,
     importance_exponent,
     merge_infos,
     split_batches,
 )
-from recollect.service.checkpoints import MANIFEST, save_shards
-from recollect.service.client_updates import ClientUpdates
-from recollect.service.endpoint import Endpoint, cancel_everywhere, gather
-from recollect.service.placement import place_writer
-from recollect.service.priority_updates import HeldUpdates
-from recollect.service.replies import ShardDescription
-from recollect.service.routing import id_bases
-from recollect.service.table_handle import TableHandle
-from recollect.service.writer import Writer
+from recollect.service.client.calls import cancel_everywhere, gather
+from recollect.service.client.checkpoints import save_shards
+from recollect.service.client.held_updates import HeldUpdates
+from recollect.service.client.placement import place_writer
+from recollect.service.client.routing import id_bases
+from recollect.service.client.table_handle import TableHandle
+from recollect.service.client.updates import ClientUpdates
+from recollect.service.client.writer import Writer
+from recollect.service.wire import requests as rq
+from recollect.service.wire.endpoint import Endpoint
+from recollect.service.wire.layout import MANIFEST
+from recollect.service.wire.replies import ShardDescription
 from recollect.table import TableInfo
 
 __all__ = ["MANIFEST", "Client", "TableHandle", "merge_infos"]

@@ -1,9 +1,9 @@
 """How a client reaches a shard: the :class:`Endpoint` interface and the in-process one.
 
 A shard operation is described once, by its typed request
-(:mod:`recollect.service.requests`: ``rq.Extend(lease, steps, timeout, seq)``,
+(:mod:`recollect.service.wire.requests`: ``rq.Extend(lease, steps, timeout, seq)``,
 ``rq.SampleBatches(...)``, ...), and implemented once, by the shard's method of the
-same name (:class:`~recollect.service.protocol.ShardProtocol`). An endpoint only
+same name (:class:`~recollect.service.wire.protocol.ShardProtocol`). An endpoint only
 delivers requests: :meth:`Endpoint.send` starts one and returns a handle, and
 :meth:`Endpoint.result` gives the shard's return value, so several requests (chunks of
 a writer, parts of a split sample) can be in flight at once. The in-process endpoint
@@ -14,15 +14,13 @@ request fails over a client with the same error type and message as on a local b
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Sequence
 from typing import Any, Protocol
 
-from recollect.service import requests as rq
-from recollect.service.protocol import ShardProtocol
+from recollect.service.wire import requests as rq
+from recollect.service.wire.protocol import ShardProtocol
 
-__all__ = ["Endpoint", "LocalEndpoint", "Raised", "cancel_everywhere", "gather"]
+__all__ = ["Endpoint", "LocalEndpoint", "Raised"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,22 +91,3 @@ class LocalEndpoint:
 
     def done(self, handle: Any) -> bool:
         return True
-
-
-def gather(endpoints: Sequence[Endpoint], handles: list[Any], timeout: float | None) -> list[Any]:
-    """Results of one handle per endpoint, waited for together when the endpoints allow."""
-    if len(handles) > 1 and all(type(e) is type(endpoints[0]) for e in endpoints):
-        endpoints[0].wait(handles, timeout)
-    return [e.result(h, timeout) for e, h in zip(endpoints, handles, strict=True)]
-
-
-def cancel_everywhere(endpoints: Sequence[Endpoint], client: int) -> None:
-    """Tells every shard of ``endpoints`` that ``client`` is closed (``Shard.cancel``),
-    waiting up to 5 s for each; raises nothing (a dead shard has no request left to end)."""
-    calls = []
-    for endpoint in endpoints:
-        with contextlib.suppress(Exception):
-            calls.append((endpoint, endpoint.send(rq.Cancel(client))))
-    for endpoint, handle in calls:
-        with contextlib.suppress(Exception):
-            endpoint.result(handle, 5.0)

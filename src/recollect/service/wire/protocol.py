@@ -1,10 +1,10 @@
 """What a shard offers its clients: the :class:`ShardProtocol` every transport serves.
 
 :class:`~recollect.service.shard.Shard` implements it; a transport (the
-in-process :class:`~recollect.service.endpoint.LocalEndpoint`, ``recollect.ray``'s
+in-process :class:`~recollect.service.wire.endpoint.LocalEndpoint`, ``recollect.ray``'s
 actor and its Unix-socket chunk channel) carries typed requests
-(:mod:`recollect.service.requests`) to it and the results
-(:mod:`recollect.service.replies`) back, and knows nothing of leases or ordering.
+(:mod:`recollect.service.wire.requests`) to it and the results
+(:mod:`recollect.service.wire.replies`) back, and knows nothing of leases or ordering.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from recollect.buffers import Sample
-from recollect.service.replies import PriorityUpdates, SampledBatches, ShardDescription
+from recollect.service.wire.replies import PriorityUpdates, SampledBatches, ShardDescription
 from recollect.table import TableInfo
 
 __all__ = ["ShardProtocol"]

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from recollect.service.replies import PriorityUpdates, SampledBatches, ShardDescription
+from recollect.service.wire.replies import PriorityUpdates, SampledBatches, ShardDescription
 from recollect.table import TableInfo
 
 if TYPE_CHECKING:
     from recollect.buffers import Sample
-    from recollect.service.protocol import ShardProtocol
+    from recollect.service.wire.protocol import ShardProtocol
 
 __all__ = [
     "Cancel",

@@ -1,5 +1,5 @@
 """The wire format both ends of the chunk channel share: the handshake bytes, the
-framing and the pickling of the shard's answers (see :mod:`recollect.service.channel`).
+framing and the pickling of the shard's answers (see :mod:`recollect.ray.channel`).
 
 Messages are pickled (protocol 5) with :mod:`multiprocessing.connection`'s
 length-prefixed framing; a connection first sends ``HELLO`` and the listener's token
@@ -13,7 +13,7 @@ import struct
 from typing import Any
 
 from recollect.errors import StateError
-from recollect.service.endpoint import Raised
+from recollect.service.wire.endpoint import Raised
 
 __all__ = ["ACCEPTED", "HELLO", "PROTOCOL", "TOKEN_BYTES", "TRANSPORT_ERRORS", "answer"]
 

@@ -36,10 +36,9 @@ from recollect.errors import (
     RateLimiterTimeout,
     StateError,
 )
-from recollect.service.checkpoints import shard_path
-from recollect.service.counters import InsertCounters
-from recollect.service.lease import ChunkOrder, Lease
-from recollect.service.replies import (
+from recollect.service.shard.counters import InsertCounters
+from recollect.service.shard.lease import ChunkOrder, Lease
+from recollect.service.wire.replies import (
     PriorityUpdates,
     SampledBatches,
     ShardDescription,
@@ -47,15 +46,7 @@ from recollect.service.replies import (
 )
 from recollect.table import TableInfo
 
-__all__ = [
-    "Lease",
-    "PriorityUpdates",
-    "SampledBatches",
-    "Shard",
-    "ShardDescription",
-    "concatenate_samples",
-    "shard_path",
-]
+__all__ = ["Shard"]
 
 #: seconds between a waiting sample's checks whether its client was closed
 CANCEL_CHECK_S = 0.25
@@ -73,7 +64,7 @@ class Shard:
         buffer: the shard's :class:`~recollect.ReplayBuffer` (its ``shard`` id set).
         lease_timeout: seconds without a write after which a lease may pass to a
             new writer that finds no free row.
-        counters: the shard's :class:`~recollect.service.counters.InsertCounters`,
+        counters: the shard's :class:`~recollect.service.shard.counters.InsertCounters`,
             memory-mapped next to the checkpoints when the service has a
             ``checkpoint_dir``, so a restarted shard knows how many steps it lost.
     """

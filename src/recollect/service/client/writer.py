@@ -12,8 +12,8 @@ import numpy as np
 
 from recollect.arguments import positive_int
 from recollect.errors import InvalidArgumentError, StateError
-from recollect.service import requests as rq
-from recollect.service.endpoint import Endpoint
+from recollect.service.wire import requests as rq
+from recollect.service.wire.endpoint import Endpoint
 from recollect.specs import FlatSpec
 from recollect.validation import convert_step
 

@@ -1,5 +1,5 @@
 """The chunk socket of a shard under a flood of peers without the token
-(``recollect.service.channel``, no Ray): handshakes are read with a hard deadline on
+(``recollect.ray.channel``, no Ray): handshakes are read with a hard deadline on
 their bytes, pending handshakes are bounded, the accept loop outlives running out of
 file descriptors, and a writer's connect gives up instead of hanging.
 
@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from recollect.service.channel import ChunkChannel
+from recollect.ray.channel import ChunkChannel
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="counts /proc/self/fd")
 
@@ -31,7 +31,7 @@ LISTENER = """
 import os, resource, socket, sys, threading
 import numpy as np
 import recollect as rc
-from recollect.service.channel import ChunkListener
+from recollect.ray.channel import ChunkListener
 from recollect.service.shard import Shard
 spare_fds = int(sys.argv[1])
 shard = Shard("t", rc.ReplayBuffer({"x": rc.ArraySpec((), np.int64)}, 400, 2))

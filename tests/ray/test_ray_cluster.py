@@ -13,7 +13,7 @@ ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 rc_ray = pytest.importorskip("recollect.ray")
 from recollect.ray.actor import ChunkCall  # noqa: E402
-from recollect.service import requests as rq  # noqa: E402
+from recollect.service.wire import requests as rq  # noqa: E402
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32)}
 

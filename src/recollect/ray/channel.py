@@ -36,8 +36,8 @@ abstract namespace (no file to clean up after a killed process); elsewhere in a
 private temporary directory.
 
 This module is the writer's end (:class:`ChunkChannel`); the shard's end is
-:mod:`recollect.service.listener` (re-exported here) and the wire format both share
-:mod:`recollect.service.channel_wire`.
+:mod:`recollect.ray.listener` (re-exported here) and the wire format both share
+:mod:`recollect.ray.channel_wire`.
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from recollect.service.channel_wire import ACCEPTED, HELLO, PROTOCOL, TRANSPORT_ERRORS
-from recollect.service.endpoint import Raised
-from recollect.service.listener import (
+from recollect.ray.channel_wire import ACCEPTED, HELLO, PROTOCOL, TRANSPORT_ERRORS
+from recollect.ray.listener import (
     EVICTION_GRACE_S,
     HANDSHAKE_TIMEOUT_S,
     MAX_PENDING,
     ChunkListener,
 )
-from recollect.service.requests import Extend, Request
+from recollect.service.wire.endpoint import Raised
+from recollect.service.wire.requests import Extend, Request
 
 __all__ = [
     "CONNECT_TIMEOUT_S",

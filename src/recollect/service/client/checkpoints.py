@@ -1,5 +1,5 @@
 """A service checkpoint: every shard's buffer checkpoint and the service manifest
-(``recollect.service.server.open_shard`` opens a shard from it).
+(``recollect.service.shard.open_shard`` opens a shard from it).
 
 Layout: ``directory/<table>/shard-<k>/`` (a ``ReplayBuffer`` checkpoint each,
 :func:`shard_path`) and ``directory/service.json``
@@ -14,18 +14,12 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from recollect.service import requests as rq
-from recollect.service.endpoint import Endpoint, gather
+from recollect.service.client.calls import gather
+from recollect.service.wire import requests as rq
+from recollect.service.wire.endpoint import Endpoint
+from recollect.service.wire.layout import MANIFEST, shard_path
 
-__all__ = ["MANIFEST", "save_shards", "shard_path"]
-
-#: name of the service manifest in a checkpoint directory
-MANIFEST = "service.json"
-
-
-def shard_path(directory: str | os.PathLike, table: str, shard: int) -> Path:
-    """Checkpoint directory of shard ``shard`` of ``table`` under a service checkpoint."""
-    return Path(directory) / table / f"shard-{shard}"
+__all__ = ["MANIFEST", "save_shards"]
 
 
 def save_shards(directory: Path, tables: Mapping[str, Sequence[Endpoint]]) -> Path:

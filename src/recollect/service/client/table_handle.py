@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from recollect.buffers import Sample
-from recollect.service.stream import SampleStream
-from recollect.service.writer import Writer
+from recollect.service.client.stream import SampleStream
+from recollect.service.client.writer import Writer
 from recollect.table import TableInfo
 
 __all__ = ["TableHandle"]

@@ -18,16 +18,17 @@ import optree
 
 from recollect.buffers import Sample
 from recollect.samplers import importance_weights
-from recollect.service import requests as rq
-from recollect.service.endpoint import Endpoint, gather
-from recollect.service.replies import (
+from recollect.service.client.calls import gather
+from recollect.service.client.routing import tag_ids
+from recollect.service.client.weighting import global_min_probability
+from recollect.service.wire import requests as rq
+from recollect.service.wire.endpoint import Endpoint
+from recollect.service.wire.replies import (
     PriorityUpdates,
     SampledBatches,
     ShardDescription,
     concatenate_samples,
 )
-from recollect.service.routing import tag_ids
-from recollect.service.weighting import global_min_probability
 from recollect.table import TableInfo
 
 __all__ = [
@@ -128,7 +129,7 @@ def assemble(
         queried: float64 ``[S, 2]`` ``(weight, table_size)`` each shard
             reported before the split (None for one shard).
         beta: the importance-sampling exponent (None: no importance weights).
-        base: the table's first shard number (:func:`~recollect.service.routing.tag_ids`).
+        base: the table's first shard number (:func:`~recollect.service.client.routing.tag_ids`).
         shard_bounds: for tables whose importance weights are normalised
             buffer-wide (``Prioritized(weight_normalization="buffer")``): shard
             ``s``'s ``(weight, table_size, smallest sampling value)``, asked when
