@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from recollect.ray.channel import ChunkChannel
+from recollect.service.wire import requests as rq
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="counts /proc/self/fd")
 
@@ -135,8 +136,8 @@ def new_writer(served: Listener, limit_s: float = 30.0) -> tuple[float, object]:
         start = time.monotonic()
         try:
             channel = ChunkChannel(served.address, served.token)
-            steps = {"x": np.zeros((SPEC_ENVS, 3), np.int64)}
-            number = channel.send(served.lease_id, steps, None)
+            leaves = [np.zeros((SPEC_ENVS, 3), np.int64)]  # the spec's one leaf "x"
+            number = channel.send_request(rq.Extend(served.lease_id, leaves, None))
             assert channel.ready(number, limit_s)
             outcome.append((time.monotonic() - start, channel.result(number)))
             channel.close()

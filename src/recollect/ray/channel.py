@@ -56,7 +56,7 @@ from recollect.ray.listener import (
     ChunkListener,
 )
 from recollect.service.wire.endpoint import Raised
-from recollect.service.wire.requests import Extend, Request
+from recollect.service.wire.requests import Request
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -144,15 +144,6 @@ class ChunkChannel:
         self._sent = 0
         self._read = 0
         self._answers: dict[int, bytes] = {}
-
-    def send(self, lease_id: int, steps: Any, timeout: float | None) -> int:
-        """Sends one chunk (``Shard.extend(lease_id, steps, timeout)``); returns its number
-        (for :meth:`ready` and :meth:`result`).
-
-        Raises:
-            OSError: the listener's process is gone.
-        """
-        return self.send_request(Extend(lease_id, steps, timeout))
 
     def send_request(self, request: Request[Any]) -> int:
         """Sends ``request`` (applied to the shard in the order sent); returns its number.

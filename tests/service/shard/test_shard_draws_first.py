@@ -18,7 +18,7 @@ SPEC = {"x": rc.ArraySpec((), np.float32)}
 
 def test_a_draw_waits_for_at_most_a_few_inserts_of_writers_storing_back_to_back() -> None:
     shard = Shard("t", rc.ReplayBuffer(SPEC, 1 << 23, 8))  # never wraps here
-    chunk = {"x": np.zeros((2, 64), np.float32)}
+    chunk = [np.zeros((2, 64), np.float32)]  # the flat leaves of one chunk
     leases = [shard.reserve(2, socket.gethostname(), 0)[0] for _ in range(4)]
     for lease_id in leases:
         shard.extend(lease_id, chunk)

@@ -36,8 +36,9 @@ def shard_methods() -> set[str]:
     }
 
 
-def chunk(k: int) -> dict[str, np.ndarray]:
-    return {"seq": np.broadcast_to(np.arange(k * CHUNK, (k + 1) * CHUNK), (ENVS, CHUNK)).copy()}
+def chunk(k: int) -> list[np.ndarray]:
+    """Chunk ``k`` as a writer sends it: the spec's flat leaves (its one leaf "seq")."""
+    return [np.broadcast_to(np.arange(k * CHUNK, (k + 1) * CHUNK), (ENVS, CHUNK)).copy()]
 
 
 def test_every_shard_method_is_a_request_and_a_shard_method_and_nothing_else() -> None:

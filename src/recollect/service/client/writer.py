@@ -33,10 +33,11 @@ class Writer:
     Steps are validated on the caller's side with the local buffer's checks
     (same errors, raised by the call that made them, nothing kept), copied into
     a client-side chunk of ``chunk_length`` steps per row, and each full chunk
-    is sent as one ``extend`` (validated again and written as a whole by the
-    shard). At most ``max_in_flight`` chunks are unacknowledged; the next one
-    waits for the oldest (backpressure, e.g. from a rate limiter). Steps not yet
-    sent are lost if the process dies: :meth:`flush` sends and waits.
+    is sent as one ``extend``: the spec's flat, already-cast leaves, which the
+    shard checks (dtypes and shapes) and block-writes as they are. At most
+    ``max_in_flight`` chunks are unacknowledged; the next one waits for the oldest
+    (backpressure, e.g. from a rate limiter). Steps not yet sent are lost if the
+    process dies: :meth:`flush` sends and waits.
 
     Use it as a context manager, or call :meth:`close`, which flushes and
     releases the rows (their next writer starts a new episode on them).
@@ -152,11 +153,10 @@ class Writer:
             if self._pos == self.chunk_length
             else [c[:, : self._pos] for c in self._chunk]
         )
-        steps = self._flat.unflatten(leaves)
-        self._new_chunk()
+        self._new_chunk()  # the chunk sent is the shard's to keep: no copy, no unflatten
         while len(self._in_flight) >= self.max_in_flight:
             self._endpoint.result(self._in_flight.popleft())
-        handle = self._endpoint.send(rq.Extend(self.lease_id, steps, self.timeout, self._sent))
+        handle = self._endpoint.send(rq.Extend(self.lease_id, leaves, self.timeout, self._sent))
         self._sent += 1
         self._in_flight.append(handle)
 

@@ -36,6 +36,7 @@ from recollect.errors import (
     RateLimiterTimeout,
     StateError,
 )
+from recollect.service.shard.chunks import ChunkCheck
 from recollect.service.shard.counters import InsertCounters
 from recollect.service.shard.lease import ChunkOrder, Lease
 from recollect.service.wire.replies import (
@@ -44,6 +45,7 @@ from recollect.service.wire.replies import (
     ShardDescription,
     concatenate_samples,
 )
+from recollect.specs import FlatSpec
 from recollect.table import TableInfo
 
 __all__ = ["Shard"]
@@ -91,6 +93,7 @@ class Shard:
         self._draws_done = threading.Condition(threading.Lock())
         # a chunk waits this long for the one before it (see extend's ``seq``)
         self._order = ChunkOrder(table, self.index, max(self.lease_timeout, 1.0))
+        self._check_chunk = ChunkCheck(FlatSpec(buffer.data_spec), table, self.index)
 
     # -- description --------------------------------------------------------
     def describe(self) -> ShardDescription:
@@ -185,13 +188,23 @@ class Shard:
 
     # -- writing --------------------------------------------------------------
     def extend(
-        self, lease_id: int, steps: Any, timeout: float | None = None, seq: int | None = None
+        self,
+        lease_id: int,
+        leaves: list[np.ndarray],
+        timeout: float | None = None,
+        seq: int | None = None,
     ) -> int:
-        """Appends ``T`` steps to each leased row (``ReplayBuffer.extend``, validated as a whole).
+        """Appends ``T`` steps to each leased row: a writer's chunk, block-written as it came.
+
+        The chunk is the writer's flat, already-cast leaves; the shard checks their
+        dtypes and shapes (:class:`~recollect.service.shard.chunks.ChunkCheck`, no
+        loop over leaves or steps) and writes them as ``ReplayBuffer.extend`` writes
+        its converted leaves: no unflatten, flatten or cast.
 
         Args:
             lease_id: from :meth:`reserve`.
-            steps: a nest matching the spec, leaves ``[k, T, *shape]``.
+            leaves: one array per leaf of the spec, in its flat order, each
+                ``[k, T, *leaf shape]`` (``k`` the lease's rows) of the leaf's dtype.
             timeout: rate-limiter wait, as in ``ReplayBuffer.add_batch``.
             seq: the chunk's number in its lease (counted from 0 by the writer), or
                 None. A numbered chunk is stored after the one numbered ``seq - 1``
@@ -203,8 +216,8 @@ class Shard:
 
         Raises:
             StateError: the lease is not held, or chunk ``seq - 1`` never came.
-            SpecError, ShapeError, DTypeError, CastError: as ``ReplayBuffer.extend``;
-                nothing is written.
+            SpecError, ShapeError, DTypeError: the leaves are not the spec's (nothing
+                is written).
             RateLimiterTimeout: as ``ReplayBuffer.add_batch``.
         """
         with self._order.turn(lease_id, seq):
@@ -212,17 +225,16 @@ class Shard:
                 lease = self._lease(lease_id)
                 lease.last_active = time.monotonic()
                 rows = lease.rows
+            steps = self._check_chunk(leaves, len(rows))
             if self._draws_waiting:  # a draw waits for the table lock: it goes first
                 with self._draws_done:
                     self._draws_done.wait_for(lambda: not self._draws_waiting, _YIELD_TO_DRAWS_S)
-            before = self.buffer.table.inserts
-            self.buffer.extend(steps, rows, timeout=timeout)
+            self.buffer.write_leaves(leaves, rows, timeout=timeout, block=True)
             with self._lock:
-                written = self.buffer.table.inserts - before
                 self._counters.set_inserts(self.buffer.table.inserts)
                 if lease_id in self._leases:
                     self._leases[lease_id].last_active = time.monotonic()
-            return int(written)
+            return len(rows) * steps  # the whole chunk (a write stores all of it or raises)
 
     # -- sampling -------------------------------------------------------------
     def sampling_weight(

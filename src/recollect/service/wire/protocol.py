@@ -36,7 +36,11 @@ class ShardProtocol(Protocol):
     def check_lease(self, lease_id: int) -> None: ...
 
     def extend(
-        self, lease_id: int, steps: Any, timeout: float | None = None, seq: int | None = None
+        self,
+        lease_id: int,
+        leaves: list[np.ndarray],
+        timeout: float | None = None,
+        seq: int | None = None,
     ) -> int: ...
 
     def sampling_weight(

@@ -111,19 +111,21 @@ class CheckLease(Request[None]):
 
 @dataclasses.dataclass(frozen=True)
 class Extend(Request[int]):
-    """A writer's chunk: ``seq`` its number in the lease (the shard stores them in order)."""
+    """A writer's chunk: its flat, already-cast ``leaves`` (one array ``[k, T, *shape]`` per
+    leaf of the spec, in its flat order); ``seq`` its number in the lease (the shard stores
+    them in order)."""
 
     lease_id: int
-    steps: Any
+    leaves: list[np.ndarray]
     timeout: float | None = None
     seq: int | None = None
 
     def apply(self, shard: ShardProtocol) -> int:
-        return shard.extend(self.lease_id, self.steps, self.timeout, self.seq)
+        return shard.extend(self.lease_id, self.leaves, self.timeout, self.seq)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickled as its fields in order (no field names): the per-chunk message stays small
-        return (Extend, (self.lease_id, self.steps, self.timeout, self.seq))
+        return (Extend, (self.lease_id, self.leaves, self.timeout, self.seq))
 
     @property
     def stream(self) -> int | None:
