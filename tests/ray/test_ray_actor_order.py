@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import pickle
 import time
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 
 import recollect as rc
 from recollect.errors import StateError
+from recollect.service.wire import codec
 from recollect.service.wire import requests as rq
 from recollect.service.wire.endpoint import Raised
 
@@ -28,9 +28,10 @@ def make_actor() -> ShardActor:
     return ShardActor("t", config, None, 60.0)
 
 
-def chunk(k: int) -> dict[str, np.ndarray]:
+def chunk(k: int) -> list[np.ndarray]:
+    """Chunk ``k`` as a writer sends it: the flat leaves ``[obs, seq]``."""
     seq = np.broadcast_to(np.arange(k * CHUNK, (k + 1) * CHUNK), (ENVS, CHUNK)).copy()
-    return {"seq": seq, "obs": np.repeat(seq[..., None], 3, -1).astype(np.float32)}
+    return [np.repeat(seq[..., None], 3, -1).astype(np.float32), seq]
 
 
 #: the requests these tests send, by the names they use
@@ -39,7 +40,7 @@ REQUESTS = {"reserve": rq.Reserve, "extend": rq.Extend, "release": rq.Release}
 
 def call(actor: ShardActor, method: str, *args, seq: int | None = None):
     request = REQUESTS[method](*args) if seq is None else rq.Extend(*args, seq=seq)
-    return pickle.loads(actor.call(pickle.dumps(request)))
+    return codec.unpack(actor.call(codec.packed(request)))
 
 
 def arrive(actor: ShardActor, requests: list[tuple]) -> list[concurrent.futures.Future]:

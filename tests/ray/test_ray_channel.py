@@ -4,7 +4,6 @@ chunk sent over the socket stores and raises is what ``Shard.extend`` stores and
 from __future__ import annotations
 
 import ast
-import pickle
 import socket
 import struct
 import subprocess
@@ -18,6 +17,7 @@ import recollect as rc
 from recollect.errors import RateLimiterTimeout, ShapeError, StateError
 from recollect.ray.channel import ChunkChannel, ChunkListener
 from recollect.service.shard import Shard
+from recollect.service.wire import codec
 from recollect.service.wire import requests as rq
 from recollect.specs import FlatSpec
 
@@ -115,7 +115,7 @@ def test_a_chunk_cut_short_by_a_dying_writer_stores_nothing(served) -> None:
 
     raw.sendall(frame(listener.token))
     assert raw.recv(16)[4:] == b"ok"
-    payload = pickle.dumps((lease_id, chunk(0), None), 5)
+    payload = codec.packed(rq.Extend(lease_id, FlatSpec(SPEC).flatten(chunk(0)), None))
     raw.sendall(frame(payload)[: len(payload) // 2])  # the process dies mid-message
     raw.close()
     time.sleep(0.2)
@@ -162,10 +162,12 @@ def test_a_killed_shard_process_fails_the_writer_at_once_instead_of_hanging() ->
         process.kill()
 
 
-def test_an_answer_that_cannot_be_pickled_comes_back_as_a_state_error(served, monkeypatch) -> None:
+def test_an_error_of_a_type_the_wire_does_not_know_comes_back_as_a_state_error(
+    served, monkeypatch
+) -> None:
     shard, listener, lease_id = served
 
-    class Unpicklable(Exception):  # a local class: pickle cannot name it
+    class Unpicklable(Exception):  # a local class: the wire knows it by name only
         pass
 
     def extend(*args):
@@ -173,7 +175,7 @@ def test_an_answer_that_cannot_be_pickled_comes_back_as_a_state_error(served, mo
 
     monkeypatch.setattr(shard, "extend", extend)
     channel = ChunkChannel(listener.address, listener.token)
-    with pytest.raises(StateError, match="could not be sent back"):
+    with pytest.raises(StateError, match=r"^the shard raised Unpicklable: boom$"):
         answer(channel, send(channel, lease_id, chunk(0), None))
     monkeypatch.undo()
     assert answer(channel, send(channel, lease_id, chunk(0), None)) == ENVS * T  # still serving

@@ -55,7 +55,8 @@ def test_spread_shards_land_on_different_nodes_and_sample_as_one_table(cluster) 
         here = ray.get_runtime_context().get_node_id()
         for writer in [client.writer("t", 1) for _ in range(2)]:
             endpoint = client.endpoints("t")[writer.shard]
-            handle = endpoint.send(rq.Extend(writer.lease_id, {"obs": np.ones((1, 0, 3))}, None))
+            empty = [np.ones((1, 0, 3), np.float32)]  # a chunk of no steps
+            handle = endpoint.send(rq.Extend(writer.lease_id, empty, None))
             assert (type(handle) is ChunkCall) is (where[writer.shard]["node_id"] == here)
             assert endpoint.result(handle) == 0
             writer.close()

@@ -128,10 +128,9 @@ def test_a_shard_actor_that_cannot_restore_answers_every_call_with_the_checkpoin
     tmp_path,
 ):
     """What a client of a shard that Ray restarted onto a damaged checkpoint gets back."""
-    import pickle
-
     from recollect.ray.actor import ShardActor
     from recollect.service.shard.split import shard_config
+    from recollect.service.wire import codec
     from recollect.service.wire import requests as rq
     from recollect.service.wire.endpoint import Raised
 
@@ -143,6 +142,6 @@ def test_a_shard_actor_that_cannot_restore_answers_every_call_with_the_checkpoin
     assert isinstance(actor.failed_restore(), CheckpointError)
     assert actor.chunk_listener() is None  # no socket for a shard without data
     for request in [rq.Info(), rq.Reserve(2, "localhost", os.getpid()), rq.SampleWindows(4)]:
-        answer = pickle.loads(actor.call(pickle.dumps(request)))
+        answer = codec.unpack(actor.call(codec.packed(request)))
         assert isinstance(answer, Raised) and isinstance(answer.error, CheckpointError)
         assert "table 't' shard 0" in str(answer.error) and "obs.npy" in str(answer.error)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import pickle
 import time
 from typing import Any
 
@@ -21,6 +20,7 @@ from recollect.ray.channel import (
     ChunkListener,
 )
 from recollect.service.shard import open_shard
+from recollect.service.wire import codec
 from recollect.service.wire.endpoint import Raised
 from recollect.service.wire.requests import Request
 
@@ -84,16 +84,12 @@ class ShardActor:
         self.listener = ChunkListener(self.shard) if local_writes else None
 
     def call(self, request: bytes) -> bytes:
-        """Applies the pickled :class:`~recollect.service.wire.requests.Request` to the shard;
-        returns its result pickled (an exception as :class:`Raised`)."""
-        value: Any
-        try:
-            if self.restore_error is not None:
-                raise self.restore_error
-            value = pickle.loads(request).apply(self.shard)
-        except Exception as err:  # carried to the client and raised there
-            value = Raised(err)
-        return pickle.dumps(value, _PROTOCOL)
+        """Applies the :class:`~recollect.service.wire.requests.Request` packed in ``request``
+        (:mod:`recollect.service.wire.codec`) to the shard; returns its result packed (an
+        exception as :class:`Raised`)."""
+        if self.restore_error is not None:
+            return codec.packed(Raised(self.restore_error))
+        return codec.respond(self.shard, request)
 
     def failed_restore(self) -> CheckpointError | None:
         """The :class:`CheckpointError` that kept the shard from restoring, or None."""
@@ -125,9 +121,6 @@ class Directory:
     async def layout(self) -> dict[str, Any]:
         return {"tables": self._layout, "checkpoint_dir": self._checkpoint_dir}
 
-
-#: pickle protocol of requests and results: arrays in band, one buffer per call
-_PROTOCOL = 5
 
 _UNAVAILABLE = (ray_errors.RayActorError, ray_errors.ActorUnavailableError)
 
@@ -202,7 +195,7 @@ class RayEndpoint:
             if channel is not None:
                 channel.close()
         try:
-            return self.actor.call.remote(pickle.dumps(request, _PROTOCOL))
+            return self.actor.call.remote(codec.packed(request))
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
 
@@ -273,7 +266,7 @@ class RayEndpoint:
     def actor_call(self, request: Request[Any]) -> Any:
         """``request`` as a Ray call to the actor (never over the chunk listener)."""
         try:
-            return self.actor.call.remote(pickle.dumps(request, _PROTOCOL))
+            return self.actor.call.remote(codec.packed(request))
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
 
@@ -305,10 +298,7 @@ class RayEndpoint:
             raise self._unavailable(err) from err
         except ray_errors.GetTimeoutError as err:
             raise self._no_answer(timeout) from err
-        value = pickle.loads(value)
-        if type(value) is Raised:
-            raise value.error
-        return value
+        return codec.answer(value)
 
     def wait(self, handles: list[Any], timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout

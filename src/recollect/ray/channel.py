@@ -13,9 +13,10 @@ the shard, which stores a lease's chunks by their numbers, never waits) and
 answers each with the shard's return value or exception. :class:`ChunkChannel`
 is the writer's end: one connection per writer lease, bounded by the writer's
 in-flight limit.
-Messages are pickled (protocol 5) with :mod:`multiprocessing.connection`'s
-length-prefixed framing; a message cut short by a dying writer is never
-unpickled, so a chunk is stored whole or not at all.
+Messages are packed by :mod:`recollect.service.wire.codec` (header values and raw
+array buffers, no pickle) in :mod:`multiprocessing.connection`'s length-prefixed
+framing; a message cut short by a dying writer is never decoded, so a chunk is
+stored whole or not at all.
 
 A connection is accepted only after it sends the listener's ``token`` (random,
 32 bytes) as its first message: whoever may call the shard (through Ray) learns
@@ -42,20 +43,19 @@ This module is the writer's end (:class:`ChunkChannel`); the shard's end is
 
 from __future__ import annotations
 
-import pickle
 import socket
 import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from recollect.ray.channel_wire import ACCEPTED, HELLO, PROTOCOL, TRANSPORT_ERRORS
+from recollect.ray.channel_wire import ACCEPTED, HELLO, TRANSPORT_ERRORS
 from recollect.ray.listener import (
     EVICTION_GRACE_S,
     HANDSHAKE_TIMEOUT_S,
     MAX_PENDING,
     ChunkListener,
 )
-from recollect.service.wire.endpoint import Raised
+from recollect.service.wire import codec
 from recollect.service.wire.requests import Request
 
 __all__ = [
@@ -151,7 +151,7 @@ class ChunkChannel:
         Raises:
             OSError: the listener's process is gone.
         """
-        self._conn.send_bytes(pickle.dumps(request, PROTOCOL))
+        self._conn.send_bytes(codec.packed(request))
         number = self._sent
         self._sent += 1
         return number
@@ -173,10 +173,7 @@ class ChunkChannel:
 
     def result(self, number: int) -> Any:
         """The shard's answer to chunk ``number`` (once :meth:`ready`); raises what it raised."""
-        value = pickle.loads(self._answers.pop(number))
-        if type(value) is Raised:
-            raise value.error
-        return value
+        return codec.answer(self._answers.pop(number))
 
     def close(self) -> None:
         """Closes the connection (chunks not yet read by the shard may be lost)."""

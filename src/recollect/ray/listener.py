@@ -27,7 +27,6 @@ import contextlib
 import errno
 import hmac
 import os
-import pickle
 import secrets
 import selectors
 import shutil
@@ -44,9 +43,8 @@ from recollect.ray.channel_wire import (
     HELLO,
     TOKEN_BYTES,
     TRANSPORT_ERRORS,
-    answer,
 )
-from recollect.service.wire.endpoint import Raised
+from recollect.service.wire import codec
 from recollect.service.wire.protocol import ShardProtocol
 
 __all__ = ["EVICTION_GRACE_S", "HANDSHAKE_TIMEOUT_S", "MAX_PENDING", "ChunkListener"]
@@ -77,9 +75,10 @@ class _Pending:
 class ChunkListener:
     """Accepts writer connections in the shard's process and stores their chunks.
 
-    Each message is a pickled :class:`~recollect.service.wire.requests.Request`
-    (a writer's ``Extend``), applied to the shard and answered by its pickled
-    return value or a :class:`~recollect.service.wire.endpoint.Raised` of what it raised.
+    Each message is a :class:`~recollect.service.wire.requests.Request` (a writer's
+    ``Extend``) packed by :mod:`recollect.service.wire.codec`, applied to the shard and
+    answered by its packed return value or a
+    :class:`~recollect.service.wire.endpoint.Raised` of what it raised.
 
     Args:
         shard: the :class:`~recollect.service.shard.Shard` the chunks go to.
@@ -276,12 +275,7 @@ class ChunkListener:
         with conn:
             try:
                 while True:
-                    message = conn.recv_bytes()
-                    try:
-                        value = pickle.loads(message).apply(self.shard)
-                    except Exception as err:  # carried to the writer and raised there
-                        value = Raised(err)
-                    conn.send_bytes(answer(value))
+                    conn.send_bytes(codec.respond(self.shard, conn.recv_bytes()))
             except TRANSPORT_ERRORS:  # the writer closed or died; nothing half-read is stored
                 return
 

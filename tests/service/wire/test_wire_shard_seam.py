@@ -7,7 +7,6 @@ import ast
 import concurrent.futures
 import inspect
 import os
-import pickle
 import re
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import recollect as rc
 from recollect.errors import StateError
 from recollect.service.client.writer import Writer
 from recollect.service.shard import Shard
+from recollect.service.wire import codec
 from recollect.service.wire import requests as rq
 from recollect.service.wire.endpoint import Endpoint, LocalEndpoint
 from recollect.service.wire.protocol import ShardProtocol
@@ -73,11 +73,11 @@ def test_no_shard_method_is_called_by_name() -> None:
     assert offenders == []
 
 
-def test_requests_survive_pickling_and_call_the_shard() -> None:
+def test_requests_survive_the_wire_and_call_the_shard() -> None:
     shard = Shard("t", rc.ReplayBuffer(SPEC, 64, ENVS))
-    lease, rows = pickle.loads(pickle.dumps(rq.Reserve(ENVS, "host", os.getpid()))).apply(shard)
+    lease, rows = codec.unpack(codec.packed(rq.Reserve(ENVS, "host", os.getpid()))).apply(shard)
     assert list(rows) == [0, 1]
-    request = pickle.loads(pickle.dumps(rq.Extend(lease, chunk(0), None, 0)))
+    request = codec.unpack(codec.packed(rq.Extend(lease, chunk(0), None, 0)))
     assert request.stream == lease and request.stream_lost() == rq.CheckLease(lease)
     assert request.apply(shard) == ENVS * CHUNK
     assert rq.Release(lease).ends_stream == lease
