@@ -25,6 +25,7 @@ ALLOWED = {
     # `_fields` is the documented namedtuple API (the underscore avoids field-name clashes).
     ("state/manifest.py", "node._fields"),
     ("manager/checks.py", "node._fields"),
+    ("service/wire/codec.py", "kind._fields"),
     # in a forked child, whether the forking thread itself holds a table's RLock: only
     # RLock._is_owned says so (a non-blocking acquire cannot tell it from a free lock).
     ("table/at_fork.py", "lock._is_owned"),
