@@ -50,6 +50,8 @@ MAGIC = b"RCW1"
 _HEAD = struct.Struct("<4sII")  # magic, header bytes, buffers
 _LENGTH = struct.Struct("<Q")
 _ALIGN = 8
+#: one encoder for every header (``json.dumps`` with arguments builds a new one per call)
+_JSON = json.JSONEncoder(separators=(",", ":"))
 
 
 class CodecError(StateError):
@@ -68,6 +70,7 @@ def _registry() -> dict[str, type]:
 
 
 _CLASSES = _registry()
+_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in _CLASSES.values()}
 _ERRORS: dict[str, type[BaseException]] = {
     name: value
     for name, value in vars(errors).items()
@@ -87,10 +90,13 @@ class _Encoder:
 
     def buffer(self, data: bytes | np.ndarray) -> int:
         """Keeps ``data`` (bytes, or a C-contiguous array) as the next buffer; its index."""
-        if isinstance(data, np.ndarray):
-            self.buffers.append(memoryview(data.reshape(-1).view(np.uint8).data))
-        else:
-            self.buffers.append(memoryview(data))
+        view = memoryview(data)
+        try:
+            view = view.cast("B")  # the fast way; not for empty or non-native-order arrays
+        except (TypeError, ValueError):
+            if isinstance(data, np.ndarray):
+                view = memoryview(data.reshape(-1).view(np.uint8).data)
+        self.buffers.append(view)
         return len(self.buffers) - 1
 
     def __call__(self, value: Any) -> Any:
@@ -99,13 +105,16 @@ class _Encoder:
             return value
         if kind is list:
             return [self(v) for v in value]
+        names = _FIELDS.get(kind)
+        if names is not None:  # one of the service's dataclasses
+            return {"$t": kind.__name__, "f": {n: self(getattr(value, n)) for n in names}}
         if kind is np.ndarray:
             if value.dtype.hasobject:
                 raise CodecError(
                     f"cannot send an array of dtype {value.dtype} (Python objects); send "
                     "arrays of fixed-size dtypes."
                 )
-            array = np.ascontiguousarray(value)  # (a 0-d array comes back 1-d: keep the shape)
+            array = value if value.flags.c_contiguous else np.ascontiguousarray(value)
             return {"$t": "nd", "b": self.buffer(array), "d": value.dtype.str, "s": value.shape}
         if kind is dict:
             return {"$t": "dict", "v": [[self(k), self(v)] for k, v in value.items()]}
@@ -121,9 +130,6 @@ class _Encoder:
             args = value.args  # KeyError's str() quotes its one argument: send that
             message = args[0] if len(args) == 1 and type(args[0]) is str else str(value)
             return {"$t": "error", "type": kind.__name__, "msg": message}
-        if kind.__name__ in _CLASSES and _CLASSES[kind.__name__] is kind:
-            fields = {f.name: self(getattr(value, f.name)) for f in dataclasses.fields(value)}
-            return {"$t": kind.__name__, "f": fields}
         if isinstance(value, tuple) and hasattr(kind, "_fields"):  # a namedtuple
             return {
                 "$t": "namedtuple",
@@ -210,7 +216,7 @@ def encode(value: Any) -> tuple[bytes, list[memoryview]]:
         CodecError: a value the wire does not carry (an object array, an unknown class).
     """
     encoder = _Encoder()
-    header = json.dumps(encoder(value), separators=(",", ":")).encode()
+    header = _JSON.encode(encoder(value)).encode()
     return header, encoder.buffers
 
 
