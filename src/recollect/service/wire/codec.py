@@ -88,7 +88,7 @@ class _Encoder:
     def __init__(self) -> None:
         self.buffers: list[memoryview] = []
 
-    def buffer(self, data: bytes | np.ndarray) -> int:
+    def buffer(self, data: Any) -> int:
         """Keeps ``data`` (bytes, or a C-contiguous array) as the next buffer; its index."""
         view = memoryview(data)
         try:
