@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from recollect.buffers.prefetcher import Prefetcher, check_prefetch, check_threads, prefetched
-from recollect.service.stream import check_batches_per_request, check_max_in_flight
+from recollect.service.client.stream import check_batches_per_request, check_max_in_flight
 from recollect.source import Batches, SampleSource
 from recollect.specs import FlatSpec
 

@@ -21,7 +21,7 @@ READERS = [
     "manager/__init__.py",
     "manager/checks.py",
     "manager/iterator.py",
-    "service/stream.py",
+    "service/client/stream.py",
 ]
 SOURCE_CLASSES = {"ReplayBuffer", "TransitionBuffer", "TableHandle"}
 

@@ -174,13 +174,19 @@ class BufferWrites:
         rows: np.ndarray | None = None,
         *,
         timeout: float | None = None,
+        block: bool = False,
     ) -> None:
         """Writes already validated flat leaves (``recollect.validation.convert_step`` output).
 
         Leaves have leading dim ``num_envs`` (``len(rows)`` with ``rows``, distinct
         rows). No check is made: use :meth:`add_batch` for user input. Waits on
-        the rate limiter as :meth:`add_batch` does.
+        the rate limiter as :meth:`add_batch` does. With ``block``, every leaf is
+        ``[k, T, *shape]``: ``T`` consecutive steps per row, written as :meth:`extend`
+        writes them (a served shard's chunk: no unflatten, flatten or cast).
         """
+        if block:
+            self._write_steps(leaves, rows, timeout)
+            return
         if self._prepare is not None:
             leaves = self._prepare(leaves)
         i = self._is_last
@@ -228,6 +234,13 @@ class BufferWrites:
                 "one step."
             )
         leaves = convert_step(self._flat, steps, (k, count), "extend")
+        self._write_steps(leaves, rows, timeout)
+
+    def _write_steps(
+        self, leaves: list[np.ndarray], rows: np.ndarray | None, timeout: float | None
+    ) -> None:
+        """Writes converted leaves ``[k, T, *shape]`` (``T`` steps per row)."""
+        count = leaves[0].shape[1]
         if not count:
             return
         table = self._table

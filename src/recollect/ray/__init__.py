@@ -27,8 +27,7 @@ from recollect.buffers import ReplayBuffer
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.ray.actor import NAMESPACE, Directory, RayEndpoint, ShardActor
 from recollect.service import Client
-from recollect.service.server import check_tables
-from recollect.service.split import shard_config
+from recollect.service.shard import check_tables, shard_config
 
 __all__ = ["NAMESPACE", "SHARD_THREADS", "connect", "serve", "shard_locations"]
 
@@ -112,7 +111,7 @@ def serve(
         lease_timeout: seconds after which an idle writer's rows may pass on.
         local_writes: writers on a shard's node send their chunks to it over a
             Unix-domain socket instead of Ray calls (one socket per writer;
-            :mod:`recollect.service.channel`). A Ray call costs about 0.8 ms
+            :mod:`recollect.ray.channel`). A Ray call costs about 0.8 ms
             of CPU per side whatever it carries; measured with 8 writer
             processes on 2 cores, inserts of W2 steps over 1 shard go from
             0.46-0.55M steps/s as Ray calls to 1.8-2.0M over sockets. Writers

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import pickle
 import time
 from typing import Any
 
@@ -14,15 +13,16 @@ from ray import exceptions as ray_errors
 
 from recollect.buffers import ReplayBuffer
 from recollect.errors import CheckpointError, ShardUnavailableError, StateError
-from recollect.service.channel import (
+from recollect.ray.channel import (
     CONNECT_TIMEOUT_S,
     TRANSPORT_ERRORS,
     ChunkChannel,
     ChunkListener,
 )
-from recollect.service.endpoint import Raised
-from recollect.service.requests import Request
-from recollect.service.server import open_shard
+from recollect.service.shard import open_shard
+from recollect.service.wire import codec
+from recollect.service.wire.endpoint import Raised
+from recollect.service.wire.requests import Request
 
 __all__ = ["ChunkCall", "RayEndpoint", "ShardActor"]
 
@@ -50,7 +50,7 @@ class ShardActor:
     Exceptions come back as :class:`Raised` values, so the client raises the
     shard's own error (type and message). With ``local_writes``, writers on the
     actor's node send their chunks over its
-    :class:`~recollect.service.channel.ChunkListener` instead (a connection's
+    :class:`~recollect.ray.channel.ChunkListener` instead (a connection's
     chunks are stored in the order sent; no Ray call per chunk).
 
     Args:
@@ -59,7 +59,7 @@ class ShardActor:
         checkpoint_dir: where the shard restores from (on a restart too) and
             keeps its insert counters, or None.
         lease_timeout: as :class:`~recollect.service.Server`.
-        local_writes: open a :class:`~recollect.service.channel.ChunkListener`,
+        local_writes: open a :class:`~recollect.ray.channel.ChunkListener`,
             so writers on this node send their chunks over a Unix socket.
     """
 
@@ -84,16 +84,12 @@ class ShardActor:
         self.listener = ChunkListener(self.shard) if local_writes else None
 
     def call(self, request: bytes) -> bytes:
-        """Applies the pickled :class:`~recollect.service.requests.Request` to the shard;
-        returns its result pickled (an exception as :class:`Raised`)."""
-        value: Any
-        try:
-            if self.restore_error is not None:
-                raise self.restore_error
-            value = pickle.loads(request).apply(self.shard)
-        except Exception as err:  # carried to the client and raised there
-            value = Raised(err)
-        return pickle.dumps(value, _PROTOCOL)
+        """Applies the :class:`~recollect.service.wire.requests.Request` packed in ``request``
+        (:mod:`recollect.service.wire.codec`) to the shard; returns its result packed (an
+        exception as :class:`Raised`)."""
+        if self.restore_error is not None:
+            return codec.packed(Raised(self.restore_error))
+        return codec.respond(self.shard, request)
 
     def failed_restore(self) -> CheckpointError | None:
         """The :class:`CheckpointError` that kept the shard from restoring, or None."""
@@ -126,9 +122,6 @@ class Directory:
         return {"tables": self._layout, "checkpoint_dir": self._checkpoint_dir}
 
 
-#: pickle protocol of requests and results: arrays in band, one buffer per call
-_PROTOCOL = 5
-
 _UNAVAILABLE = (ray_errors.RayActorError, ray_errors.ActorUnavailableError)
 
 
@@ -155,7 +148,7 @@ class RayEndpoint:
     The requests of a stream (a writer's chunks) go over the actor's chunk
     listener when the caller runs on the actor's node and the shard was served
     with ``local_writes`` (one Unix socket per stream, see
-    :mod:`recollect.service.channel`); everything else, and streams from other
+    :mod:`recollect.ray.channel`); everything else, and streams from other
     nodes, go as Ray calls. A stream the listener refused (its handshake slots
     taken, say) sends over Ray and tries the socket again after 0.25, 0.5, ... s
     (at most 8 s apart, ``RETRY_ATTEMPTS`` times), moving over once accepted: its
@@ -202,7 +195,7 @@ class RayEndpoint:
             if channel is not None:
                 channel.close()
         try:
-            return self.actor.call.remote(pickle.dumps(request, _PROTOCOL))
+            return self.actor.call.remote(codec.packed(request))
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
 
@@ -259,7 +252,7 @@ class RayEndpoint:
 
     def _channel_lost(self, request: Request[Any], err: BaseException) -> BaseException:
         """The error of a request whose stream's socket broke: sends the request's
-        :meth:`~recollect.service.requests.Request.stream_lost` over Ray, so a restarted
+        :meth:`~recollect.service.wire.requests.Request.stream_lost` over Ray, so a restarted
         shard answers as for any chunk of a lease it does not hold (StateError) and a dead
         one as for any call (ShardUnavailableError)."""
         probe = request.stream_lost()
@@ -273,7 +266,7 @@ class RayEndpoint:
     def actor_call(self, request: Request[Any]) -> Any:
         """``request`` as a Ray call to the actor (never over the chunk listener)."""
         try:
-            return self.actor.call.remote(pickle.dumps(request, _PROTOCOL))
+            return self.actor.call.remote(codec.packed(request))
         except _UNAVAILABLE as err:
             raise self._unavailable(err) from err
 
@@ -305,10 +298,7 @@ class RayEndpoint:
             raise self._unavailable(err) from err
         except ray_errors.GetTimeoutError as err:
             raise self._no_answer(timeout) from err
-        value = pickle.loads(value)
-        if type(value) is Raised:
-            raise value.error
-        return value
+        return codec.answer(value)
 
     def wait(self, handles: list[Any], timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -1,4 +1,9 @@
-"""Server: tables served in-process (threads), the embedded default of the replay service."""
+"""Server: tables served in-process (threads), the embedded default of the replay service.
+
+It joins the two sides in one process: it opens the shards (:mod:`recollect.service.shard`)
+and hands out a :class:`~recollect.service.client.Client` whose endpoints apply each
+request to its shard directly (:class:`~recollect.service.wire.endpoint.LocalEndpoint`).
+"""
 
 from __future__ import annotations
 
@@ -6,71 +11,12 @@ import os
 from typing import Any
 
 from recollect.buffers import ReplayBuffer
-from recollect.errors import CheckpointError, InvalidArgumentError
-from recollect.service.checkpoints import shard_path
+from recollect.errors import InvalidArgumentError
 from recollect.service.client import Client
-from recollect.service.counters import open_counters
-from recollect.service.endpoint import LocalEndpoint
-from recollect.service.shard import Shard
-from recollect.service.split import shard_config
-from recollect.state.atomic import find_checkpoint
+from recollect.service.shard import Shard, check_tables, open_shard, shard_config
+from recollect.service.wire.endpoint import LocalEndpoint
 
-__all__ = ["Server", "check_tables", "open_shard"]
-
-
-def check_tables(tables: Any) -> dict[str, ReplayBuffer]:
-    """``tables`` as ``{name: ReplayBuffer}``, checked.
-
-    Raises:
-        InvalidArgumentError: not a non-empty mapping of str names to ReplayBuffers.
-    """
-    if not isinstance(tables, dict) or not tables:
-        raise InvalidArgumentError(
-            "`tables` must be a non-empty dict {name: ReplayBuffer}; got "
-            f"{type(tables).__name__}."
-        )
-    for name, buf in tables.items():
-        if not isinstance(name, str) or not name or "/" in name:
-            raise InvalidArgumentError(
-                f"table names must be non-empty strings without '/'; got {name!r}."
-            )
-        if not isinstance(buf, ReplayBuffer) or type(buf) is not ReplayBuffer:
-            raise InvalidArgumentError(
-                f"table {name!r} must be a recollect.ReplayBuffer; got {type(buf).__name__}."
-            )
-    return dict(tables)
-
-
-def open_shard(
-    table: str,
-    buffer: ReplayBuffer,
-    *,
-    checkpoint_dir: str | os.PathLike | None = None,
-    lease_timeout: float = 60.0,
-) -> Shard:
-    """A :class:`Shard` of ``buffer``, restored from ``checkpoint_dir`` when it holds one.
-
-    With a ``checkpoint_dir``, the shard keeps ``[inserts, lost steps]`` in a
-    memory-mapped file next to its checkpoint, written on every insert; a shard
-    restored after a crash counts the inserts made after the checkpoint as lost.
-
-    Raises:
-        CheckpointError: the checkpoint is damaged.
-        InvalidArgumentError: it holds a buffer of another configuration.
-    """
-    if checkpoint_dir is None:
-        return Shard(table, buffer, lease_timeout=lease_timeout)
-    shard = buffer.table.shard
-    path = shard_path(checkpoint_dir, table, shard)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if find_checkpoint(path) is not None:  # also the sibling an interrupted save left
-            saved = ReplayBuffer.load(path)
-            buffer.load_state_dict(saved.state_dict())
-        counters = open_counters(path.parent / f"shard-{shard}.counters", buffer.table.inserts)
-    except CheckpointError as err:
-        raise CheckpointError(f"table {table!r} shard {shard}: {err}") from err
-    return Shard(table, buffer, lease_timeout=lease_timeout, counters=counters)
+__all__ = ["Server"]
 
 
 class Server:
