@@ -268,7 +268,9 @@ class Client:
             for group in out["groups"]:
                 columns = group["columns"]
                 for j, i in enumerate(group["index"].tolist()):
-                    per_sample[i] = [col[j] if col.ndim > 1 else np.asarray(col[j]) for col in columns]
+                    per_sample[i] = [
+                        col[j] if col.ndim > 1 else np.asarray(col[j], col.dtype) for col in columns
+                    ]
             keys, probs, sizes = info["key"].tolist(), info["probability"].tolist(), info["table_size"].tolist()
             prios, times = info["priority"].tolist(), info["times_sampled"].tolist()
             for i in range(k):
@@ -282,7 +284,7 @@ class Client:
                 ):
                     raise InvalidArgumentError("Can't split non timestep trajectory into timesteps.")
                 yield [
-                    ReplaySample(si, unflatten([np.asarray(col[t]) for col in data]))
+                    ReplaySample(si, unflatten([np.asarray(col[t], col.dtype) for col in data]))
                     for t in range(data[0].shape[0])
                 ]
 
