@@ -70,7 +70,8 @@ class ServerCore:
             stream: from :meth:`open_stream`.
             chunks: ``{"column": int, "first_step": int, "data": [T, *shape] array}`` each.
             items: groups ``{"table", "priorities" [n], "episodes" [n], "columns" [c] (ints),
-                "steps" (list of [n, L] int64), "squeeze" (list of bool)}``.
+                "steps" (list of [n, L] int64), "squeeze" (list of bool), "per_step" (bool: the
+                signature describes one step, the legacy Writer's items)}``.
             release_columns, release_steps: drop the stream's hold on steps before these.
             timeout: seconds an insert may wait on a rate limiter (None: forever).
 
@@ -115,7 +116,11 @@ class ServerCore:
                 shape = pool.shape if squeeze else (steps.shape[1], *pool.shape)
                 got.append((pool.dtype, shape))
         if table.columns is not None:
-            _signature.check_item(table.name, table.columns, got)
+            if group.get("per_step"):
+                steps_got = [(d, s[1:]) for d, s in got]
+                _signature.check_steps(table.name, table.columns, steps_got)
+            else:
+                _signature.check_item(table.name, table.columns, got)
         layout = Layout(tuple(pools), tuple(lengths), tuple(bool(s) for s in group["squeeze"]))
         return layout, np.concatenate(parts, axis=1)
 

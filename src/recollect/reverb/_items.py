@@ -305,8 +305,10 @@ class Items:
         with self.cond:
             live = self.sampler.dense.live().copy()
             self._delete(live)
-            self.limiter.reset()
+            self.limiter = LimiterState(self.limiter.config)
             self.episodes.clear()
+            self.num_deleted_episodes = 0
+            self.num_unique_samples = 0
             self.cond.notify_all()
 
 

@@ -108,6 +108,29 @@ def columns(signature: Any) -> list[ColumnSpec] | None:
     return out
 
 
+def check_steps(table: str, expected: list[ColumnSpec], got: list[tuple[np.dtype, tuple]]) -> None:
+    """Raises SpecError unless every column's per-step ``(dtype, shape)`` fits the signature
+    (the legacy ``Writer``'s items: the signature describes one step)."""
+    if len(expected) != len(got):
+        raise SpecError(
+            f"Unable to CreateItem in table '{table}' because Append was called with a tensor "
+            f"signature inconsistent with the table signature: {len(got)} tensors per step, "
+            f"but the table's signature has {len(expected)}. Hint: append steps with the "
+            "structure of the table's signature."
+        )
+    for i, (spec, (dtype, shape)) in enumerate(zip(expected, got, strict=True)):
+        if not spec.accepts(dtype, shape):
+            want = "<unknown>" if spec.shape is None else shape_text(spec.shape)
+            raise SpecError(
+                f"Unable to CreateItem in table '{table}' because Append was called with a "
+                "tensor signature inconsistent with the table signature. At timestep offset 0, "
+                f"flattened index {i}, saw a tensor of dtype {dtype_name(dtype)}, shape "
+                f"{shape_text(shape)}, but expected tensor '{spec.name}' of dtype "
+                f"{dtype_name(spec.dtype)} and shape compatible with {want}. Hint: cast leaf {i} "
+                f"to {np.dtype(spec.dtype)} with shape {want} before appending it."
+            )
+
+
 def check_item(
     table: str, expected: list[ColumnSpec], got: list[tuple[np.dtype, tuple]]
 ) -> None:

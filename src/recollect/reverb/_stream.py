@@ -156,7 +156,12 @@ class WriterStream:
         return refs
 
     def create_item(
-        self, table: str, priority: float, columns: list[list[CellRef]], squeeze: list[bool]
+        self,
+        table: str,
+        priority: float,
+        columns: list[list[CellRef]],
+        squeeze: list[bool],
+        per_step: bool = False,
     ) -> None:
         """Queues an item; sends the queue when it reaches ``MAX_PENDING`` items."""
         if self.closed:
@@ -181,7 +186,13 @@ class WriterStream:
                 )
             ids.append(column.index)
             steps.append([r.step for r in refs])
-        key = (table, tuple(ids), tuple(len(s) for s in steps), tuple(bool(s) for s in squeeze))
+        key = (
+            table,
+            tuple(ids),
+            tuple(len(s) for s in steps),
+            tuple(bool(s) for s in squeeze),
+            per_step,
+        )
         if not self.runs or self.runs[-1][0] != key:
             self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
         run = self.runs[-1][1]
@@ -195,7 +206,7 @@ class WriterStream:
     def _groups(self, limit: int) -> list[dict[str, Any]]:
         """The first ``limit`` queued items as runs of one layout."""
         groups = []
-        for (table, ids, _lengths, squeeze), full in self.runs:
+        for (table, ids, _lengths, squeeze, per_step), full in self.runs:
             if limit <= 0:
                 break
             run = {k: v[:limit] for k, v in full.items()}
@@ -208,6 +219,7 @@ class WriterStream:
                 "columns": list(ids),
                 "steps": [np.asarray([s[c] for s in steps], np.int64) for c in range(len(ids))],
                 "squeeze": list(squeeze),
+                "per_step": per_step,
             })
         return groups
 
@@ -291,8 +303,8 @@ class WriterStream:
         if self.closed:
             return
         try:
-            if self.pending:
-                self._send(None)
+            if self.pending:  # what the tables take now; the rest is dropped (as Reverb)
+                self._send(0.0)
         finally:
             self.closed = True
             try:

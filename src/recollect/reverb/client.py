@@ -17,7 +17,7 @@ from recollect.reverb import _signature
 from recollect.reverb._core import LocalChannel
 from recollect.reverb._info import decode_info
 from recollect.reverb._stream import WriterStream
-from recollect.reverb.errors import DeadlineExceededError, ReverbError
+from recollect.reverb.errors import DeadlineExceededError
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
 from recollect.reverb.reverb_types import TableInfo
 from recollect.reverb.trajectory_writer import TrajectoryColumn, TrajectoryWriter
@@ -32,11 +32,22 @@ def open_channel(address: str) -> Any:
         return LocalChannel(core)
     rgrpc = _grpc_transport()
     if rgrpc is None:
-        raise ReverbError(
-            f"no server of this process listens at {address!r} and the gRPC transport is not "
-            "installed; pip install 'recollect[reverb]' to reach other processes."
-        )
+        return _Unreachable(address)
     return _MappedChannel(rgrpc.connect(address), rgrpc)
+
+
+class _Unreachable:
+    """The channel to an address no server of this process has, without a transport."""
+
+    def __init__(self, address: str) -> None:
+        self._address = address
+
+    def call(self, method: str, args: dict[str, Any], timeout: float | None = None) -> Any:
+        raise DeadlineExceededError(
+            f"{method} call did not complete within provided timeout of {timeout}s: no server "
+            f"of this process listens at {self._address!r}, and the gRPC transport (to reach "
+            "other processes) is not installed: pip install 'recollect[reverb]'."
+        )
 
 
 class _MappedChannel:
@@ -122,7 +133,7 @@ class Writer:
             [CellRef(c, s, None) for s in range(c.next_step - num_timesteps, c.next_step)]  # type: ignore[arg-type]
             for c in columns
         ]
-        self._stream.create_item(table, priority, refs, [False] * len(columns))
+        self._stream.create_item(table, priority, refs, [False] * len(columns), per_step=True)
 
     def flush(self) -> None:
         """Sends queued items (blocks on rate limiters)."""

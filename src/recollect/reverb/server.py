@@ -146,6 +146,11 @@ class Server:
 
         return Client(f"localhost:{self._port}")
 
+    def in_process_client(self) -> Any:
+        """A ``Client`` of this server that calls it directly (as every client in this
+        process does)."""
+        return self.localhost_client()
+
     def __enter__(self) -> Server:
         return self
 
