@@ -46,7 +46,7 @@ def _encode_spec(spec: Any) -> dict[str, Any]:
 def encode_signature(signature: Any) -> Any:
     if signature is None:
         return None
-    return optree.tree_map(_encode_spec, signature, none_is_leaf=True)
+    return optree.tree_map(_encode_spec, signature, is_leaf=_signature.is_spec, none_is_leaf=True)
 
 
 def _decode_spec(node: list[Any]) -> Any:

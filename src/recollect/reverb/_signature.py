@@ -42,13 +42,18 @@ def flatten(nest: Any) -> list[Any]:
     return optree.tree_leaves(nest, none_is_leaf=True)
 
 
-def flatten_with_paths(nest: Any) -> list[tuple[tuple, Any]]:
-    paths, leaves, _ = optree.tree_flatten_with_path(nest, none_is_leaf=True)
+def is_spec(x: Any) -> bool:
+    """A signature leaf: anything with ``shape`` and ``dtype`` (even a registered node)."""
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def flatten_with_paths(nest: Any, is_leaf: Any = None) -> list[tuple[tuple, Any]]:
+    paths, leaves, _ = optree.tree_flatten_with_path(nest, is_leaf, none_is_leaf=True)
     return list(zip(paths, leaves, strict=True))
 
 
 def unflatten_as(structure: Any, flat: list[Any]) -> Any:
-    treedef = optree.tree_structure(structure, none_is_leaf=True)
+    treedef = optree.tree_structure(structure, is_spec, none_is_leaf=True)
     return optree.tree_unflatten(treedef, list(flat))
 
 
@@ -97,7 +102,7 @@ def columns(signature: Any) -> list[ColumnSpec] | None:
     if signature is None:
         return None
     out = []
-    for path, spec in flatten_with_paths(signature):
+    for path, spec in flatten_with_paths(signature, is_spec):
         if not (hasattr(spec, "shape") and hasattr(spec, "dtype")):
             raise SpecError(
                 f"Unsupported signature spec: {spec!r} at path {'/'.join(map(str, path))}. "
