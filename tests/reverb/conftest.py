@@ -17,12 +17,18 @@ def make_server(*tables: reverb.Table) -> reverb.Server:
 def server() -> Iterator[reverb.Server]:
     tables = [
         reverb.Table(
-            "uniform", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
+            "uniform",
+            reverb.selectors.Uniform(),
+            reverb.selectors.Fifo(),
+            1000,
             reverb.rate_limiters.MinSize(1),
         ),
         reverb.Table.queue("queue", 3),
         reverb.Table(
-            "prio", reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 1000,
+            "prio",
+            reverb.selectors.Prioritized(1.0),
+            reverb.selectors.Fifo(),
+            1000,
             reverb.rate_limiters.MinSize(1),
         ),
     ]

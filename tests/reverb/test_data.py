@@ -9,13 +9,32 @@ import recollect.reverb as reverb
 from recollect.errors import CheckpointError
 from recollect.reverb.platform import checkpointers_lib
 
-DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-          np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128]
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
+]
 
 
 def _table(name: str = "t", max_size: int = 100) -> reverb.Table:
-    return reverb.Table(name, reverb.selectors.Fifo(), reverb.selectors.Fifo(), max_size,
-                        reverb.rate_limiters.MinSize(1))
+    return reverb.Table(
+        name,
+        reverb.selectors.Fifo(),
+        reverb.selectors.Fifo(),
+        max_size,
+        reverb.rate_limiters.MinSize(1),
+    )
 
 
 def _step(i: int) -> dict:
@@ -42,8 +61,13 @@ def test_all_dtypes_round_trip() -> None:
 
 def test_checkpoint_restores_items_priorities_and_counters(tmp_path) -> None:
     ckpt = checkpointers_lib.DefaultCheckpointer(str(tmp_path))
-    table = reverb.Table("t", reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 10,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Prioritized(1.0),
+        reverb.selectors.Fifo(),
+        10,
+        reverb.rate_limiters.MinSize(1),
+    )
     with reverb.Server([table], checkpointer=ckpt) as server:
         client = server.localhost_client()
         for i in range(12):
@@ -52,8 +76,13 @@ def test_checkpoint_restores_items_priorities_and_counters(tmp_path) -> None:
         path = client.checkpoint()
         before = table.info
     assert path.startswith(str(tmp_path))
-    fresh = reverb.Table("t", reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 10,
-                         reverb.rate_limiters.MinSize(1))
+    fresh = reverb.Table(
+        "t",
+        reverb.selectors.Prioritized(1.0),
+        reverb.selectors.Fifo(),
+        10,
+        reverb.rate_limiters.MinSize(1),
+    )
     with reverb.Server([fresh], checkpointer=ckpt) as server:
         client = server.localhost_client()
         after = fresh.info

@@ -31,13 +31,22 @@ def test_stack_returns_newest_first() -> None:
         assert _values(client, "s", 3) == [4, 3, 2]
 
 
-@pytest.mark.parametrize(("selector", "expected"), [
-    (reverb.selectors.MinHeap, [1, 2, 3]),
-    (reverb.selectors.MaxHeap, [9, 7, 3]),
-])
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        (reverb.selectors.MinHeap, [1, 2, 3]),
+        (reverb.selectors.MaxHeap, [9, 7, 3]),
+    ],
+)
 def test_heaps_sample_by_priority(selector, expected: list[int]) -> None:
-    table = reverb.Table("h", selector(), reverb.selectors.Fifo(), 10,
-                         reverb.rate_limiters.MinSize(1), max_times_sampled=1)
+    table = reverb.Table(
+        "h",
+        selector(),
+        reverb.selectors.Fifo(),
+        10,
+        reverb.rate_limiters.MinSize(1),
+        max_times_sampled=1,
+    )
     with reverb.Server([table]) as server:
         client = server.localhost_client()
         for p in [3, 9, 1, 7, 2]:
@@ -46,8 +55,14 @@ def test_heaps_sample_by_priority(selector, expected: list[int]) -> None:
 
 
 def test_fifo_remover_drops_oldest_when_full() -> None:
-    table = reverb.Table("t", reverb.selectors.Fifo(), reverb.selectors.Fifo(), 3,
-                         reverb.rate_limiters.MinSize(1), max_times_sampled=1)
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Fifo(),
+        reverb.selectors.Fifo(),
+        3,
+        reverb.rate_limiters.MinSize(1),
+        max_times_sampled=1,
+    )
     with reverb.Server([table]) as server:
         client = server.localhost_client()
         for i in range(5):
@@ -56,8 +71,14 @@ def test_fifo_remover_drops_oldest_when_full() -> None:
 
 
 def test_max_times_sampled_removes_items() -> None:
-    table = reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 10,
-                         reverb.rate_limiters.MinSize(1), max_times_sampled=2)
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        10,
+        reverb.rate_limiters.MinSize(1),
+        max_times_sampled=2,
+    )
     with reverb.Server([table]) as server:
         client = server.localhost_client()
         client.insert(np.int64(5), {"t": 1.0})
@@ -97,16 +118,18 @@ def test_blocked_sample_waits_for_an_insert() -> None:
 
 
 def test_updates_and_deletes_of_unknown_keys_are_ignored() -> None:
-    table = reverb.Table("t", reverb.selectors.MaxHeap(), reverb.selectors.Fifo(), 2,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t", reverb.selectors.MaxHeap(), reverb.selectors.Fifo(), 2, reverb.rate_limiters.MinSize(1)
+    )
     with reverb.Server([table]) as server:
         client = server.localhost_client()
         for i in range(3):  # the first is removed: its key becomes stale
             client.insert(np.int64(i), {"t": 1.0})
         keys = [s.info.key for s in client.sample("t", 1, emit_timesteps=False)]
         first_key = 0  # keys are (counter << shift) | slot; the first item's is 0
-        client.mutate_priorities("t", updates={first_key: 100.0, keys[0]: 5.0},
-                                 deletes=[first_key, 123456789])
+        client.mutate_priorities(
+            "t", updates={first_key: 100.0, keys[0]: 5.0}, deletes=[first_key, 123456789]
+        )
         assert table.info.current_size == 2
         top = next(client.sample("t", 1, emit_timesteps=False))
         assert top.info.key == keys[0] and top.info.priority == 5.0

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from chi_square import assert_fits
 
 import recollect.reverb as reverb
+from chi_square import assert_fits
 
 
 def _filled(selector, priorities: list[float]) -> tuple[reverb.Server, reverb.Client]:
-    table = reverb.Table("t", selector, reverb.selectors.Fifo(), 100,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t", selector, reverb.selectors.Fifo(), 100, reverb.rate_limiters.MinSize(1)
+    )
     server = reverb.Server([table])
     client = server.localhost_client()
     with client.writer(1) as writer:
@@ -58,8 +59,13 @@ def test_priority_updates_change_frequencies() -> None:
 
 
 def test_uniform_remover_keeps_max_size() -> None:
-    table = reverb.Table("t", reverb.selectors.Uniform(), reverb.selectors.Uniform(), 5,
-                         reverb.rate_limiters.MinSize(1))
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Uniform(),
+        5,
+        reverb.rate_limiters.MinSize(1),
+    )
     with reverb.Server([table]) as server:
         client = server.localhost_client()
         with client.writer(1) as writer:

@@ -14,7 +14,9 @@ from recollect.errors import InvalidArgumentError
 
 def _table(name: str = "t", **kw) -> reverb.Table:
     args = dict(
-        sampler=reverb.selectors.Uniform(), remover=reverb.selectors.Fifo(), max_size=10,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=10,
         rate_limiter=reverb.rate_limiters.MinSize(1),
     )
     args.update(kw)
@@ -71,7 +73,12 @@ def test_table_info_has_reverbs_fields() -> None:
             client.insert([i], {"t": 1.0})
         list(client.sample("t", 2))
         info = table.info
-        assert (info.name, info.max_size, info.max_times_sampled, info.current_size) == ("t", 10, 3, 3)
+        assert (info.name, info.max_size, info.max_times_sampled, info.current_size) == (
+            "t",
+            10,
+            3,
+            3,
+        )
         assert info.sampler_options.prioritized.priority_exponent == 0.8
         assert info.remover_options.fifo and info.remover_options.is_deterministic
         limiter = info.rate_limiter_info

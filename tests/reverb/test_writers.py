@@ -13,9 +13,15 @@ from recollect.specs import ArraySpec
 
 
 def _server(signature=None, max_size: int = 100, max_times_sampled: int = 1) -> reverb.Server:
-    table = reverb.Table("t", reverb.selectors.Fifo(), reverb.selectors.Fifo(), max_size,
-                         reverb.rate_limiters.MinSize(1), max_times_sampled=max_times_sampled,
-                         signature=signature)
+    table = reverb.Table(
+        "t",
+        reverb.selectors.Fifo(),
+        reverb.selectors.Fifo(),
+        max_size,
+        reverb.rate_limiters.MinSize(1),
+        max_times_sampled=max_times_sampled,
+        signature=signature,
+    )
     return reverb.Server([table])
 
 
@@ -30,11 +36,15 @@ def test_history_slices_build_items_of_overlapping_steps() -> None:
             for i in range(5):
                 writer.append({"obs": np.full(2, i, np.float32), "r": np.int32(10 * i)})
                 if writer.episode_steps >= 2:
-                    writer.create_item("t", 1.0, {
-                        "obs": writer.history["obs"][-2:],
-                        "r": writer.history["r"][-1],  # squeezed: no time axis
-                        "pair": writer.history["r"][[-2, -1]],
-                    })
+                    writer.create_item(
+                        "t",
+                        1.0,
+                        {
+                            "obs": writer.history["obs"][-2:],
+                            "r": writer.history["r"][-1],  # squeezed: no time axis
+                            "pair": writer.history["r"][[-2, -1]],
+                        },
+                    )
         samples = _all(client, 4)
     flat = [s.data for s in samples]
     # signature-less tables return flat columns in the trajectory's (sorted-key) order
@@ -84,8 +94,11 @@ def test_column_dtype_and_shape_are_fixed_by_the_first_value() -> None:
     with _server() as server:
         writer = server.localhost_client().trajectory_writer(2)
         writer.append({"a": np.int64(1)})
-        with pytest.raises(ValueError, match=r"Tensor of wrong dtype provided for column \('a',\)\. "
-                                             r"Got double but expected int64\.") as err:
+        with pytest.raises(
+            ValueError,
+            match=r"Tensor of wrong dtype provided for column \('a',\)\. "
+            r"Got double but expected int64\.",
+        ) as err:
             writer.append({"a": 1.5})
         assert isinstance(err.value, SpecError) and "Hint" in str(err.value)
         with pytest.raises(ValueError, match="Tensor of incompatible shape provided for column"):
@@ -100,8 +113,11 @@ def test_item_against_table_signature() -> None:
         writer = client.trajectory_writer(2)
         writer.append({"a": np.zeros(3, np.float64)})
         writer.append({"a": np.zeros(3, np.float64)})
-        with pytest.raises(ValueError, match="The table expects column 0 to be a float "
-                                             r"\[2,3\] tensor but got a double \[2,3\] tensor"):
+        with pytest.raises(
+            ValueError,
+            match="The table expects column 0 to be a float "
+            r"\[2,3\] tensor but got a double \[2,3\] tensor",
+        ):
             writer.create_item("t", 1.0, {"a": writer.history["a"][-2:]})
         writer.close()
         w2 = client.trajectory_writer(2)
@@ -116,8 +132,9 @@ def test_item_against_table_signature() -> None:
 def test_legacy_writer_checks_signature_per_step() -> None:
     with _server(signature=ArraySpec((2,), np.int64)) as server:
         client = server.localhost_client()
-        with pytest.raises(ValueError, match="saw a tensor of dtype double, shape \\[2\\], but "
-                                             "expected tensor"):
+        with pytest.raises(
+            ValueError, match="saw a tensor of dtype double, shape \\[2\\], but expected tensor"
+        ):
             client.insert(np.zeros(2, np.float64), {"t": 1.0})
         client.insert(np.zeros(2, np.int64), {"t": 1.0})
         assert server.core.tables["t"].info.current_size == 1
@@ -175,8 +192,9 @@ def test_64_writer_threads_insert_every_item() -> None:
             with client.trajectory_writer(2) as writer:
                 for t in range(10):
                     writer.append({"id": np.int64(i), "t": np.int64(t)})
-                    writer.create_item("t", 1.0, {"id": writer.history["id"][-1],
-                                                  "t": writer.history["t"][-1]})
+                    writer.create_item(
+                        "t", 1.0, {"id": writer.history["id"][-1], "t": writer.history["t"][-1]}
+                    )
 
         with ThreadPool(64) as pool:
             pool.map(write, range(64))

@@ -37,7 +37,9 @@ def save(core: Any, path: str | Path) -> Path:
     """Writes ``core``'s state to ``path`` (atomically); returns the path."""
     with core.store.lock:
         pools_cfg = [{"dtype": p.dtype.str, "shape": list(p.shape)} for p in core.store.pools]
-        state: dict[str, Any] = {"pools": {str(i): _pool_state(p) for i, p in enumerate(core.store.pools)}}
+        state: dict[str, Any] = {
+            "pools": {str(i): _pool_state(p) for i, p in enumerate(core.store.pools)}
+        }
     tables_cfg: dict[str, Any] = {}
     state["tables"] = {}
     for name, table in core.tables.items():
@@ -47,19 +49,31 @@ def save(core: Any, path: str | Path) -> Path:
                 "max_size": items.max_size,
                 "n_free": items.n_free,
                 "counter": items.counter,
-                "layouts": [[list(lay.pools), list(lay.lengths), list(lay.squeeze)] for lay in items.layouts],
-                "limiter": [items.limiter.inserts, items.limiter.samples, items.limiter.deletes,
-                            items.limiter.insert_completed, items.limiter.sample_completed],
+                "layouts": [
+                    [list(lay.pools), list(lay.lengths), list(lay.squeeze)] for lay in items.layouts
+                ],
+                "limiter": [
+                    items.limiter.inserts,
+                    items.limiter.samples,
+                    items.limiter.deletes,
+                    items.limiter.insert_completed,
+                    items.limiter.sample_completed,
+                ],
                 "num_deleted_episodes": items.num_deleted_episodes,
                 "num_unique_samples": items.num_unique_samples,
             }
             state["tables"][name] = {
-                "key": items.key.copy(), "priority": items.priority.copy(),
-                "times_sampled": items.times_sampled.copy(), "seq": items.seq.copy(),
-                "layout_of": items.layout_of.copy(), "episode": items.episode.copy(),
+                "key": items.key.copy(),
+                "priority": items.priority.copy(),
+                "times_sampled": items.times_sampled.copy(),
+                "seq": items.seq.copy(),
+                "layout_of": items.layout_of.copy(),
+                "episode": items.episode.copy(),
                 "free": items.free.copy(),
                 "episode_ids": np.fromiter(items.episodes.keys(), np.int64, len(items.episodes)),
-                "episode_counts": np.fromiter(items.episodes.values(), np.int64, len(items.episodes)),
+                "episode_counts": np.fromiter(
+                    items.episodes.values(), np.int64, len(items.episodes)
+                ),
                 "rows": {str(i): r.copy() for i, r in enumerate(items.rows)},
             }
     config = {"pools": pools_cfg, "tables": tables_cfg}
@@ -92,10 +106,10 @@ def load(core: Any, path: str | Path) -> None:
         raise CheckpointError(f"{path} holds a {saved.kind!r} checkpoint, not a reverb server's.")
     cfg, st = saved.config, saved.state
     with core.store.lock:
-        core.store.pools = [_restore_pool(c, st["pools"][str(i)]) for i, c in enumerate(cfg["pools"])]
-        core.store._pool_ids = {
-            (p.dtype.str, p.shape): i for i, p in enumerate(core.store.pools)
-        }
+        core.store.pools = [
+            _restore_pool(c, st["pools"][str(i)]) for i, c in enumerate(cfg["pools"])
+        ]
+        core.store._pool_ids = {(p.dtype.str, p.shape): i for i, p in enumerate(core.store.pools)}
     for name, tcfg in cfg["tables"].items():
         table = core.tables.get(name)
         if table is None:
@@ -122,12 +136,18 @@ def _load_table(core: Any, items: Any, cfg: dict[str, Any], st: dict[str, Any]) 
             items.layout_id(Layout(tuple(pools), tuple(lengths), tuple(bool(s) for s in squeeze)))
             items.rows[i][:] = st["rows"][str(i)]
         lim = items.limiter
-        (lim.inserts, lim.samples, lim.deletes, lim.insert_completed,
-         lim.sample_completed) = (int(v) for v in cfg["limiter"])
+        (lim.inserts, lim.samples, lim.deletes, lim.insert_completed, lim.sample_completed) = (
+            int(v) for v in cfg["limiter"]
+        )
         items.num_deleted_episodes = int(cfg["num_deleted_episodes"])
         items.num_unique_samples = int(cfg["num_unique_samples"])
-        items.episodes = dict(zip(np.asarray(st["episode_ids"]).tolist(),
-                                  np.asarray(st["episode_counts"]).tolist(), strict=True))
+        items.episodes = dict(
+            zip(
+                np.asarray(st["episode_ids"]).tolist(),
+                np.asarray(st["episode_counts"]).tolist(),
+                strict=True,
+            )
+        )
         live = np.flatnonzero(items.key >= 0)
         live = live[np.argsort(items.seq[live], kind="stable")]
         items.sampler.clear()

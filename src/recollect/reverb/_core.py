@@ -97,16 +97,24 @@ class ServerCore:
         if release_columns is not None and len(release_columns):
             self.store.release(
                 stream,
-                dict(zip(np.asarray(release_columns).tolist(), np.asarray(release_steps).tolist(),
-                         strict=True)),
+                dict(
+                    zip(
+                        np.asarray(release_columns).tolist(),
+                        np.asarray(release_steps).tolist(),
+                        strict=True,
+                    )
+                ),
             )
         return done
 
-    def _resolve(self, stream: int, table: Table, group: dict[str, Any]) -> tuple[Layout, np.ndarray]:
+    def _resolve(
+        self, stream: int, table: Table, group: dict[str, Any]
+    ) -> tuple[Layout, np.ndarray]:
         pools, lengths, parts, got = [], [], [], []
         with self.store.lock:
-            for column, steps, squeeze in zip(group["columns"], group["steps"], group["squeeze"],
-                                              strict=True):
+            for column, steps, squeeze in zip(
+                group["columns"], group["steps"], group["squeeze"], strict=True
+            ):
                 steps = np.asarray(steps, np.int64)
                 pool_id, rows = self.store.rows(stream, int(column), steps)
                 pools.append(pool_id)
@@ -136,12 +144,14 @@ class ServerCore:
     ) -> None:
         """Updates priorities of ``keys`` and deletes ``deletes`` (unknown keys are ignored)."""
         prio = np.asarray(priorities, np.float64)
-        if prio.size and not (np.isfinite(prio).all() and (prio >= 0).all()):
+        bad = ~(np.isfinite(prio) & (prio >= 0))
+        if bad.any():
             raise InvalidArgumentError(
-                f"priorities must be finite and >= 0; got {prio[~(np.isfinite(prio) & (prio >= 0))][:3]}."
+                f"priorities must be finite and >= 0; got {prio[bad][:3]}. Clip them first."
             )
         self._table(table).items.mutate(
-            np.asarray(keys, np.uint64).astype(np.int64), prio,
+            np.asarray(keys, np.uint64).astype(np.int64),
+            prio,
             np.asarray(deletes, np.uint64).astype(np.int64),
         )
 

@@ -129,18 +129,27 @@ class Items:
                 except RateLimiterTimeoutError:
                     return done
                 k = min(allowed, n - done, self.max_size)
-                self._insert_now(lid, rows[done : done + k], priorities[done : done + k],
-                                 episodes[done : done + k])
+                self._insert_now(
+                    lid,
+                    rows[done : done + k],
+                    priorities[done : done + k],
+                    episodes[done : done + k],
+                )
                 done += k
                 self.cond.notify_all()
         return done
 
-    def _insert_now(self, lid: int, rows: np.ndarray, prio: np.ndarray, episodes: np.ndarray) -> None:
+    def _insert_now(
+        self, lid: int, rows: np.ndarray, prio: np.ndarray, episodes: np.ndarray
+    ) -> None:
         k = len(prio)
         over = self.size + k - self.max_size
         if over > 0:
-            victims, _ = self.remover.draw(over, self.rng) if self.remover.deterministic else (
-                self._distinct_draw(self.remover, over), None)
+            victims, _ = (
+                self.remover.draw(over, self.rng)
+                if self.remover.deterministic
+                else (self._distinct_draw(self.remover, over), None)
+            )
             self._delete(victims)
         slots = self.free[self.n_free - k : self.n_free][::-1].copy()
         self.n_free -= k

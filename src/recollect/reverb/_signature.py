@@ -136,9 +136,7 @@ def check_steps(table: str, expected: list[ColumnSpec], got: list[tuple[np.dtype
             )
 
 
-def check_item(
-    table: str, expected: list[ColumnSpec], got: list[tuple[np.dtype, tuple]]
-) -> None:
+def check_item(table: str, expected: list[ColumnSpec], got: list[tuple[np.dtype, tuple]]) -> None:
     """Raises SpecError unless every item column ``(dtype, shape)`` fits the signature."""
 
     def listing(specs: list[str]) -> str:

@@ -44,7 +44,7 @@ def to_array(value: Any) -> np.ndarray:
 class CellRef:
     """A reference to one appended value of one column (Reverb's ``WeakCellRef``)."""
 
-    __slots__ = ("_column", "step", "_value")
+    __slots__ = ("_column", "_value", "step")
 
     def __init__(self, column: _Column, step: int, value: np.ndarray) -> None:
         self._column = column
@@ -212,15 +212,17 @@ class WriterStream:
             run = {k: v[:limit] for k, v in full.items()}
             limit -= len(run["priorities"])
             steps = run["steps"]
-            groups.append({
-                "table": table,
-                "priorities": np.asarray(run["priorities"], np.float64),
-                "episodes": np.asarray(run["episodes"], np.int64),
-                "columns": list(ids),
-                "steps": [np.asarray([s[c] for s in steps], np.int64) for c in range(len(ids))],
-                "squeeze": list(squeeze),
-                "per_step": per_step,
-            })
+            groups.append(
+                {
+                    "table": table,
+                    "priorities": np.asarray(run["priorities"], np.float64),
+                    "episodes": np.asarray(run["episodes"], np.int64),
+                    "columns": list(ids),
+                    "steps": [np.asarray([s[c] for s in steps], np.int64) for c in range(len(ids))],
+                    "squeeze": list(squeeze),
+                    "per_step": per_step,
+                }
+            )
         return groups
 
     def _drop_sent(self, count: int) -> None:
@@ -243,11 +245,13 @@ class WriterStream:
         chunks = []
         for col in self.columns:
             if col.unsent:
-                chunks.append({
-                    "column": col.index,
-                    "first_step": col.sent,
-                    "data": np.stack(col.unsent),
-                })
+                chunks.append(
+                    {
+                        "column": col.index,
+                        "first_step": col.sent,
+                        "data": np.stack(col.unsent),
+                    }
+                )
                 col.sent += len(col.unsent)
                 col.unsent = []
         release_cols = np.asarray([c.index for c in self.columns], np.int64)
@@ -261,16 +265,28 @@ class WriterStream:
         self._drop_sent(done)
         return done == total
 
-    def _write(self, chunks: list, total: int, release_cols: np.ndarray,
-               release_steps: np.ndarray, timeout: float | None) -> int:
-        return int(self.channel.call("write", {
-            "stream": self.stream,
-            "chunks": chunks,
-            "items": self._groups(total),
-            "release_columns": release_cols,
-            "release_steps": release_steps,
-            "timeout": timeout,
-        }, None))
+    def _write(
+        self,
+        chunks: list,
+        total: int,
+        release_cols: np.ndarray,
+        release_steps: np.ndarray,
+        timeout: float | None,
+    ) -> int:
+        return int(
+            self.channel.call(
+                "write",
+                {
+                    "stream": self.stream,
+                    "chunks": chunks,
+                    "items": self._groups(total),
+                    "release_columns": release_cols,
+                    "release_steps": release_steps,
+                    "timeout": timeout,
+                },
+                None,
+            )
+        )
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
         """Sends queued items until at most ``block_until_num_items`` remain queued."""
@@ -309,5 +325,5 @@ class WriterStream:
             self.closed = True
             try:
                 self.channel.call("close_stream", {"stream": self.stream}, None)
-            except Exception:  # noqa: BLE001 (the server may be gone; nothing to release)
+            except Exception:
                 pass

@@ -88,7 +88,7 @@ class Writer:
         if not getattr(self, "_closed", True):
             try:
                 self.close()
-            except Exception:  # noqa: BLE001 (interpreter shutdown or server gone)
+            except Exception:
                 pass
 
     def append(self, data: Any) -> None:
@@ -119,9 +119,13 @@ class Writer:
             InvalidArgumentError (a ValueError): ``num_timesteps`` < 1 or more than kept.
         """
         if num_timesteps < 1:
-            raise InvalidArgumentError(f"num_timesteps ({num_timesteps}) must be a positive integer")
+            raise InvalidArgumentError(
+                f"num_timesteps ({num_timesteps}) must be a positive integer"
+            )
         columns = self._stream.columns
-        if not columns or num_timesteps > min(self._max, columns[0].next_step - columns[0].alive_from):
+        if not columns or num_timesteps > min(
+            self._max, columns[0].next_step - columns[0].alive_from
+        ):
             raise InvalidArgumentError(
                 f"num_timesteps ({num_timesteps}) must be <= the steps available "
                 f"({0 if not columns else columns[0].next_step - columns[0].alive_from}) and "
@@ -282,7 +286,11 @@ class Client:
                     per_sample[i] = [
                         col[j] if col.ndim > 1 else np.asarray(col[j], col.dtype) for col in columns
                     ]
-            keys, probs, sizes = info["key"].tolist(), info["probability"].tolist(), info["table_size"].tolist()
+            keys, probs, sizes = (
+                info["key"].tolist(),
+                info["probability"].tolist(),
+                info["table_size"].tolist(),
+            )
             prios, times = info["priority"].tolist(), info["times_sampled"].tolist()
             for i in range(k):
                 si = SampleInfo(keys[i], probs[i], sizes[i], prios[i], times[i])
@@ -293,7 +301,9 @@ class Client:
                 if len({col.shape[0] if col.ndim else -1 for col in data}) != 1 or any(
                     col.ndim == 0 for col in data
                 ):
-                    raise InvalidArgumentError("Can't split non timestep trajectory into timesteps.")
+                    raise InvalidArgumentError(
+                        "Can't split non timestep trajectory into timesteps."
+                    )
                 yield [
                     ReplaySample(si, unflatten([np.asarray(col[t], col.dtype) for col in data]))
                     for t in range(data[0].shape[0])
@@ -325,8 +335,13 @@ class Client:
                 f"keys and priorities must have the same length; got {keys.shape} and "
                 f"{priorities.shape}."
             )
-        self._call("mutate_priorities", table=table, keys=keys, priorities=priorities,
-                   deletes=np.zeros(0, np.uint64))
+        self._call(
+            "mutate_priorities",
+            table=table,
+            keys=keys,
+            priorities=priorities,
+            deletes=np.zeros(0, np.uint64),
+        )
 
     def reset(self, table: str) -> None:
         """Clears ``table`` and resets its rate limiter."""

@@ -57,12 +57,12 @@ class _Heap:
     kind = "heap"
 
 
-def MinHeap() -> _Heap:  # noqa: N802 (Reverb's name)
+def MinHeap() -> _Heap:
     """The item of smallest priority (ties: the oldest)."""
     return _Heap(True)
 
 
-def MaxHeap() -> _Heap:  # noqa: N802 (Reverb's name)
+def MaxHeap() -> _Heap:
     """The item of largest priority (ties: the oldest)."""
     return _Heap(False)
 

@@ -17,12 +17,12 @@ class ProtoLike:
     def __init__(self, **fields: Any) -> None:
         self.__dict__.update(fields)
 
-    def HasField(self, name: str) -> bool:  # noqa: N802 (protobuf's name)
+    def HasField(self, name: str) -> bool:
         """True when ``name`` is a set sub-message or a set (non-default) scalar."""
         value = self.__dict__.get(name)
         return value is not None and value is not False and value != 0
 
-    def WhichOneof(self, _group: str) -> str | None:  # noqa: N802 (protobuf's name)
+    def WhichOneof(self, _group: str) -> str | None:
         for name in ("fifo", "lifo", "uniform", "prioritized", "heap"):
             if self.HasField(name):
                 return name

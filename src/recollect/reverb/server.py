@@ -11,6 +11,8 @@ interface unauthenticated; that is a deliberate difference).
 from __future__ import annotations
 
 import collections
+import importlib
+import importlib.util
 import socket
 import threading
 import weakref
@@ -42,13 +44,12 @@ def local_core(address: str) -> ServerCore | None:
 
 def _grpc_transport() -> Any:
     """``recollect.grpc`` when it and grpcio import, else None."""
+    if importlib.util.find_spec("grpc") is None:
+        return None
     try:
-        import grpc  # noqa: F401
-
-        from recollect import grpc as rgrpc
+        return importlib.import_module("recollect.grpc")
     except ImportError:
         return None
-    return rgrpc
 
 
 def _free_port() -> int:

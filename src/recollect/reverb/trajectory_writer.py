@@ -32,7 +32,11 @@ class TrajectoryColumn:
     """
 
     def __init__(
-        self, data_references: Sequence[CellRef], *, squeeze: bool = False, path: Any = None
+        self,
+        data_references: Sequence[CellRef | None],
+        *,
+        squeeze: bool = False,
+        path: Any = None,
     ) -> None:
         if squeeze and len(data_references) != 1:
             raise InvalidArgumentError(
@@ -45,7 +49,7 @@ class TrajectoryColumn:
                 f"at path {path} got {list(data_references)}. (The field was not appended at "
                 "every step of the slice.)"
             )
-        self._refs = tuple(data_references)
+        self._refs: tuple[CellRef, ...] = tuple(r for r in data_references if r is not None)
         self.is_squeezed = squeeze
 
     def __len__(self) -> int:
@@ -176,7 +180,7 @@ class TrajectoryWriter:
         if stream is not None and not stream.closed:
             try:
                 stream.close()
-            except Exception:  # noqa: BLE001 (interpreter shutdown or server gone)
+            except Exception:
                 pass
 
     @property
@@ -265,7 +269,8 @@ class TrajectoryWriter:
             if len(found) != 1:
                 raise
             text = str(err).replace(
-                f"for column {found[0]}", f"for column {_path_text(self._columns[int(found[0])].path())}"
+                f"for column {found[0]}",
+                f"for column {_path_text(self._columns[int(found[0])].path())}",
             )
             raise type(err)(text) from err
         for column, ref in zip(self._columns, refs, strict=True):

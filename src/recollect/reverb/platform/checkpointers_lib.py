@@ -11,6 +11,7 @@ checkpoints (``DONE`` + ``tables.tfrecord``) is read by
 from __future__ import annotations
 
 import datetime
+import importlib
 import os
 import tempfile
 from pathlib import Path
@@ -42,7 +43,8 @@ class CheckpointerBase:
         if not self.path.is_dir():
             return None
         found = [
-            d for d in self.path.iterdir()
+            d
+            for d in self.path.iterdir()
             if d.is_dir() and ((d / MANIFEST).is_file() or _is_reverb_checkpoint(d))
         ]
         return max(found, key=lambda d: d.name) if found else None
@@ -79,7 +81,7 @@ def load_reverb_checkpoint(core: Any, directory: Path) -> None:
         CheckpointError: the reader (``recollect.state.reverb``) is not available.
     """
     try:
-        from recollect.state import reverb as reverb_files  # type: ignore[attr-defined]
+        reverb_files = importlib.import_module("recollect.state.reverb")
     except ImportError as err:
         raise CheckpointError(
             f"{directory} holds a dm-reverb checkpoint, and this recollect cannot read those "
