@@ -5,7 +5,8 @@
 
 ``core`` installs recollect (not editable: what a user gets) with numpy, optree, the
 test tools, import-linter and the frameworks that install without CUDA downloads
-(gymnasium, click, tqdm, matplotlib), always through ``constraints.txt``. Test modules
+(gymnasium, click, tqdm, matplotlib, grpcio: so ``recollect.reverb`` and its gRPC
+transport are tested on every Python), always through ``constraints.txt``. Test modules
 that import a framework the session lacks at module level (torch, TensorFlow, JAX,
 Ray, SB3, Minari) are left out and listed; every other test runs, and the session
 fails on any failure.
@@ -32,6 +33,7 @@ CORE_DEPS = [
     "zstandard>=0.22",  # the compression extra: light wheels, no framework
     "cffi>=1.17",
     "lz4>=4.3",
+    "grpcio>=1.60",  # the reverb extra: recollect.reverb across processes (recollect.grpc)
 ]
 
 nox.options.sessions = ["core"]
@@ -58,7 +60,8 @@ ADAPTERS = {"recollect.torch": "torch", "recollect.jax": "jax", "recollect.tf_da
             "recollect.tf_agents": "tensorflow", "recollect._tf_eager": "tensorflow",
             "recollect.sb3": "stable_baselines3", "recollect.ray": "ray",
             "recollect.datasets.minari": "minari", "recollect.datasets.rlds": "tensorflow",
-            "recollect.cli": "click", "recollect.examples": "torch"}
+            "recollect.cli": "click", "recollect.examples": "torch",
+            "recollect.grpc": "grpc"}
 def needs(name):
     for prefix, module in ADAPTERS.items():
         if name == prefix or name.startswith(prefix + "."):

@@ -28,6 +28,8 @@ EXTRAS: dict[str, str] = {
     "tensorflow_datasets": "rlds",
     "stable_baselines3": "sb3",
     "sb3_contrib": "sb3",
+    "grpc": "reverb",
+    "google": "reverb",  # google.protobuf
 }
 
 

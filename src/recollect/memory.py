@@ -17,7 +17,7 @@ the values are compressed and their mean length estimates a full buffer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, NamedTuple, overload
 
 import numpy as np
 
@@ -34,7 +34,47 @@ from recollect.windows import WindowIndex
 #: sample values needed for a dictionary-aware estimate (half train, half measure)
 DICTIONARY_SAMPLES = 64
 
-__all__ = ["STORAGES", "available_memory", "check_memory", "estimate_memory", "table_nbytes"]
+__all__ = [
+    "STORAGES",
+    "MemoryEstimate",
+    "available_memory",
+    "check_memory",
+    "estimate_memory",
+    "table_nbytes",
+]
+
+
+class MemoryEstimate(NamedTuple):
+    """Bytes of a buffer by where they live (``estimate_memory(..., separate=True)``).
+
+    Attributes:
+        ram: bytes allocated in RAM (everything for ``storage="numpy"``; the table for
+            ``"memmap"``: window index and sampler arrays).
+        disk: bytes of the memmap directory's files (leaf files, frame rings and, for
+            compressed leaves, their offset index and block files); 0 for ``"numpy"``.
+            The OS caches the pages in use, which RSS counts as file-backed, not anonymous.
+    """
+
+    ram: int
+    disk: int
+
+
+@overload
+def estimate_memory(
+    spec: Any, capacity: int, num_envs: int = ..., storage: str = ..., *,
+    frame_stacks: dict[str, Any] | None = ..., sampler: Any = ...,
+    track_times_sampled: bool = ..., compression: dict[str, Any] | None = ...,
+    sample_steps: Any = ..., separate: Literal[False] = ...,
+) -> int: ...  # fmt: skip
+
+
+@overload
+def estimate_memory(
+    spec: Any, capacity: int, num_envs: int = ..., storage: str = ..., *,
+    frame_stacks: dict[str, Any] | None = ..., sampler: Any = ...,
+    track_times_sampled: bool = ..., compression: dict[str, Any] | None = ...,
+    sample_steps: Any = ..., separate: Literal[True],
+) -> MemoryEstimate: ...  # fmt: skip
 
 
 def estimate_memory(
@@ -48,7 +88,8 @@ def estimate_memory(
     track_times_sampled: bool = False,
     compression: dict[str, Any] | None = None,
     sample_steps: Any = None,
-) -> int:
+    separate: bool = False,
+) -> int | MemoryEstimate:
     """Bytes a buffer with these arguments allocates: its steps plus its table.
 
     The table's bookkeeping is the window index (clocks and an int64
@@ -79,10 +120,14 @@ def estimate_memory(
             buffer large enough to train a dictionary counts it when ``n >= 64``
             (half of the values train one, the other half measure it); with fewer
             the estimate is an upper bound (the values without a dictionary).
+            With ``storage="memmap"`` compressed values live in block files of
+            the directory (disk), not in RAM.
+        separate: return a :class:`MemoryEstimate` ``(ram, disk)`` instead of the total.
 
     Returns:
         int bytes; equals ``buf.nbytes`` of the constructed (empty) buffer
-        (``buf.storage.nbytes + buf.table.nbytes``).
+        (``buf.storage.nbytes + buf.table.nbytes``). With ``separate``: the same
+        bytes split into RAM and disk.
 
     Raises:
         InvalidArgumentError: unknown storage, or capacity not a positive
@@ -126,7 +171,11 @@ def estimate_memory(
             given = np.asarray(samples[i], leaf.dtype).reshape(-1, *leaf.shape)
             mean = _mean_compressed(codec, given, leaf, stacks.get(i), values)
         total += slots_nbytes(codec, values, size, mean)
-    return total
+    if not separate:
+        return total
+    if storage == "numpy":
+        return MemoryEstimate(total, 0)
+    return MemoryEstimate(table, total - table)
 
 
 def _mean_compressed(codec: Any, values: np.ndarray, leaf: Any, stack: Any, stored: int) -> float:

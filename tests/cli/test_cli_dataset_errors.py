@@ -97,6 +97,15 @@ def test_import_of_a_minari_dataset_missing_locally_says_what_to_run(where):
     assert written(where) == []
 
 
+def test_populate_from_a_missing_dataset_names_minari_download(where):
+    done = run("populate", "--env", "CartPole-v1", "--from-dataset", "nosuch/dataset-v0",
+               "--capacity", "100", "--steps-per-run", "10", "--num-runs", "1",
+               "--checkpoint-dir", "ck", "--no-progress")  # fmt: skip
+    assert_one_error_line(done, "Run `minari download nosuch/dataset-v0` first")
+    assert "--download" not in done.stderr
+    assert written(where) == []
+
+
 def test_import_with_download_that_fails_is_one_error_line_and_writes_nothing(where):
     # no network here: the hub cannot be reached (or its client is not installed)
     done = run(

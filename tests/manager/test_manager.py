@@ -84,7 +84,7 @@ def test_create_observe_sample_checkpoint_and_load(tmp_path):
         for _ in range(10):
             observer(rlds_steps(rng, (2,)))
         assert manager.num_frames() == buffer.num_frames() == observer.num_steps == 20
-        batch = next(manager.get_dataset(batch_size=8, num_steps=2))
+        batch = next(manager.get_dataset(batch_size=8, num_steps=2, framework="numpy"))
         assert batch.data["observation"].shape == (8, 2, 3)
         assert batch.ids.dtype == np.int64 and batch.probabilities.shape == (8,)
         assert manager.checkpoint() == (tmp_path / "ck").absolute()
@@ -92,7 +92,9 @@ def test_create_observe_sample_checkpoint_and_load(tmp_path):
     with rc.ReplayBufferManager(rlds_spec(), checkpoint_dir=tmp_path / "ck") as manager:
         buffer, observer = manager.load_replay_buffer()
         assert manager.num_frames() == 20
-        np.testing.assert_array_equal(next(manager.get_dataset(5, 2)).ids, expected)
+        np.testing.assert_array_equal(
+            next(manager.get_dataset(5, 2, framework="numpy")).ids, expected
+        )
         observer(rlds_steps(rng, (2,)))
         assert manager.num_frames() == 22
         manager.clear()
@@ -175,10 +177,10 @@ def test_load_checks_the_spec_and_capacity_given_to_the_manager(tmp_path):
 def test_close_is_idempotent_and_stops_everything():
     manager = rc.ReplayBufferManager(rlds_spec(), capacity=10)
     with pytest.raises(StateError, match="no replay buffer yet"):
-        manager.num_frames()
+        manager.get_dataset(2)
     _, observer = manager.create_replay_buffer()
     observer(rlds_steps(np.random.default_rng(0), ()))
-    dataset = manager.get_dataset(2)
+    dataset = manager.get_dataset(2, framework="numpy")
     assert next(dataset).ids.shape == (2,)
     manager.close()
     manager.close()
@@ -189,14 +191,15 @@ def test_close_is_idempotent_and_stops_everything():
     with pytest.raises(StateError, match="closed"):
         observer(rlds_steps(np.random.default_rng(0), ()))
     with pytest.raises(StateError, match="closed"):
-        manager.num_frames()
+        manager.get_dataset(2)
+    assert manager.num_frames() == 0  # as the seed's manager after close
 
 
 def test_dataset_raises_until_data_arrives_and_create_needs_a_spec():
     manager = rc.ReplayBufferManager(rlds_spec(), capacity=10)
     manager.create_replay_buffer()
     with pytest.raises(NotEnoughDataError, match="empty buffer"):
-        next(manager.get_dataset(4))
+        next(manager.get_dataset(4, framework="numpy"))
     with pytest.raises(InvalidArgumentError, match="needs data_spec and capacity"):
         rc.ReplayBufferManager(capacity=10).create_replay_buffer()
 

@@ -31,6 +31,7 @@ MODULES = [
     "recollect.torch",
     "recollect.jax",
     "recollect.tf_data",
+    "recollect.grpc",
 ]
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 

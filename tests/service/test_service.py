@@ -466,7 +466,7 @@ def test_a_manager_backed_by_the_service_has_the_same_methods(tmp_path) -> None:
         observer({k: np.stack([v, v], axis=1) for k, v in steps(5, 2).items()})  # [envs, T]
         m.checkpoint()  # flushes the writer, checkpoints the service
         assert m.num_frames() == 2 * 5 and m.has_checkpoint()
-        batch = next(m.get_dataset(batch_size=8))
+        batch = next(m.get_dataset(batch_size=8, framework="numpy"))
         assert batch.data["obs"].shape == (8, 3)
         with pytest.raises(rc.errors.CheckpointError, match="service checkpoint"):
             m.create_replay_buffer()

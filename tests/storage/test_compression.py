@@ -268,11 +268,6 @@ def test_estimate_memory_from_sample_steps_matches_filled_buffer():
         ({"compression": {"image": 3}}, InvalidArgumentError, r"must be a codec name"),
         ({"compression": {"camera": "zstd"}}, SpecError, r"no leaf 'camera'"),
         ({"compression": {"is_last": "zstd"}}, InvalidArgumentError, r"flag leaves stay"),
-        (
-            {"compression": {"image": "zstd"}, "storage": "memmap", "directory": "x"},
-            InvalidArgumentError,
-            r"needs storage='numpy'",
-        ),
     ],
 )
 def test_bad_compression_is_rejected(kwargs, error, match, tmp_path):

@@ -36,6 +36,7 @@ from recollect.state.manifest import FORMAT_VERSION, MANIFEST, spec_difference
 from recollect.state.npyio import map_npy
 from recollect.state.safe_files import create_new, read_regular
 from recollect.state.space import create_npy_memmap
+from recollect.storage.compressed_memmap import live_state
 from recollect.windows import WindowIndex
 
 __all__ = ["MemmapState"]
@@ -217,7 +218,7 @@ class MemmapState:
             return
         with lock:
             storage.flush()
-            state = {"storage": storage.state_dict(), "table": table.state_dict()}
+            state = {"storage": live_state(storage.state_dict()), "table": table.state_dict()}
             write_in_place(self.directory, "ReplayBuffer", self.config, state)
             (self.directory / DIRTY).unlink(missing_ok=True)
             self.clean = True

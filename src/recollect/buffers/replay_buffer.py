@@ -83,8 +83,9 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
             (each frame, with ``frame_stacks``) compressed in large blocks; a
             codec is ``"zstd"`` (``pip install recollect[compression]``),
             ``"lz4"``, ``"zlib"`` or an object such as
-            ``recollect.storage.ZstdCodec(level=3)``. Samples are bit-exact;
-            RAM only (not with ``storage="memmap"``). See
+            ``recollect.storage.ZstdCodec(level=3)``. Samples are bit-exact.
+            With ``storage="memmap"`` the compressed values live in block files
+            of ``directory`` (:mod:`recollect.storage.compressed_memmap`). See
             :mod:`recollect.storage.codecs` for measured sizes and speeds.
         force: allocate a RAM buffer even when it exceeds ``MemAvailable``.
         gatherer: a :class:`~recollect.storage.gather.Gatherer` to share between

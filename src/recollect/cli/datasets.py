@@ -4,7 +4,8 @@
 writes the checkpoint's complete episodes as a Minari dataset (``--to rlds
 --output DIR`` as an RLDS/TFDS dataset). ``recollect import --from minari ID
 --checkpoint-dir D --buffer-name N`` loads a dataset into a new buffer and
-checkpoints it to ``D/N`` (as ``recollect populate`` does);
+checkpoints it to ``D/N`` (as ``recollect populate`` does); ``--from reverb DIR``
+imports the episodes of a dm-reverb checkpoint's table (``--table NAME``);
 ``recollect populate --from-dataset ID`` starts from one.
 """
 
@@ -21,15 +22,26 @@ from recollect.errors import RecollectError
 __all__ = ["export_buffer", "import_dataset", "seed_from_dataset"]
 
 _FORMATS = click.Choice(["minari", "rlds"])
+_IMPORT_FORMATS = click.Choice(["minari", "rlds", "reverb"])
 
 
-def _load_dataset(fmt: str, source: str, download: bool = False, **kwargs: Any) -> Any:
+def _load_dataset(fmt: str, source: str, download: bool | None = False, **kwargs: Any) -> Any:
     """A new buffer with the episodes of Minari dataset ``source`` or RLDS directory ``source``.
 
     Every failure is one ``click.ClickException`` (an ``Error:`` line, exit 1).
+    ``download`` is None where the command has no ``--download`` option (a missing
+    Minari id then names only ``minari download``).
     """
     from recollect import datasets
 
+    if fmt == "reverb":
+        from recollect.datasets.reverb import from_reverb
+
+        try:
+            return from_reverb(source, **kwargs)
+        except RecollectError as err:
+            raise click.ClickException(str(err)) from err
+    kwargs.pop("table", None)
     if fmt == "rlds" and not Path(source, "dataset_info.json").is_file():
         raise click.ClickException(
             f"{source!r} is not an RLDS/TFDS dataset directory (it has no dataset_info.json); "
@@ -38,7 +50,7 @@ def _load_dataset(fmt: str, source: str, download: bool = False, **kwargs: Any) 
         )
     try:
         if fmt == "minari":
-            return datasets.from_minari(source, download=download, **kwargs)
+            return datasets.from_minari(source, download=bool(download), **kwargs)
         import tensorflow_datasets as tfds
 
         episodes = tfds.builder_from_directory(source).as_dataset(split="train")
@@ -49,8 +61,13 @@ def _load_dataset(fmt: str, source: str, download: bool = False, **kwargs: Any) 
         if fmt == "minari" and not download and "not found locally" in str(err):
             raise click.ClickException(
                 f"Minari dataset {source!r} is not in the local Minari datasets folder "
-                "(MINARI_DATASETS_PATH, default ~/.minari/datasets). Add --download to fetch "
-                f"it from Minari's remote hub, or run `minari download {source}` first."
+                "(MINARI_DATASETS_PATH, default ~/.minari/datasets). "
+                + (
+                    "Run"
+                    if download is None
+                    else "Add --download to fetch it from Minari's remote hub, or run"
+                )
+                + f" `minari download {source}` first."
             ) from None
         raise click.ClickException(f"cannot load {fmt} dataset {source!r}: {err}") from err
     except ImportError as err:
@@ -70,7 +87,13 @@ def seed_from_dataset(
     spec, so collection continues in the same buffer.
     """
     buf = _load_dataset(
-        "minari", dataset_id, capacity=capacity, num_envs=num_envs, data_spec=spec, rng=seed
+        "minari",
+        dataset_id,
+        download=None,
+        capacity=capacity,
+        num_envs=num_envs,
+        data_spec=spec,
+        rng=seed,
     )
     buf.save(path)
     return buf.num_frames()
@@ -114,7 +137,7 @@ def export_buffer(
 
 
 @main.command("import")
-@click.option("--from", "fmt", type=_FORMATS, required=True, help="dataset format.")
+@click.option("--from", "fmt", type=_IMPORT_FORMATS, required=True, help="dataset format.")
 @click.argument("source")
 @click.option(
     "--checkpoint-dir",
@@ -137,6 +160,7 @@ def export_buffer(
     is_flag=True,
     help="--from minari: fetch a dataset missing locally from Minari's remote hub.",
 )
+@click.option("--table", help="--from reverb: the table to import (needed with several).")
 def import_dataset(
     fmt: str,
     source: str,
@@ -146,15 +170,25 @@ def import_dataset(
     num_envs: int,
     seed: int,
     download: bool,
+    table: str | None,
 ) -> None:
-    """Load SOURCE (a Minari dataset id, or an RLDS/TFDS directory) into a new buffer.
+    """Load SOURCE (a Minari dataset id, an RLDS/TFDS directory, or a Reverb checkpoint
+    directory) into a new buffer.
 
     The buffer is checkpointed to CHECKPOINT_DIR/BUFFER_NAME.
     """
     if download and fmt != "minari":
         raise click.UsageError("--download works with --from minari only.")
+    if table is not None and fmt != "reverb":
+        raise click.UsageError("--table works with --from reverb only.")
     buf = _load_dataset(
-        fmt, source, download=download, capacity=capacity, num_envs=num_envs, rng=seed
+        fmt,
+        source,
+        download=download,
+        capacity=capacity,
+        num_envs=num_envs,
+        rng=seed,
+        table=table,
     )
     path = Path(checkpoint_dir) / buffer_name
     try:

@@ -11,16 +11,17 @@ framework.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.checkpoint import load_buffer, save_buffer
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
-from recollect.manager.checks import check_checkpoint_matches, leaves_differ
+from recollect.manager.checks import check_checkpoint_matches, leaves_differ, reverb_checkpoint
 from recollect.manager.iterator import SampleIterator
 from recollect.observers import Observer
 from recollect.samplers.base import Sampler
@@ -215,6 +216,22 @@ class ReplayBufferManager:
         root = find_checkpoint(self._checkpoint_dir)
         return root is not None and (root / MANIFEST).is_file()
 
+    def _refuse_reverb_checkpoint(self) -> None:
+        """Raises when ``checkpoint_dir`` holds checkpoints dm-reverb wrote (never read
+        as an empty directory)."""
+        if self._checkpoint_dir is None or self._service is not None:
+            return
+        found = reverb_checkpoint(self._checkpoint_dir)
+        if found is not None:
+            raise CheckpointError(
+                f"{self._checkpoint_dir} holds a Reverb checkpoint ({found.name}, written by "
+                "dm-reverb), not a recollect one. Restore it with recollect.reverb "
+                "(reverb.Server(tables, checkpointer=reverb.platform.checkpointers_lib."
+                "DefaultCheckpointer(path))), or convert it first with `recollect import --from "
+                "reverb DIR --checkpoint-dir PARENT --buffer-name NAME` and point the manager "
+                "at PARENT/NAME."
+            )
+
     def create_replay_buffer(
         self, *, overwrite: bool = False
     ) -> tuple[ReplayBuffer | TableHandle, Observer]:
@@ -248,6 +265,8 @@ class ReplayBufferManager:
                 "create_replay_buffer needs data_spec and capacity; pass them to "
                 "ReplayBufferManager(data_spec=..., capacity=...)."
             )
+        if not overwrite:
+            self._refuse_reverb_checkpoint()
         if not overwrite and self.has_checkpoint():
             raise CheckpointError(
                 f"{self._checkpoint_dir} already holds a checkpoint; a new buffer "
@@ -288,6 +307,7 @@ class ReplayBufferManager:
         directory = self._require_dir("load_replay_buffer")
         if self._service is not None:
             return self._attach(reset=False)
+        self._refuse_reverb_checkpoint()
         if not self.has_checkpoint():
             raise CheckpointError(
                 f"no checkpoint in {directory} (it is empty or missing); call "
@@ -322,9 +342,24 @@ class ReplayBufferManager:
         """
         if self._service is not None:
             return self._attach(reset=False)
+        self._refuse_reverb_checkpoint()
         if self.has_checkpoint():
             return self.load_replay_buffer(mmap=mmap)
         return self.create_replay_buffer()
+
+    def get_replay_buffer_and_observer(self) -> tuple[ReplayBuffer | TableHandle, Observer]:
+        """The current ``(replay_buffer, observer)``; the first call creates them, or
+        loads ``checkpoint_dir``'s checkpoint (as :meth:`create_or_load_replay_buffer`;
+        the seed's manager, whose Reverb server restores its checkpointer's latest
+        checkpoint when it is created).
+
+        Raises:
+            As :meth:`create_or_load_replay_buffer`; StateError after :meth:`close`.
+        """
+        self._check_open()
+        if self._buffer is None:
+            return self.create_or_load_replay_buffer()
+        return self.replay_buffer, self.observer
 
     def _require_dir(self, what: str) -> Path:
         if self._checkpoint_dir is None:
@@ -336,20 +371,60 @@ class ReplayBufferManager:
 
     # -- using the buffer -------------------------------------------------
     def get_dataset(
-        self, batch_size: int, num_steps: int | None = None, **sample_options: Any
-    ) -> SampleIterator:
-        """An endless iterator of ``buffer.sample(batch_size, num_steps)`` results.
+        self,
+        batch_size: int = 64,
+        num_steps: int | None = None,
+        *,
+        framework: Literal["auto", "tf", "numpy"] = "auto",
+        **sample_options: Any,
+    ) -> Any:
+        """The learner's data: batches of ``batch_size`` windows of ``num_steps`` steps.
 
-        Each ``next()`` samples the buffer as it is then; it raises
-        :class:`~recollect.errors.NotEnoughDataError` while no valid window is
-        stored, and stops once the manager is closed.
+        Args:
+            batch_size: windows per batch (the seed's default, 64).
+            num_steps: window length; None: the manager's ``sequence_length``
+                (the buffer's, when the manager was given none), else single steps.
+            framework: ``"tf"``: a ``tf.data.Dataset`` of ``(items, BufferInfo)``
+                (:func:`recollect.tf_data.as_dataset`), as the seed's manager
+                returns; ``"numpy"``: an endless :class:`SampleIterator` of
+                :class:`~recollect.Sample` (``next()`` samples the buffer as it is
+                then, raises :class:`~recollect.errors.NotEnoughDataError` while no
+                valid window is stored, stops once the manager is closed);
+                ``"auto"``: ``"tf"`` when TensorFlow is installed, else ``"numpy"``.
+            **sample_options: passed to ``sample`` (``"numpy"`` only, e.g.
+                ``importance_sampling_exponent``).
+
+        Raises:
+            StateError: closed, or no buffer created or loaded yet.
+            InvalidArgumentError: an unknown ``framework``, or ``sample_options``
+                with a ``tf.data.Dataset``.
         """
-        self.replay_buffer  # noqa: B018 - raises when there is none
-        return SampleIterator(self, batch_size, num_steps, sample_options)
+        buffer = self.replay_buffer  # raises when there is none
+        if num_steps is None:
+            num_steps = self._sequence_length or getattr(buffer, "sequence_length", None)
+        if framework == "auto":
+            framework = "tf" if importlib.util.find_spec("tensorflow") is not None else "numpy"
+        if framework == "numpy":
+            return SampleIterator(self, batch_size, num_steps, sample_options)
+        if framework != "tf":
+            raise InvalidArgumentError(
+                f"get_dataset: framework must be 'auto', 'tf' or 'numpy'; got {framework!r}."
+            )
+        if sample_options:
+            raise InvalidArgumentError(
+                f"get_dataset: sample options {sorted(sample_options)} apply to the numpy "
+                "iterator only; pass framework='numpy' with them."
+            )
+        from recollect.tf_data import as_dataset
+
+        return as_dataset(buffer, sample_batch_size=batch_size, num_steps=num_steps)
 
     def num_frames(self) -> int:
-        """Steps currently stored."""
-        return self.replay_buffer.num_frames()
+        """Steps currently stored; 0 before a buffer was created or loaded, and after
+        :meth:`close` (as the seed's manager)."""
+        if self._buffer is None:
+            return 0
+        return self._buffer.num_frames()
 
     def checkpoint(self) -> Path:
         """Atomically writes the buffer (the whole service, when backed by one) to

@@ -12,7 +12,7 @@ from recollect.errors import InvalidArgumentError
 from recollect.samplers.base import Sampler
 from recollect.specs import ArraySpec, FlatSpec
 
-__all__ = ["check_checkpoint_matches", "leaves_differ"]
+__all__ = ["check_checkpoint_matches", "leaves_differ", "reverb_checkpoint"]
 
 
 def _structure(node: Any) -> Any:
@@ -108,3 +108,22 @@ def check_checkpoint_matches(
             "keeps its sampler and its state: drop the sampler argument or create a new "
             "buffer elsewhere."
         )
+
+
+#: the files of one checkpoint that dm-reverb's DefaultCheckpointer writes
+REVERB_FILES = ("tables.tfrecord", "chunks.tfrecord", "DONE")
+
+
+def reverb_checkpoint(directory: str | Path) -> Path | None:
+    """The latest complete checkpoint dm-reverb's ``DefaultCheckpointer`` wrote in
+    ``directory`` (a ``<timestamp>/`` folder holding ``tables.tfrecord``,
+    ``chunks.tfrecord`` and ``DONE``), or None when it holds none."""
+    root = Path(directory)
+    if not root.is_dir():
+        return None
+    done = [
+        child
+        for child in root.iterdir()
+        if child.is_dir() and all((child / name).is_file() for name in REVERB_FILES)
+    ]
+    return max(done, key=lambda child: child.name) if done else None

@@ -31,7 +31,15 @@ from recollect.storage.restore_checks import (
     digest,
 )
 
-__all__ = ["CompressedSlots", "Encoded", "block_bytes", "slots_nbytes", "trim_heap", "tuned"]
+__all__ = [
+    "CompressedSlots",
+    "Encoded",
+    "block_bytes",
+    "joined_state",
+    "slots_nbytes",
+    "trim_heap",
+    "tuned",
+]
 
 #: Values re-encoded per chunk when a dictionary is trained (bounds the decoded copy).
 REENCODE_VALUES = 512
@@ -171,6 +179,14 @@ class CompressedSlots:
         encoded.codec.decode_into(data, np.cumsum(lengths) - lengths, lengths, raw)
         values = raw.view(self.dtype).reshape(*encoded.lengths.shape, *self.shape)
         return self.encode(values)
+
+    def reserve(self, values: Any) -> None:
+        """Makes room for a write of ``values`` before it (on disk: grows the block file);
+        a RAM store grows while it stores, so nothing to do here."""
+        del values
+
+    def flush(self) -> None:
+        """Writes dirty pages to disk (files of a store on disk; a no-op in RAM)."""
 
     def store(self, rows: np.ndarray | None, slots: Any, values: Any) -> None:
         """Stores values (array or :class:`Encoded`) at ``(rows, slots)`` (broadcasting).
@@ -373,6 +389,8 @@ class CompressedSlots:
                 dictionary this codec cannot use or of another sha256, or a value
                 (named by row and slot) that is not one valid encoding of the slot.
         """
+        if isinstance(state, dict) and "blocks" in state:
+            state = joined_state(state)
         if not isinstance(state, dict) or {"bytes", "lengths"} - set(state):
             raise CheckpointError(f"saved compressed {name} lacks its bytes or lengths.")
         if state.get("codec", self.codec.name) != self.codec.name:
@@ -424,3 +442,40 @@ class CompressedSlots:
         if dictionary.dtype != np.uint8 or dictionary.ndim != 1 or not len(dictionary):
             raise CheckpointError(f"saved compressed {name}: its dictionary is not uint8 bytes.")
         return self.codec.with_dictionary(dictionary.tobytes())
+
+
+def joined_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A disk store's state (``blocks``, ``offsets``, ``lengths``: see
+    :meth:`~recollect.storage.compressed_memmap.DiskSlots.state_dict`) in the RAM store's
+    form: the stored values' bytes joined in slot order, lengths -1 where never written.
+
+    Raises:
+        CheckpointError: the entries are not uint8 blocks and int index arrays of one
+            shape, or an entry points outside the blocks.
+    """
+    blocks = np.asarray(state["blocks"])
+    offsets, lengths = np.asarray(state.get("offsets")), np.asarray(state.get("lengths"))
+    if (
+        blocks.dtype != np.uint8
+        or blocks.ndim != 1
+        or offsets.shape != lengths.shape
+        or offsets.dtype.kind != "i"
+        or lengths.dtype.kind != "i"
+    ):
+        raise CheckpointError(
+            "saved compressed blocks must be uint8 [n] with int offsets and lengths of one "
+            f"shape; got blocks {blocks.dtype} {blocks.shape}, offsets {offsets.dtype} "
+            f"{offsets.shape}, lengths {lengths.dtype} {lengths.shape}."
+        )
+    flat_off = offsets.reshape(-1).astype(np.int64)
+    flat_len = lengths.reshape(-1).astype(np.int64)
+    keep = np.flatnonzero(flat_off >= 0)
+    ends = flat_off[keep] + flat_len[keep]
+    if len(keep) and (int(ends.max()) > len(blocks) or int(flat_len[keep].min()) < 0):
+        raise CheckpointError("saved compressed blocks: an index entry points outside them.")
+    view = blocks.data  # a memoryview
+    joined = b"".join(map(view.__getitem__, map(slice, flat_off[keep].tolist(), ends.tolist())))
+    out = {k: v for k, v in state.items() if k not in ("blocks", "offsets")}
+    out["bytes"] = np.frombuffer(joined, np.uint8)
+    out["lengths"] = np.where(offsets >= 0, lengths, -1).astype(np.int32)
+    return out

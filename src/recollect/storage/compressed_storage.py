@@ -32,6 +32,8 @@ class CompressedStorage:
         num_envs, max_length: the ring geometry.
         codecs: ``{leaf index: Codec}`` of the plain (not frame-stacked) leaves to compress.
         inner: ``(placeholder FlatSpec) -> Storage`` building the storage of every other leaf.
+        make_slots: ``(codec, num_envs, slots, shape, dtype, name)`` building each leaf's
+            store (:class:`CompressedSlots` in RAM; ``DiskSlots`` on memmap storage).
     """
 
     def __init__(
@@ -41,10 +43,12 @@ class CompressedStorage:
         max_length: int,
         codecs: dict[int, Codec],
         inner: Callable[[FlatSpec], Any],
+        make_slots: Callable[..., CompressedSlots] = CompressedSlots,
     ) -> None:
         self.flat_spec, self.num_envs, self.max_length = flat_spec, num_envs, max_length
+        self._on_disk = make_slots is not CompressedSlots
         self._slots = {
-            i: CompressedSlots(
+            i: make_slots(
                 c, num_envs, max_length, flat_spec.shapes[i], flat_spec.dtypes[i], f"leaf_{i}"
             )
             for i, c in sorted(codecs.items())
@@ -78,6 +82,12 @@ class CompressedStorage:
         self, rows: np.ndarray | None, slots: Any, leaves: Sequence[Any], *, times: Any = None
     ) -> None:
         """Writes one step per row (or a block ``slots`` ``[k, T]``), see the Storage protocol."""
+        if self._on_disk:  # compress (if not yet) and grow every block file before writing
+            leaves = self.prepare(leaves)
+            for i, store in self._slots.items():
+                store.reserve(leaves[i])
+            if isinstance(self.inner, FrameStackStorage):
+                self.inner.reserve(leaves)
         plain = list(leaves)
         block = np.ndim(slots) == 2
         where = rows
@@ -106,7 +116,13 @@ class CompressedStorage:
         return out
 
     def flush(self) -> None:
-        """No-op (compressed storage lives in RAM)."""
+        """Writes dirty pages of the inner storage's and the compressed leaves' files to
+        disk (a no-op in RAM)."""
+        flush = getattr(self.inner, "flush", None)  # a RAM ring has none
+        if flush is not None:
+            flush()
+        for store in self._slots.values():
+            store.flush()
 
     def state_dict(self) -> dict[str, Any]:
         """The inner storage's state plus ``compressed_leaves`` ``{leaf_i: slots state}``."""

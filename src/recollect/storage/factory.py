@@ -12,6 +12,7 @@ from recollect.errors import InvalidArgumentError, SpecError
 from recollect.specs import FlatSpec
 from recollect.storage.base import Storage
 from recollect.storage.codecs import Codec, resolve
+from recollect.storage.compressed_memmap import disk_slots_factory
 from recollect.storage.compressed_storage import CompressedStorage
 from recollect.storage.frame_store import FrameStackStorage, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
@@ -62,7 +63,7 @@ def resolve_compression(
 
     Raises:
         InvalidArgumentError: ``compression`` is not a dict, names an unknown
-            codec, a flag leaf (``is_first``/``is_last``), or comes with memmap.
+            codec or a flag leaf (``is_first``/``is_last``).
         SpecError: a path names no leaf.
     """
     if not compression:
@@ -71,11 +72,6 @@ def resolve_compression(
         raise InvalidArgumentError(
             "`compression` must be a dict {leaf path: codec}; got "
             f"{type(compression).__name__}. Example: compression={{'observation': 'zstd'}}."
-        )
-    if storage != "numpy":
-        raise InvalidArgumentError(
-            f"`compression` keeps compressed bytes in RAM and needs storage='numpy'; got "
-            f"storage={storage!r}. Drop compression= or use storage='numpy'."
         )
     codecs = {}
     for path, codec in compression.items():
@@ -127,6 +123,8 @@ def make_storage(
         gatherer: the gatherer samples go through (default: the storage's own).
         compression: ``{leaf path: codec}``: those leaves keep each value (each
             frame, for frame-stacked leaves) compressed; see :mod:`recollect.storage.codecs`.
+            With memmap the compressed values live in block files of ``directory``
+            (:mod:`recollect.storage.compressed_memmap`).
 
     Raises:
         InvalidArgumentError: unknown ``storage``; ``directory`` missing for
@@ -153,21 +151,23 @@ def make_storage(
         )
     gatherer = gatherer if gatherer is not None else Gatherer()
     inner: Any = RingStorage
-    allocate = None
+    kwargs: dict[str, Any] = {}
+    slots_kwargs: dict[str, Any] = {}
     if storage == "memmap":
         path = pathlib.Path(directory)
         inner = functools.partial(MemmapStorage, directory=path, reopen=reopen)
-        allocate = memmap_allocator(path, reopen)
-    kwargs: dict[str, Any] = {} if allocate is None else {"allocate": allocate}
+        kwargs["allocate"] = memmap_allocator(path, reopen)
+        if codecs:  # compressed values in block files beside the leaf files
+            slots_kwargs["make_slots"] = disk_slots_factory(path, reopen)
 
     def build(spec: FlatSpec) -> Any:
         if not stacks:
             return inner(spec, num_envs, max_length, gatherer)
         return FrameStackStorage(
             spec, num_envs, max_length, stacks, is_first, is_last, inner, gatherer=gatherer,
-            codecs=frame_codecs, **kwargs,
+            codecs=frame_codecs, **kwargs, **slots_kwargs,
         )  # fmt: skip
 
     if not plain_codecs:
         return build(flat)
-    return CompressedStorage(flat, num_envs, max_length, plain_codecs, build)
+    return CompressedStorage(flat, num_envs, max_length, plain_codecs, build, **slots_kwargs)

@@ -33,6 +33,8 @@ class CompressedFrameRing:
         codec: the codec of every frame.
         gatherer: copies decoded frames into the (recycled) output blocks.
         name: the leaf's name in messages (``frames_3``: its checkpoint key).
+        make_slots: ``(codec, num_envs, slots, shape, dtype, name)`` building the
+            store (:class:`CompressedSlots` in RAM, ``DiskSlots`` for memmap storage).
     """
 
     lanes = False
@@ -48,13 +50,14 @@ class CompressedFrameRing:
         codec: Codec,
         gatherer: Gatherer | None = None,
         name: str = "frames",
+        make_slots: Any = CompressedSlots,
     ) -> None:
         self.k, self.axis, self.ring, self.num_envs = shape[axis], axis, ring, num_envs
         self.shape, self.frame_shape, self.dtype = shape, pad.shape, np.dtype(dtype)
         self.pad = pad
         self._word = lane_word(shape, self.dtype, axis)  # the newest frame is the top lane
         self.gatherer = gatherer if gatherer is not None else Gatherer()
-        self.slots = CompressedSlots(codec, num_envs, ring, pad.shape, dtype, name)
+        self.slots = make_slots(codec, num_envs, ring, pad.shape, dtype, name)
 
     @property
     def nbytes(self) -> int:

@@ -95,6 +95,8 @@ class FrameStackStorage:
         gatherer: shared by the inner ring and the frame rings.
         codecs: ``{leaf index: Codec}``: those leaves keep each frame compressed
             (:class:`~recollect.storage.frame_compressed.CompressedFrameRing`).
+        make_slots: builds each compressed ring's store (default: in RAM; memmap
+            storage passes :func:`~recollect.storage.compressed_memmap.disk_slots_factory`).
     """
 
     def __init__(
@@ -109,8 +111,10 @@ class FrameStackStorage:
         allocate: Allocator = _zeros,
         gatherer: Gatherer | None = None,
         codecs: dict[int, Codec] | None = None,
+        make_slots: Any = None,
     ) -> None:
         codecs = codecs or {}
+        slots_kwargs = {} if make_slots is None else {"make_slots": make_slots}
         self.flat_spec = flat_spec
         self.num_envs = num_envs
         self.max_length = max_length
@@ -138,6 +142,7 @@ class FrameStackStorage:
                     codecs[i],
                     self.gatherer,
                     f"frames_{i}",
+                    **slots_kwargs,
                 )
                 self._leaves[i] = _Leaf(stack, ring)
                 continue
@@ -158,6 +163,7 @@ class FrameStackStorage:
         self._empty = np.empty((num_envs, 0), np.uint8)  # what the inner ring gets for frames
         self._all_rows = np.arange(num_envs, dtype=np.int64)
         self._max_back = max(s.stack_size for s in stacks.values()) - 1
+        self._on_disk = bool(self.compressed_rings()) and make_slots is not None
 
     # -- raw arrays ---------------------------------------------------------
     def named_arrays(self) -> dict[str, np.ndarray]:
@@ -193,6 +199,18 @@ class FrameStackStorage:
         for array in self.named_arrays().values():
             if isinstance(array, np.memmap):
                 array.flush()
+        for ring in self.compressed_rings().values():
+            ring.slots.flush()  # compressed frames on disk (DiskSlots); no-op in RAM
+
+    def reserve(self, leaves: Sequence[Any]) -> None:
+        """Grows the block files of compressed frames on disk for a write of ``leaves``
+        (prepared by :meth:`prepare`) before anything is written.
+
+        Raises:
+            DiskFullError: the disk cannot hold them; nothing was changed.
+        """
+        for i, ring in self.compressed_rings().items():
+            ring.slots.reserve(leaves[i])
 
     # -- writing ------------------------------------------------------------
     def _episode_starts(
@@ -248,6 +266,9 @@ class FrameStackStorage:
         """
         if times is None:
             raise InvalidArgumentError("frame-stack storage needs the step times of a write.")
+        if self._on_disk:  # compress (if not yet), then grow the block files: all before writing
+            leaves = self.prepare(list(leaves))
+            self.reserve(leaves)
         if rows is None and type(times) is int:
             self._history_all(times, leaves)  # every row at one clock: column views, no index
         else:

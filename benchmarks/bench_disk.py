@@ -1,0 +1,258 @@
+"""Compressed frames on disk (issue 41): memmap storage + zstd + frame stacks + prioritized.
+
+Real ALE frames (``_ale_frames.py``: 5 games x 2,500 steps x 8 envs = 100k recorded
+frames, cycled game after game), 8 envs, stacks of 4, zstd, ``Prioritized``,
+``sequence_length=2``. Rows:
+
+- ``add_batch`` steps/s filling the disk buffer and the same buffer in RAM (compressed);
+- the prioritized learner step (``sample(32, 2)`` + ``update_priorities``), disk vs RAM,
+  with the page cache warm and with the buffer's files dropped from it
+  (``posix_fadvise(DONTNEED)`` before every step: each step reads from the device);
+- RSS (total, anonymous ``RssAnon`` and file-backed ``RssFile`` of /proc/self/status);
+- disk bytes (allocated blocks of the directory) vs the in-RAM compressed bytes;
+- reopen with ``recover=True`` after a child process adds unflushed steps and is
+  killed with SIGKILL: wall time and the recovered step count.
+
+    python benchmarks/bench_disk.py                 # scaled: 1M steps (capacity 1M)
+    python benchmarks/bench_disk.py --steps 10000000  # the issue's 10M-step run
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import recollect as rc
+from _ale_frames import GAMES, load, stacks
+
+E = 8
+RECORDED = 2500  # steps per game in the recorded pool
+
+
+def spec() -> dict:
+    return {
+        "observation": rc.ArraySpec((84, 84, 4), np.uint8),
+        "action": rc.ArraySpec((), np.int64),
+        "reward": rc.ArraySpec((), np.float32),
+        "is_first": rc.ArraySpec((), bool),
+        "is_last": rc.ArraySpec((), bool),
+    }
+
+
+class Pool:
+    """The recorded games cycled: ``batch(t)`` is the add_batch input of global step ``t``."""
+
+    def __init__(self) -> None:
+        self.games = [load(g, RECORDED) for g in GAMES]
+        self.rng = np.random.default_rng(0)
+
+    def batch(self, t: int) -> dict:
+        data = self.games[(t // RECORDED) % len(self.games)]
+        i = t % RECORDED
+        part = {k: v[max(0, i - 3) : i + 1] for k, v in data.items()}
+        first = part["is_first"].copy()
+        first[0] |= True  # a game switch starts an episode: reset padding is exact
+        obs = stacks({"frames": part["frames"], "is_first": first})[-1]
+        return {
+            "observation": np.ascontiguousarray(np.moveaxis(obs, 1, -1)),
+            "action": self.rng.integers(0, 6, E),
+            "reward": np.zeros(E, np.float32),
+            "is_first": data["is_first"][i] | (i == 0),
+            "is_last": data["is_last"][i],
+        }
+
+
+def make(capacity: int, directory: Path | None, **kw) -> rc.ReplayBuffer:
+    storage = {"storage": "memmap", "directory": directory} if directory else {}
+    return rc.ReplayBuffer(
+        spec(), capacity, E, rng=0, sampler=rc.Prioritized(), sequence_length=2,
+        frame_stacks={"observation": rc.FrameStack(4)}, compression={"observation": "zstd"},
+        **storage, **kw,
+    )  # fmt: skip
+
+
+def status() -> dict[str, int]:
+    """VmRSS, RssAnon, RssFile of this process in bytes."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key = line.split(":")[0]
+            if key in ("VmRSS", "RssAnon", "RssFile"):
+                out[key] = int(line.split()[1]) * 1024
+    return out
+
+
+def fill(buf: rc.ReplayBuffer, pool: Pool, steps: int, start: int = 0) -> tuple[float, int]:
+    """Adds ``steps // E`` batches; returns (add_batch seconds, peak VmRSS)."""
+    spent, peak = 0.0, 0
+    for t in range(start, start + steps // E):
+        b = pool.batch(t)
+        t0 = time.perf_counter()
+        buf.add_batch(b)
+        spent += time.perf_counter() - t0
+        if t % 4096 == 0:
+            peak = max(peak, status()["VmRSS"])
+    return spent, max(peak, status()["VmRSS"])
+
+
+def learner_step(buf: rc.ReplayBuffer, rng: np.random.Generator):
+    def step() -> None:
+        s = buf.sample(32, 2)
+        buf.update_priorities(s.ids, rng.random(len(s.ids)) + 0.1)
+
+    return step
+
+
+def drop_cache(directory: Path) -> None:
+    """posix_fadvise(DONTNEED) over every file of ``directory`` (clean pages leave the cache)."""
+    for path in directory.iterdir():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def time_steps(step, calls: int, before=None) -> float:
+    """Median seconds of ``calls`` steps (``before()`` untimed before each)."""
+    times = []
+    for _ in range(calls):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def disk_bytes(directory: Path) -> int:
+    """Allocated bytes of the directory's files (st_blocks)."""
+    return sum(p.stat().st_blocks * 512 for p in directory.iterdir() if p.is_file())
+
+
+def child(directory: str, capacity: int, batches: int, start: int) -> None:
+    """Reopens the directory, adds ``batches`` unflushed batches, then SIGKILLs itself."""
+    buf = make(capacity, Path(directory))
+    pool = Pool()
+    for t in range(start, start + batches):
+        buf.add_batch(pool.batch(t))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def compressed_store(buf: rc.ReplayBuffer):
+    (ring,) = buf.storage.compressed_rings().values()
+    return ring.slots
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=1_000_000, help="steps added = capacity")
+    p.add_argument("--calls", type=int, default=300, help="learner steps timed per row")
+    p.add_argument("--dir", default=None, help="where the buffer directory goes (default: tmp)")
+    p.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        child(a.child[0], int(a.child[1]), int(a.child[2]), int(a.child[3]))
+        return
+    capacity = a.steps
+    root = Path(tempfile.mkdtemp(dir=a.dir, prefix="bench_disk_"))
+    directory = root / "buf"
+    pool = Pool()
+    rng = np.random.default_rng(1)
+    print(f"scale: {capacity:,} steps (capacity {capacity:,}, 8 envs, stacks of 4, zstd, "
+          f"Prioritized, sequence_length 2)")  # fmt: skip
+    print(f"frames: {len(GAMES)} games x {RECORDED} steps x {E} envs, cycled; RSS rows are "
+          "deltas over the process before the buffer (which holds the recorded pool)")  # fmt: skip
+    try:
+        rss0 = status()
+        disk = make(capacity, directory)
+        add_s, peak = fill(disk, pool, capacity)
+        disk.flush()
+        warm = time_steps(learner_step(disk, rng), a.calls)
+        after = status()
+        cold = time_steps(
+            learner_step(disk, rng), max(30, a.calls // 5), lambda: drop_cache(directory)
+        )
+        store = compressed_store(disk)
+        d_bytes, live = disk_bytes(directory), store.stored_bytes
+        blocks = store.arena.disk_bytes
+        rows = [
+            ("disk: add_batch steps/s", f"{capacity / add_s:,.0f}"),
+            ("disk: learner step, cache warm (us)", f"{warm * 1e6:,.0f}"),
+            ("disk: learner step, cache dropped (us)", f"{cold * 1e6:,.0f}"),
+            ("disk: peak VmRSS adding, delta (MiB)", f"{(peak - rss0['VmRSS']) / 2**20:,.0f}"),
+            ("disk: VmRSS / RssAnon / RssFile after sampling, delta (MiB)",
+             " / ".join(f"{(after[k] - rss0[k]) / 2**20:,.0f}"
+                        for k in ("VmRSS", "RssAnon", "RssFile"))),
+            ("disk: directory bytes (allocated) (MiB)", f"{d_bytes / 2**20:,.1f}"),
+            ("disk: block file / live compressed bytes",
+             f"{blocks / 2**20:,.1f} / {live / 2**20:,.1f} MiB = {blocks / live:.2f}x"),
+            ("disk: bytes per stored step", f"{d_bytes / capacity:,.0f}"),
+        ]  # fmt: skip
+        disk.close()
+        del disk, store
+        gc.collect()
+        # kill -9 after unflushed adds, then recover
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, __file__, "--child", str(directory), str(capacity), "200",
+             str(capacity // E)],
+            check=False,
+        )  # fmt: skip
+        child_s = time.perf_counter() - t0
+        drop_cache(directory)
+        t0 = time.perf_counter()
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            back = make(capacity, directory, recover=True)
+        reopen_s = time.perf_counter() - t0
+        kept, dropped = back.num_frames(), back.recovered_steps_dropped
+        rows.append(("reopen after kill -9, recover=True (s)",
+                     f"{reopen_s:.2f}: {kept:,} steps kept, {dropped:,} dropped "
+                     f"(child ran {child_s:.1f} s)"))  # fmt: skip
+        back.close()
+        del back
+        gc.collect()
+        shutil.rmtree(directory)
+        # the same buffer in RAM (compressed)
+        rss1 = status()
+        ram = make(capacity, None)
+        ram_add_s, _ = fill(ram, pool, capacity)
+        ram_warm = time_steps(learner_step(ram, rng), a.calls)
+        ram_store = compressed_store(ram)
+        ram_status = status()
+        rows += [
+            ("RAM: add_batch steps/s", f"{capacity / ram_add_s:,.0f}"),
+            ("RAM: learner step (us)", f"{ram_warm * 1e6:,.0f}"),
+            ("RAM: arena bytes / live compressed bytes (MiB)",
+             f"{ram_store.arena.nbytes / 2**20:,.1f} / {ram_store.stored_bytes / 2**20:,.1f}"),
+            ("RAM: VmRSS / RssAnon, delta (MiB)",
+             f"{(ram_status['VmRSS'] - rss1['VmRSS']) / 2**20:,.0f} / "
+             f"{(ram_status['RssAnon'] - rss1['RssAnon']) / 2**20:,.0f}"),
+            ("disk vs RAM learner step (warm / dropped)",
+             f"{ram_warm / warm:.2f}x / {ram_warm / cold:.2f}x of RAM speed"),
+            ("disk bytes vs in-RAM compressed bytes",
+             f"{d_bytes / ram_store.arena.nbytes:.2f}x of the arena, "
+             f"{d_bytes / ram_store.stored_bytes:.2f}x of the live values"),
+        ]  # fmt: skip
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""A :class:`~recollect.storage.arena.ByteArena` whose blocks live in one file on disk.
+
+The file is a sequence of equal blocks (no header), mapped with ``np.memmap``.
+Values are appended to the current block exactly as in RAM; a block whose
+every value was overwritten goes back to the free list and is rewritten from
+its start, so the file holds the live compressed bytes plus the free and
+partly dead blocks: a ring buffer empties blocks in write order, and the file
+stays within about one block per write front plus 1/8 (growth step) of the
+live bytes (see :data:`GROW_FRACTION`).
+
+The file only grows, by whole blocks reserved with ``posix_fallocate`` (never
+sparse: a store to an unallocated page of a full disk would kill the process
+with ``SIGBUS``). :meth:`DiskArena.reserve` grows it *before* a write changes
+anything, so a full disk raises :class:`~recollect.errors.DiskFullError` with
+the buffer untouched. An older mapping stays valid after a growth (the file
+only grows), so a reader outside the lock holding it reads the same bytes.
+
+Live counts and the free list are not stored: :meth:`DiskArena.rebuild` derives
+them from the offset index when a directory is reopened.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from recollect.errors import CheckpointError
+from recollect.state.safe_files import create_new
+from recollect.state.space import reserve as reserve_file
+from recollect.storage.arena import PAGE, ByteArena
+
+__all__ = ["GROW_FRACTION", "GROW_MIN_BLOCKS", "DiskArena"]
+
+#: the file grows by at least this fraction of its size (bounds disk slack to ~1/8)
+GROW_FRACTION = 8
+#: ... and by at least this many blocks
+GROW_MIN_BLOCKS = 4
+
+
+class DiskArena(ByteArena):
+    """Equal blocks of one file ``path``; values addressed by absolute byte offset.
+
+    Args:
+        path: the block file (created, or mapped again with ``reopen``).
+        block_bytes: block size (rounded up to whole pages).
+        reopen: map the existing file (its size a whole number of blocks).
+
+    Raises:
+        DiskFullError: the disk cannot hold the first blocks (nothing is left at ``path``).
+        CheckpointError: on reopen, the file is missing or not whole blocks.
+    """
+
+    def __init__(self, path: Path, block_bytes: int, reopen: bool = False) -> None:
+        self.path = Path(path)
+        self.block_bytes = -(-block_bytes // PAGE) * PAGE
+        if reopen:
+            try:
+                size = os.stat(self.path).st_size
+            except OSError as err:
+                raise CheckpointError(f"cannot reopen block file {self.path}: {err}") from err
+            if size == 0 or size % self.block_bytes:
+                raise CheckpointError(
+                    f"block file {self.path} holds {size} bytes, not a whole number of "
+                    f"{self.block_bytes}-byte blocks; the directory is damaged. Restore it "
+                    "from a checkpoint or delete it to start over."
+                )
+            blocks = size // self.block_bytes
+        else:
+            blocks = 1  # grows by GROW_MIN_BLOCKS or more when first needed
+            with create_new(self.path, "w+b") as f:
+                try:
+                    reserve_file(f, self.path, blocks * self.block_bytes)
+                except BaseException:
+                    self.path.unlink(missing_ok=True)
+                    raise
+        self._map(blocks)
+        self.live = np.zeros(blocks, np.int64)
+        self._fresh = 0
+        self._free: list[int] = []
+        self._block = self._next_block()
+        self._cursor = 0
+
+    def _map(self, blocks: int) -> None:
+        self.map = np.memmap(self.path, np.uint8, "r+", shape=(blocks * self.block_bytes,))
+        self.data = self.map.view(np.ndarray)  # plain view: faster fancy reads, same pages
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes of the block file on disk."""
+        return len(self.live) * self.block_bytes
+
+    def _grow(self, blocks: int = 1) -> None:
+        """Adds at least ``blocks`` blocks (and at least 1/GROW_FRACTION of the file).
+
+        Raises:
+            DiskFullError: the filesystem cannot hold them (the file keeps its size).
+        """
+        old = len(self.live)
+        new = old + max(blocks, GROW_MIN_BLOCKS, old // GROW_FRACTION)
+        with open(self.path, "r+b") as f:
+            reserve_file(f, self.path, new * self.block_bytes)
+        self._map(new)
+        self.live = np.concatenate([self.live, np.zeros(new - old, np.int64)])
+
+    def reserve(self, nbytes: int, values: int) -> None:
+        """Makes room for ``values`` values of ``nbytes`` in all before they are stored.
+
+        Values never straddle blocks, so a block may end with up to one value's worth
+        unused; blocks hold at least 4 values of the largest size, so asking for
+        twice the bytes (plus one block) is enough.
+
+        Raises:
+            DiskFullError: the disk cannot hold them; nothing was changed.
+        """
+        if nbytes <= self.block_bytes - self._cursor or values == 0:
+            return
+        needed = -(-2 * nbytes // self.block_bytes) + 1
+        available = len(self._free) + len(self.live) - self._fresh
+        if available < needed:
+            self._grow(needed - available)
+
+    def rebuild(self, offsets: np.ndarray, lengths: np.ndarray) -> int:
+        """Derives the live counts and free list from the index (after a reopen).
+
+        Entries that point outside the file (a write torn by a crash) are set to -1.
+        Returns how many entries were cleared.
+        """
+        flat_off, flat_len = offsets.reshape(-1), lengths.reshape(-1)
+        used = flat_off >= 0
+        bad = used & ((flat_len <= 0) | (flat_off + flat_len.astype(np.int64) > len(self.data)))
+        cleared = int(np.count_nonzero(bad))
+        if cleared:
+            flat_off[bad] = -1
+            used &= ~bad
+        blocks = len(self.live)
+        self.live = np.bincount(flat_off[used] // self.block_bytes, minlength=blocks)
+        self.live = self.live.astype(np.int64)
+        self._fresh = blocks
+        self._free = np.flatnonzero(self.live == 0)[::-1].tolist()  # lowest reused first
+        self._block = self._next_block()
+        self._cursor = 0
+        return cleared
+
+    def flush(self) -> None:
+        """Writes the dirty pages of the block file to disk."""
+        self.map.flush()
