@@ -89,6 +89,8 @@ class _Column:
         if self.dtype is None:
             self.dtype, self.shape = value.dtype, value.shape
             return
+        if value.dtype == self.dtype and value.shape == self.shape:
+            return
         if _signature.dtype_name(value.dtype) != _signature.dtype_name(self.dtype):
             raise SpecError(
                 f"Tensor of wrong dtype provided for column {self.index}. Got "

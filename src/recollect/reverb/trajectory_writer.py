@@ -167,6 +167,7 @@ class TrajectoryWriter:
         self._columns: list[_ColumnHistory] = []
         self._configs: dict[tuple, int] = {}
         self._open = False
+        self._history: Any = None  # the history nest, rebuilt when the structure grows
 
     def __enter__(self) -> TrajectoryWriter:
         return self
@@ -194,8 +195,11 @@ class TrajectoryWriter:
             raise RuntimeError(
                 "history cannot be accessed before `append` is called at least once."
             )
-        paths, _, treedef = optree.tree_flatten_with_path(self._structure, none_is_leaf=True)
-        return optree.tree_unflatten(treedef, [self._columns[self._paths[p]] for p in paths])
+        if self._history is None:
+            paths, _, treedef = optree.tree_flatten_with_path(self._structure, none_is_leaf=True)
+            cols = [self._columns[self._paths[p]] for p in paths]
+            self._history = optree.tree_unflatten(treedef, cols)
+        return self._history
 
     @property
     def episode_steps(self) -> int:
@@ -239,6 +243,7 @@ class TrajectoryWriter:
                 self._stream.configure(index, keep)
             self._columns.append(_ColumnHistory(path, keep, padding))
         self._structure = _union(self._structure, data)
+        self._history = None
 
     def append(self, data: Any, *, partial_step: bool = False) -> None:
         """Appends one step (``partial_step``: more fields of it follow in a later call).
