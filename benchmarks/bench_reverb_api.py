@@ -80,6 +80,7 @@ def main() -> None:
     print(f"insert: {n} items in {insert_s:.2f}s = {n / insert_s:,.0f} items/s")
     print(f"memory: ~{(rss1 - rss0) * 1024 / n:,.0f} B/item (max RSS growth)")
 
+    rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     got = 0
     for _ in range(20):
