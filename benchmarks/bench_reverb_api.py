@@ -98,7 +98,7 @@ def main() -> None:
             info, _data = client.sample_batch("t", 256)
             w = (info.table_size * info.probability) ** -0.4
             w /= w.max()
-            client.update_priorities("t", info.key, np.random.random(256) + 0.1)
+            client.update_priorities("t", info.key, rng.random(256) + 0.1)
         s = time.perf_counter() - t0
         print(
             f"learner step (sample_batch + IS weights + update_priorities): {args.steps / s:,.0f}/s"
@@ -111,7 +111,7 @@ def main() -> None:
         probs = np.array([x.info.probability for x in samples])
         w = (samples[0].info.table_size * probs) ** -0.4
         client.mutate_priorities(
-            "t", updates=dict(zip(keys, (np.random.random(256) + 0.1).tolist()))
+            "t", updates=dict(zip(keys, (rng.random(256) + 0.1).tolist(), strict=True))
         )
     s = time.perf_counter() - t0
     print(f"learner step (Reverb calls: sample + weights + mutate_priorities): {steps / s:,.1f}/s")
