@@ -104,14 +104,38 @@ def test_server_without_checkpoints_starts_empty(tmp_path) -> None:
         assert server.localhost_client().server_info()["t"].current_size == 0
 
 
-def test_dm_reverb_checkpoint_without_reader_is_a_clear_error(tmp_path) -> None:
+def test_damaged_dm_reverb_checkpoint_is_a_clear_error(tmp_path) -> None:
     fake = tmp_path / "2024-01-01"
     fake.mkdir()
-    (fake / "tables.tfrecord").write_bytes(b"")
+    (fake / "tables.tfrecord").write_bytes(b"not a tfrecord")
     (fake / "DONE").write_bytes(b"")
     ckpt = checkpointers_lib.DefaultCheckpointer(str(tmp_path))
-    try:
-        import recollect.state.reverb  # noqa: F401
-    except ImportError:
-        with pytest.raises(CheckpointError, match="holds a dm-reverb checkpoint"):
-            reverb.Server([_table()], checkpointer=ckpt)
+    with pytest.raises(CheckpointError, match=r"missing from the checkpoint"):
+        reverb.Server([_table()], checkpointer=ckpt)
+
+
+def test_server_restores_a_dm_reverb_checkpoint() -> None:
+    import json
+    from pathlib import Path
+
+    pytest.importorskip("google.protobuf")
+    root = Path(__file__).parents[1] / "fixtures" / "reverb_v0.14_tables"
+    expected = json.loads((root / "expected.json").read_text())
+    tables = [_table(t["name"], t["max_size"]) for t in expected["tables"]]
+    ckpt = checkpointers_lib.DefaultCheckpointer(str(root / "checkpoint"))
+    with reverb.Server(tables, checkpointer=ckpt) as server:
+        infos = server.localhost_client().server_info()
+        for t in expected["tables"]:
+            info = infos[t["name"]]
+            assert (info.current_size, info.num_episodes, info.num_unique_samples) == (
+                t["current_size"],
+                t["num_episodes"],
+                t["num_unique_samples"],
+            )
+        # the Fifo sampler returns the oldest item: the first one in expected.json
+        first = expected["tables"][1]["items"][0]
+        sample = next(server.localhost_client().sample("heap", 1, emit_timesteps=False))
+        assert sample.info.priority == first["priority"]
+        column = first["data"][0]
+        want = np.frombuffer(bytes.fromhex(column["hex"]), column["dtype"]).reshape(column["shape"])
+        np.testing.assert_array_equal(sample.data[0], want)

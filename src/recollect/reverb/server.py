@@ -24,6 +24,18 @@ from recollect.reverb._core import ServerCore
 from recollect.reverb.table import Table
 
 _LOCAL: dict[int, weakref.ReferenceType[ServerCore]] = {}
+_LIVE: weakref.WeakSet[Server] = weakref.WeakSet()
+
+
+def _stop_all() -> None:
+    """Stops every live server before the interpreter joins threads (a script that never
+    calls ``stop()`` still exits, as with Reverb)."""
+    for server in list(_LIVE):
+        server.stop()
+
+
+# runs before the interpreter joins non-daemon threads (gRPC's workers); atexit runs after
+threading._register_atexit(_stop_all)  # type: ignore[attr-defined]
 _LOCAL_LOCK = threading.Lock()
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0", ""}
 
@@ -115,6 +127,7 @@ class Server:
                     "another or pass port=None."
                 )
             _LOCAL[self._port] = weakref.ref(self._core)
+            _LIVE.add(self)
 
     @property
     def port(self) -> int:

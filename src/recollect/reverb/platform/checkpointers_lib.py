@@ -81,18 +81,14 @@ def load_reverb_checkpoint(core: Any, directory: Path) -> None:
         CheckpointError: the reader (``recollect.state.reverb``) is not available.
     """
     try:
-        reverb_files = importlib.import_module("recollect.state.reverb")
+        importlib.import_module("recollect.state.reverb")
     except ImportError as err:
         raise CheckpointError(
             f"{directory} holds a dm-reverb checkpoint, and this recollect cannot read those "
-            "yet; restore it with dm-reverb, or upgrade recollect."
+            "(recollect.state.reverb is missing); restore it with dm-reverb, or upgrade."
         ) from err
-    load = getattr(reverb_files, "load_into_server", None)
-    if load is None:
-        raise CheckpointError(
-            f"{directory} holds a dm-reverb checkpoint, but recollect.state.reverb has no "
-            "load_into_server(core, directory); upgrade recollect."
-        )
+    from recollect.reverb._import_reverb import load_into_server as load
+
     load(core, directory)
 
 
