@@ -1,0 +1,41 @@
+"""Reverb 0.14's Python API on recollect: ``import recollect.reverb as reverb``.
+
+Servers, tables, selectors, rate limiters, clients and writers behave as
+Reverb's (its source and tests are the specification), in pure Python on numpy:
+no TensorFlow (``tf.TensorSpec`` signatures are accepted when it is installed).
+A client in the server's process calls the server directly; other processes
+reach it over gRPC (``recollect.grpc``, the ``reverb`` extra). The "From
+Reverb" docs page lists the deliberate differences.
+"""
+
+from __future__ import annotations
+
+from recollect.reverb import errors, item_selectors, platform, rate_limiters
+from recollect.reverb.client import Client, Writer
+from recollect.reverb.errors import DeadlineExceededError, ReverbError
+from recollect.reverb.replay_sample import ReplaySample, SampleInfo
+from recollect.reverb.reverb_types import TableInfo
+from recollect.reverb.server import Server
+from recollect.reverb.table import Table
+from recollect.reverb.trajectory_writer import TrajectoryColumn, TrajectoryWriter
+
+selectors = item_selectors
+
+__all__ = [
+    "Client",
+    "DeadlineExceededError",
+    "ReplaySample",
+    "ReverbError",
+    "SampleInfo",
+    "Server",
+    "Table",
+    "TableInfo",
+    "TrajectoryColumn",
+    "TrajectoryWriter",
+    "Writer",
+    "errors",
+    "item_selectors",
+    "platform",
+    "rate_limiters",
+    "selectors",
+]

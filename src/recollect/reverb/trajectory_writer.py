@@ -1,0 +1,357 @@
+"""``reverb.TrajectoryWriter``: append steps column by column, create items from history.
+
+``append`` flattens a nest into columns (the structure may grow: a new field
+gets a new column, earlier steps read None); ``history`` gives, per field, the
+recent references, indexable like a list (int -> a squeezed one-step column,
+slice or list of ints -> a column with a time axis). ``create_item`` queues an
+item of :class:`TrajectoryColumn` s; ``flush`` and ``end_episode`` send it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import optree
+
+from recollect.errors import InvalidArgumentError
+from recollect.reverb import _signature
+from recollect.reverb._stream import CellRef, WriterStream
+from recollect.reverb.errors import ReverbError
+
+
+class TrajectoryColumn:
+    """References of one column of an item (``squeeze``: exactly one, no time axis).
+
+    Raises:
+        InvalidArgumentError (a ValueError): ``squeeze`` with other than one reference,
+            or a None reference (a step where the field was not given).
+    """
+
+    def __init__(
+        self,
+        data_references: Sequence[CellRef | None],
+        *,
+        squeeze: bool = False,
+        path: Any = None,
+    ) -> None:
+        if squeeze and len(data_references) != 1:
+            raise InvalidArgumentError(
+                "Columns must contain exactly one data reference when squeeze set, got "
+                f"{len(data_references)}."
+            )
+        if any(ref is None for ref in data_references):
+            raise InvalidArgumentError(
+                "TrajectoryColumns cannot contain any None data references: TrajectoryColumn "
+                f"at path {path} got {list(data_references)}. (The field was not appended at "
+                "every step of the slice.)"
+            )
+        self._refs: tuple[CellRef, ...] = tuple(r for r in data_references if r is not None)
+        self.is_squeezed = squeeze
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __iter__(self) -> Iterator[CellRef]:
+        return iter(self._refs)
+
+    def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
+        if isinstance(val, (int, np.integer)):
+            return TrajectoryColumn([self._refs[val]], squeeze=True)
+        if isinstance(val, slice):
+            return TrajectoryColumn(self._refs[val])
+        if isinstance(val, list):
+            return TrajectoryColumn([self._refs[x] for x in val])
+        raise TypeError(f"TrajectoryColumn indices must be integers or slices, not {type(val)}")
+
+    @property
+    def shape(self) -> tuple[int | None, ...]:
+        if self.is_squeezed:
+            return tuple(self._refs[0].shape)
+        return (len(self._refs), *self._refs[0].shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._refs[0].dtype
+
+    def numpy(self) -> np.ndarray:
+        """The referenced values stacked (squeezed: the one value).
+
+        Raises:
+            RuntimeError: a reference has expired.
+        """
+        if any(ref.expired for ref in self._refs):
+            raise ReverbError(
+                "Cannot convert TrajectoryColumn with expired data references to numpy array."
+            )
+        if self.is_squeezed:
+            return self._refs[0].numpy()
+        return np.stack([ref.numpy() for ref in self._refs])
+
+
+class _ColumnHistory:
+    """The recent references of one field, indexed as if the whole episode were kept."""
+
+    def __init__(self, path: tuple, buffer_size: int, padding: int = 0) -> None:
+        self._path = path
+        self._size = buffer_size
+        self._refs: list[CellRef | None] = [None] * min(buffer_size, padding)
+        self._offset = padding - len(self._refs)
+
+    def path(self) -> tuple:
+        return self._path
+
+    def append(self, ref: CellRef | None) -> None:
+        self._refs.append(ref)
+        if len(self._refs) > self._size:
+            self._refs.pop(0)
+            self._offset += 1
+
+    def reset(self) -> None:
+        self._refs, self._offset = [], 0
+
+    def set_last(self, ref: CellRef) -> None:
+        self._refs[-1] = ref
+
+    @property
+    def can_set_last(self) -> bool:
+        return bool(self._refs) and self._refs[-1] is None
+
+    def __len__(self) -> int:
+        return len(self._refs) + self._offset
+
+    def __iter__(self) -> Iterator[CellRef | None]:
+        yield from itertools.repeat(None, self._offset)
+        yield from self._refs
+
+    def _one(self, i: int) -> CellRef | None:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("list index out of range")
+        i -= self._offset
+        return self._refs[i] if i >= 0 else None
+
+    def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
+        path = (*self._path, val)
+        if isinstance(val, (int, np.integer)):
+            return TrajectoryColumn([self._one(int(val))], squeeze=True, path=path)
+        if isinstance(val, slice):
+            return TrajectoryColumn(
+                [self._one(i) for i in range(*val.indices(len(self)))], path=path
+            )
+        if isinstance(val, list):
+            return TrajectoryColumn([self._one(i) for i in val], path=path)
+        raise TypeError(f"_ColumnHistory indices must be integers or slices, not {type(val)}")
+
+    def __repr__(self) -> str:
+        return f"_ColumnHistory(path={self._path}, refs={self._refs})"
+
+
+def _path_text(path: tuple) -> str:
+    return str(tuple(path))
+
+
+class TrajectoryWriter:
+    """Writes steps and items to a server (made by ``Client.trajectory_writer``)."""
+
+    def __init__(self, stream: WriterStream, signatures: Any = None) -> None:
+        self._stream = stream
+        self._signatures = signatures  # callable table name -> columns, or None
+        self._structure: Any = None
+        self._paths: dict[tuple, int] = {}
+        self._columns: list[_ColumnHistory] = []
+        self._configs: dict[tuple, int] = {}
+        self._open = False
+        self._history: Any = None  # the history nest, rebuilt when the structure grows
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None or not issubclass(exc_type, ReverbError):
+            self.flush()
+
+    def __del__(self) -> None:
+        stream = getattr(self, "_stream", None)
+        if stream is not None and not stream.closed:
+            try:
+                stream.close()
+            except Exception:
+                pass
+
+    @property
+    def history(self) -> Any:
+        """Per field (structured like the appended data), its :class:`_ColumnHistory`.
+
+        Raises:
+            RuntimeError: before the first ``append``.
+        """
+        if not self._columns:
+            raise RuntimeError(
+                "history cannot be accessed before `append` is called at least once."
+            )
+        if self._history is None:
+            paths, _, treedef = optree.tree_flatten_with_path(self._structure, none_is_leaf=True)
+            cols = [self._columns[self._paths[p]] for p in paths]
+            self._history = optree.tree_unflatten(treedef, cols)
+        return self._history
+
+    @property
+    def episode_steps(self) -> int:
+        """Complete steps appended since the last ``end_episode``."""
+        return self._stream.episode_steps
+
+    @property
+    def max_num_keep_alive_refs(self) -> int:
+        return self._stream.max_num_keep_alive_refs
+
+    def configure(
+        self, path: tuple, *, num_keep_alive_refs: int, max_chunk_length: int | None
+    ) -> None:
+        """Overrides one column's ``num_keep_alive_refs`` (chunk lengths are accepted and
+        ignored: data is stored uncompressed, once)."""
+        if num_keep_alive_refs < 1:
+            raise InvalidArgumentError(
+                f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer"
+            )
+        if max_chunk_length is not None and not 1 <= max_chunk_length <= num_keep_alive_refs:
+            raise InvalidArgumentError(
+                f"max_chunk_length ({max_chunk_length}) must be None or a positive integer <= "
+                f"num_keep_alive_refs ({num_keep_alive_refs})"
+            )
+        if path in self._paths:
+            self._stream.configure(self._paths[path], num_keep_alive_refs)
+            self._columns[self._paths[path]]._size = num_keep_alive_refs
+        else:
+            self._configs[path] = num_keep_alive_refs
+
+    def _add_paths(self, data: Any) -> None:
+        paths, _, _ = optree.tree_flatten_with_path(data, none_is_leaf=True)
+        padding = len(self._columns[0]) if self._columns else 0
+        for path in paths:
+            if path in self._paths:
+                continue
+            index = len(self._columns)
+            self._paths[path] = index
+            keep = self._configs.get(path, self._stream.keep)
+            if path in self._configs:
+                self._stream.configure(index, keep)
+            self._columns.append(_ColumnHistory(path, keep, padding))
+        self._structure = _union(self._structure, data)
+        self._history = None
+
+    def append(self, data: Any, *, partial_step: bool = False) -> None:
+        """Appends one step (``partial_step``: more fields of it follow in a later call).
+
+        Raises:
+            SpecError (a ValueError): a field whose dtype or shape differs from its first value
+                ("Tensor of wrong dtype provided for column ('a',)...").
+            InvalidArgumentError (a ValueError): a field given twice in one step.
+        """
+        paths, leaves, _ = optree.tree_flatten_with_path(data, none_is_leaf=True)
+        if any(p not in self._paths for p in paths) or self._structure is None:
+            self._add_paths(data)
+        flat: list[Any] = [None] * len(self._columns)
+        for path, leaf in zip(paths, leaves, strict=True):
+            flat[self._paths[path]] = leaf
+        if self._open:
+            for i, (column, value) in enumerate(zip(self._columns, flat, strict=True)):
+                if value is not None and not column.can_set_last:
+                    raise InvalidArgumentError(
+                        f"Field {self._columns[i].path()} has already been set in the active "
+                        "step by previous (partial) append call and thus must be omitted or "
+                        f"set to None but got: {value}"
+                    )
+        try:
+            refs = self._stream.append(flat, partial_step)
+        except ValueError as err:
+            found = re.findall(r" for column (\d+)", str(err))
+            if len(found) != 1:
+                raise
+            text = str(err).replace(
+                f"for column {found[0]}",
+                f"for column {_path_text(self._columns[int(found[0])].path())}",
+            )
+            raise type(err)(text) from err
+        for column, ref in zip(self._columns, refs, strict=True):
+            if not self._open:
+                column.append(ref)
+            elif ref is not None:
+                column.set_last(ref)
+        self._open = partial_step
+
+    def create_item(self, table: str, priority: float, trajectory: Any) -> None:
+        """Queues an item of ``trajectory`` (a nest of :class:`TrajectoryColumn`) for ``table``.
+
+        Raises:
+            TypeError: a leaf that is not a TrajectoryColumn.
+            SpecError (a ValueError): the trajectory does not match the table's signature.
+        """
+        flat = _signature.flatten(trajectory)
+        if not flat or not all(isinstance(c, TrajectoryColumn) for c in flat):
+            raise TypeError(
+                f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}"
+            )
+        if self._signatures is not None:
+            expected = self._signatures(table)
+            if expected is not None:
+                _signature.check_item(table, expected, [(c.dtype, c.shape) for c in flat])
+        self._stream.create_item(
+            table, priority, [list(c) for c in flat], [c.is_squeezed for c in flat]
+        )
+
+    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
+        """Sends queued items until at most ``block_until_num_items`` remain queued.
+
+        Raises:
+            InvalidArgumentError: ``block_until_num_items < 0``.
+            DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
+        """
+        if block_until_num_items < 0:
+            raise InvalidArgumentError(
+                f"block_until_num_items must be >= 0, got {block_until_num_items}"
+            )
+        self._stream.flush(block_until_num_items, timeout_ms)
+
+    def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
+        """Flushes, starts a new episode; ``clear_buffers`` also empties the history."""
+        try:
+            self._stream.end_episode(clear_buffers, timeout_ms)
+        finally:
+            if clear_buffers:
+                for column in self._columns:
+                    column.reset()
+            self._open = False
+
+    def close(self) -> None:
+        """Sends what is queued and releases the writer's server-side state."""
+        self._stream.close()
+
+
+def _union(a: Any, b: Any) -> Any:
+    """The structure holding every field of ``a`` and ``b`` (``a``'s order first)."""
+    if a is None:
+        return optree.tree_map(lambda _: None, b, none_is_leaf=True)
+    if isinstance(a, dict):
+        merged = dict(a)
+        for k, v in b.items():
+            merged[k] = _union(a[k], v) if k in a else _union(None, v)
+        return type(a)(merged) if type(a) is not dict else merged
+    if isinstance(a, tuple) and hasattr(a, "_fields"):
+        return type(a)(*(_union(x, y) for x, y in zip(a, b, strict=False)))
+    if isinstance(a, (list, tuple)):
+        out = [
+            _union(x, y) if x is not None or not _is_nest(y) else _union(None, y)
+            for x, y in itertools.zip_longest(a, b)
+        ]
+        return type(a)(out)
+    return a
+
+
+def _is_nest(x: Any) -> bool:
+    return isinstance(x, (dict, list, tuple))
