@@ -15,8 +15,8 @@ Each observer is fed one unbatched TF-Agents ``Trajectory`` step per environment
 - :class:`ReverbTrajectorySequenceObserver`: the same without cutting at boundaries.
 - :class:`ReverbAddEpisodeObserver`: one item per episode, boundary step included.
 
-TF-Agents' behaviour (its ``reverb_utils.py`` and ``reverb_utils_test.py``) is the
-specification. A step is a boundary step when its ``step_type`` is LAST (2), as
+TF-Agents 0.19's behaviour (its ``reverb_utils.py`` and ``reverb_utils_test.py``) is
+the specification. A step is a boundary step when its ``step_type`` is LAST (2), as
 TF-Agents' ``Trajectory.is_boundary()``; any nest with a top-level ``step_type``
 works, TF-Agents' ``Trajectory`` or not, and TensorFlow is not needed.
 """
@@ -106,7 +106,36 @@ def padding_step(example: Any) -> Any:
     return zeros._replace(**present)
 
 
-class ReverbAddTrajectoryObserver:
+class _WriterObserver:
+    """What TF-Agents' Reverb observers share: a client, table names and one writer."""
+
+    _writer: Any
+
+    def __init__(self, py_client: Any, table_name: str | Sequence[str]) -> None:
+        self._py_client = py_client
+        self._table_names = _table_names(table_name)
+        self._writer = None
+
+    @property
+    def py_client(self) -> Any:
+        """The client the observer writes through."""
+        return self._py_client
+
+    def get_table_signature(self) -> Any:
+        """The signature of the first table (every table of one observer shares it)."""
+        return self._py_client.server_info()[self._table_names[0]].signature
+
+    def _get_writer(self) -> Any:
+        if self._writer is None:
+            raise ValueError("Could not obtain writer from py_client.")
+        return self._writer
+
+    def flush(self) -> None:
+        """Sends every item created so far to the server."""
+        self._get_writer().flush()
+
+
+class ReverbAddTrajectoryObserver(_WriterObserver):
     """Writes fixed-length windows of steps to Reverb tables (TF-Agents' class of the
     same name).
 
@@ -146,14 +175,12 @@ class ReverbAddTrajectoryObserver:
             raise ValueError(
                 "Must set `pad_end_of_episodes=True` when using `tile_end_of_episodes`"
             )
-        self._table_names = _table_names(table_name)
+        super().__init__(py_client, table_name)
         self._sequence_length = sequence_length
         self._stride_length = stride_length
         self._priority = priority
         self._pad_end_of_episodes = pad_end_of_episodes
         self._tile_end_of_episodes = tile_end_of_episodes
-        self._py_client = py_client
-        self._writer: Any = None
         self._cached_steps = 0
         self._last_trajectory: Any = None
         self.open()
@@ -181,10 +208,6 @@ class ReverbAddTrajectoryObserver:
         trajectory = _last(self._writer.history, self._sequence_length)
         for table in self._table_names:
             self._writer.create_item(table=table, trajectory=trajectory, priority=self._priority)
-
-    def flush(self) -> None:
-        """Sends every item created so far to the server."""
-        self._writer.flush()
 
     def reset(self, write_cached_steps: bool = True) -> None:
         """Ends the episode: with ``write_cached_steps``, pads (``pad_end_of_episodes``)
@@ -223,7 +246,7 @@ class ReverbAddTrajectoryObserver:
         """Opens the writer (no-op when open)."""
         if self._writer is None:
             self._writer = self._py_client.trajectory_writer(
-                num_keep_alive_refs=self._sequence_length + 1, get_signature_timeout_ms=None
+                num_keep_alive_refs=self._sequence_length + 1, validate_items=False
             )
             self._cached_steps = 0
 
@@ -244,7 +267,7 @@ class ReverbTrajectorySequenceObserver(ReverbAddTrajectoryObserver):
         self._append(trajectory)
 
 
-class ReverbAddEpisodeObserver:
+class ReverbAddEpisodeObserver(_WriterObserver):
     """Writes each whole episode, boundary step included, as one item (TF-Agents'
     class of the same name).
 
@@ -271,12 +294,10 @@ class ReverbAddEpisodeObserver:
     ) -> None:
         if max_sequence_length <= 0:
             raise ValueError("`max_sequence_length` must be an integer greater equal one.")
-        self._table_names = _table_names(table_name)
+        super().__init__(py_client, table_name)
         self._max_sequence_length = max_sequence_length
         self._priority = priority
-        self._py_client = py_client
         self._bypass_partial_episodes = bypass_partial_episodes
-        self._writer: Any = None
         self._cached_steps = 0
         self._overflow_episode = False
         self._writer_has_data = False
@@ -322,10 +343,6 @@ class ReverbAddEpisodeObserver:
             self._writer.create_item(table=table, trajectory=trajectory, priority=self._priority)
         self._writer_has_data = False
 
-    def flush(self) -> None:
-        """Sends every item created so far to the server."""
-        self._writer.flush()
-
     def reset(self, write_cached_steps: bool = True) -> None:
         """Ends the episode, writing the cached steps as one item first when
         ``write_cached_steps`` (else dropping them)."""
@@ -343,7 +360,7 @@ class ReverbAddEpisodeObserver:
         """Opens the writer (no-op when open)."""
         if self._writer is None:
             self._writer = self._py_client.trajectory_writer(
-                num_keep_alive_refs=self._max_sequence_length + 1, get_signature_timeout_ms=None
+                num_keep_alive_refs=self._max_sequence_length + 1, validate_items=False
             )
 
     def close(self) -> None:
