@@ -96,7 +96,7 @@ class TFClient:
             return [*fields, *values]
 
         with tf.name_scope(name or f"{self._name}_sample"):
-            out = tf.numpy_function(run, [table], info_dtypes + flat, stateful=True)
+            out = _op(run, [table], info_dtypes + flat)
         return ReplaySample(
             info=SampleInfo(*out[:5]), data=tf.nest.pack_sequence_as(data_dtypes, list(out[5:]))
         )
@@ -139,7 +139,7 @@ class TFClient:
             return np.zeros((), np.int64)
 
         with tf.name_scope(name or f"{self._name}_insert"):
-            op = tf.numpy_function(run, [tables, priorities, *data], tf.int64, stateful=True)
+            op = _op(run, [tables, priorities, *data], tf.int64)
         return None if tf.executing_eagerly() else op.op
 
     def update_priorities(
@@ -170,8 +170,24 @@ class TFClient:
             return np.zeros((), np.int64)
 
         with tf.name_scope(name or f"{self._name}_update_priorities"):
-            op = tf.numpy_function(run, [table, keys, priorities], tf.int64, stateful=True)
+            op = _op(run, [table, keys, priorities], tf.int64)
         return None if tf.executing_eagerly() else op.op
+
+
+def _op(fn: Any, inputs: list[Any], dtypes: Any) -> Any:
+    """``tf.numpy_function(fn, ...)``; run eagerly, a Python error from ``fn`` is raised as
+    the ``tf.errors`` error a graph run gives (``InvalidArgumentError`` for a ValueError or
+    TypeError, else ``UnknownError``), the original as its cause."""
+    if not tf.executing_eagerly():
+        return tf.numpy_function(fn, inputs, dtypes, stateful=True)
+    try:
+        return tf.numpy_function(fn, inputs, dtypes, stateful=True)
+    except tf.errors.OpError:
+        raise
+    except (ValueError, TypeError) as err:
+        raise tf.errors.InvalidArgumentError(None, None, f"{type(err).__name__}: {err}") from err
+    except Exception as err:
+        raise tf.errors.UnknownError(None, None, f"{type(err).__name__}: {err}") from err
 
 
 def _stepped(columns: list[np.ndarray]) -> bool:
