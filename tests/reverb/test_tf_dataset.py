@@ -156,10 +156,22 @@ def test_graph_mode_initializable_iterator_with_tensor_address(address):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"max_in_flight_samples_per_worker": 0}, r"^max_in_flight_samples_per_worker \(0\) must be a positive integer$"),
-        ({"num_workers_per_iterator": 0}, r"^num_workers_per_iterator \(0\) must be a positive integer or -1$"),
-        ({"max_samples_per_stream": 0}, r"^max_samples_per_stream \(0\) must be a positive integer or -1$"),
-        ({"rate_limiter_timeout_ms": -2}, r"^rate_limiter_timeout_ms \(-2\) must be an integer >= -1$"),
+        (
+            {"max_in_flight_samples_per_worker": 0},
+            r"^max_in_flight_samples_per_worker \(0\) must be a positive integer$",
+        ),
+        (
+            {"num_workers_per_iterator": 0},
+            r"^num_workers_per_iterator \(0\) must be a positive integer or -1$",
+        ),
+        (
+            {"max_samples_per_stream": 0},
+            r"^max_samples_per_stream \(0\) must be a positive integer or -1$",
+        ),
+        (
+            {"rate_limiter_timeout_ms": -2},
+            r"^rate_limiter_timeout_ms \(-2\) must be an integer >= -1$",
+        ),
         ({"max_samples": 0}, r"^max_samples \(0\) must be a positive integer or -1$"),
     ],
 )
@@ -179,10 +191,13 @@ def test_dtypes_and_shapes_must_share_structure(address):
 def test_from_table_signature_errors_are_reverbs(address):
     with pytest.raises(
         ValueError,
-        match=rf"^Server at {address} does not contain any table named nope\. Found: nosig, q, t\.$",
+        match=rf"^Server at {address} does not contain any table named nope\. "
+        r"Found: nosig, q, t\.$",
     ):
         reverb.TrajectoryDataset.from_table_signature(address, "nope", 10)
-    with pytest.raises(ValueError, match=rf"^Table nosig at {address} does not have a signature\.$"):
+    with pytest.raises(
+        ValueError, match=rf"^Table nosig at {address} does not have a signature\.$"
+    ):
         reverb.TrajectoryDataset.from_table_signature(address, "nosig", 10)
 
 
@@ -194,14 +209,17 @@ def test_wrong_dtypes_raise_invalid_argument_at_run_time(address):
     with pytest.raises(
         tf.errors.InvalidArgumentError,
         match=r"Requested incompatible tensor at flattened index 0 from table 't'\.  "
-        r"Requested \(dtype, shape\): \(double, \[2\]\)\.  Sampled \(dtype, shape\): \(int64, \[2\]\)",
+        r"Requested \(dtype, shape\): \(double, \[2\]\)\.  "
+        r"Sampled \(dtype, shape\): \(int64, \[2\]\)",
     ):
         next(iter(dataset))
 
 
 def test_several_workers_sample_the_table(address):
     write_steps(reverb.Client(address), "t", 5)
-    dataset = reverb.TrajectoryDataset.from_table_signature(address, "t", 4, num_workers_per_iterator=2)
+    dataset = reverb.TrajectoryDataset.from_table_signature(
+        address, "t", 4, num_workers_per_iterator=2
+    )
     firsts = {int(s.data["act"][0]) for s in dataset.take(200)}
     assert firsts == {0, 1, 2, 3}
 
@@ -229,7 +247,7 @@ def test_tf_client_ops_in_tf_function(address):
     np.testing.assert_array_equal(sample.data[0].numpy(), [1.0, 2.0])
     assert sample.data[1].numpy() == 3 and sample.info.times_sampled.numpy() == 1
     assert sample.info.key.dtype == tf.uint64 and sample.info.key.shape == ()
-    (again,) = next(reverb.Client(address).sample("nosig", emit_timesteps=False)),
+    (again,) = (next(reverb.Client(address).sample("nosig", emit_timesteps=False)),)
     assert again.info.priority == 5.0 and again.info.key == int(sample.info.key.numpy())
 
 
@@ -258,7 +276,9 @@ def test_tf_client_in_a_v1_session(address):
 def test_tf_client_insert_build_time_errors(address, tables, priorities, message):
     tf_client = reverb.TFClient(address)
     tables = tf.constant(tables)
-    priorities = tf.constant(priorities, tf.float32 if message and "float64" in message else tf.float64)
+    priorities = tf.constant(
+        priorities, tf.float32 if message and "float64" in message else tf.float64
+    )
     if message is None:
         tf_client.insert([tf.constant(1.0)], tf.constant(["nosig"]), priorities)
         return
@@ -269,7 +289,9 @@ def test_tf_client_insert_build_time_errors(address, tables, priorities, message
 def test_tf_client_run_time_errors(address):
     tf_client = reverb.TFClient(address)
     tf_client.insert([tf.constant(1.0)], tf.constant(["nosig"]), tf.constant([1.0], tf.float64))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Type mismatch: actual float vs\. expect double"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=r"Type mismatch: actual float vs\. expect double"
+    ):
         tf_client.sample("nosig", [tf.float64])
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Got 6 but wanted 7"):
         tf_client.sample("nosig", [tf.float32, tf.float32])
@@ -277,9 +299,13 @@ def test_tf_client_run_time_errors(address):
         tf.errors.InvalidArgumentError,
         match=r"Tensors `keys` and `priorities` do not match in shape \(\[2\] vs\. \[1\]\)",
     ):
-        tf_client.update_priorities("nosig", tf.constant([1, 2], tf.uint64), tf.constant([5.0], tf.float64))
+        tf_client.update_priorities(
+            "nosig", tf.constant([1, 2], tf.uint64), tf.constant([5.0], tf.float64)
+        )
     with pytest.raises(ValueError, match="requested dtype uint64"):
-        tf_client.update_priorities("nosig", tf.constant([1], tf.int64), tf.constant([5.0], tf.float64))
+        tf_client.update_priorities(
+            "nosig", tf.constant([1], tf.int64), tf.constant([5.0], tf.float64)
+        )
 
 
 def test_import_without_tensorflow():

@@ -124,7 +124,10 @@ def test_seed_manager_flow(tmp_path):
 def server():
     tables = [uniform_table(), reverb.Table.queue("queue", 100)]
     prioritized = reverb.Table(
-        "prioritized", reverb.selectors.Prioritized(1.0), reverb.selectors.Fifo(), 100,
+        "prioritized",
+        reverb.selectors.Prioritized(1.0),
+        reverb.selectors.Fifo(),
+        100,
         reverb.rate_limiters.MinSize(1),
     )
     with reverb.Server([*tables, prioritized]) as server:
@@ -155,9 +158,9 @@ def test_properties(server):
 
 
 def test_argument_errors_are_tf_agents(server):
-    with pytest.raises(ValueError, match="^Exactly one of the server_address or local_server"):
+    with pytest.raises(ValueError, match=r"^Exactly one of the server_address or local_server"):
         reverb_replay_buffer.ReverbReplayBuffer(SPEC, "uniform", 2)
-    with pytest.raises(ValueError, match="^Exactly one of the server_address or local_server"):
+    with pytest.raises(ValueError, match=r"^Exactly one of the server_address or local_server"):
         reverb_replay_buffer.ReverbReplayBuffer(
             SPEC, "uniform", 2, server_address="localhost:1", local_server=server
         )
@@ -166,9 +169,11 @@ def test_argument_errors_are_tf_agents(server):
         buffer.as_dataset(2, num_steps=5)
     with pytest.raises(ValueError, match=r"not a multiple of num_steps \(3 vs\. 4\)$"):
         buffer.as_dataset(2, num_steps=3)
-    with pytest.raises(ValueError, match=r"^num_parallel_calls cannot be bigger than sample_batch_size 5 > 4$"):
+    with pytest.raises(
+        ValueError, match=r"^num_parallel_calls cannot be bigger than sample_batch_size 5 > 4$"
+    ):
         buffer.as_dataset(4, num_steps=2, num_parallel_calls=5)
-    with pytest.raises(ValueError, match="^Unable to perform a single deterministic pass"):
+    with pytest.raises(ValueError, match=r"^Unable to perform a single deterministic pass"):
         buffer.as_dataset(4, single_deterministic_pass=True)
     with pytest.raises(NotImplementedError, match="does not support `add_batch`"):
         buffer.add_batch(None)
@@ -183,9 +188,7 @@ def test_num_steps_below_sequence_length_splits_items(server):
     fill(buffer, "uniform")
     trajectory, info = next(iter(buffer.as_dataset(sample_batch_size=8, num_steps=1)))
     assert trajectory.observation.shape == (8, 1, 17) and info.key.shape == (8, 1)
-    assert set(trajectory.observation.numpy()[:, 0, 0].tolist()) <= {
-        *range(0, 6), *range(100, 106)
-    }
+    assert set(trajectory.observation.numpy()[:, 0, 0].tolist()) <= {*range(0, 6), *range(100, 106)}
     single, _ = next(iter(buffer.as_dataset(num_steps=2)))  # no batch axis
     assert single.observation.shape == (2, 17)
 
@@ -258,8 +261,12 @@ def test_array_spec_data_spec(server):
 def test_trajectory_signature_table():
     signature = tf.nest.map_structure(lambda s: tf.TensorSpec([2, *s.shape], s.dtype), SPEC)
     table = reverb.Table(
-        "uniform", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 100,
-        reverb.rate_limiters.MinSize(1), signature=signature,
+        "uniform",
+        reverb.selectors.Uniform(),
+        reverb.selectors.Fifo(),
+        100,
+        reverb.rate_limiters.MinSize(1),
+        signature=signature,
     )
     with reverb.Server([table]) as server:
         reverb_replay_buffer.ReverbReplayBuffer(SPEC, "uniform", 2, local_server=server)

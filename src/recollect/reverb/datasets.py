@@ -117,7 +117,7 @@ def _check_columns(
 
 def _draw(client: Client, table: str, n: int, timeout_s: float | None) -> dict[str, Any]:
     """Up to ``n`` samples in one call (the timeout applies to the rate limiter)."""
-    return client._channel.call(  # noqa: SLF001 (this package's own client)
+    return client._channel.call(
         "sample", {"table": table, "num_samples": int(n), "timeout": timeout_s}, None
     )
 
@@ -309,7 +309,7 @@ class TrajectoryDataset(tf.compat.v1.data.Dataset):
         super().__init__()
 
     def _as_variant_tensor(self) -> Any:
-        return self._inner._variant_tensor  # noqa: SLF001 (tf.data's subclassing hook)
+        return self._inner._variant_tensor
 
     def _inputs(self) -> list[Any]:
         return []

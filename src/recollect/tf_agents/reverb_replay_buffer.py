@@ -110,8 +110,8 @@ class ReverbReplayBuffer(tf.Module):
         self._table_name = table_name
         self._sequence_length = sequence_length
         self._local_server = local_server
-        self._server_address = (
-            f"localhost:{local_server.port}" if local_server is not None else server_address
+        self._server_address: str = (
+            f"localhost:{local_server.port}" if local_server is not None else str(server_address)
         )
         self._dataset_buffer_size = dataset_buffer_size
         self._max_cycle_length = max_cycle_length
