@@ -270,3 +270,26 @@ def test_trajectory_signature_table():
     )
     with reverb.Server([table]) as server:
         reverb_replay_buffer.ReverbReplayBuffer(SPEC, "uniform", 2, local_server=server)
+
+
+def test_tf_agents_trajectory_and_bounded_specs(server):
+    """With TF-Agents installed (the TF 2.15 + tf-agents 0.19 world): its own Trajectory
+    and BoundedTensorSpec leaves, fed by its own Trajectory steps."""
+    trajectory_lib = pytest.importorskip("tf_agents.trajectories.trajectory")
+    tensor_spec = pytest.importorskip("tf_agents.specs.tensor_spec")
+    spec = trajectory_lib.Trajectory(
+        **{
+            **SPEC._asdict(),
+            "action": tensor_spec.BoundedTensorSpec([6], tf.float32, -1.0, 1.0),
+        }
+    )
+    buffer = reverb_replay_buffer.ReverbReplayBuffer(spec, "uniform", 2, local_server=server)
+    observer = reverb_utils.ReverbAddTrajectoryObserver(buffer.py_client, "uniform", 2)
+    for number, length in enumerate([5, 6]):
+        for step in episode(length, number):
+            observer(trajectory_lib.Trajectory(**step._asdict()))
+    observer.flush()
+    assert buffer.num_frames() == 9
+    trajectory, info = next(iter(buffer.as_dataset(sample_batch_size=16, num_steps=2)))
+    assert isinstance(trajectory, trajectory_lib.Trajectory)
+    assert_windows_within_episodes(trajectory, info)
