@@ -317,3 +317,15 @@ def test_import_without_tensorflow():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "lazy"
+
+
+def test_tf_client_sample_returns_the_first_step_of_a_trajectory_item(address):
+    # dm-reverb 0.14 (baseline venv): a 3-step item of column 'a' = [0, 1, 2] sampled with
+    # TFClient.sample(table, {'a': tf.float32}) gave data={'a': 0.0} (scalar, step 0)
+    client = reverb.Client(address)
+    with client.trajectory_writer(3) as writer:
+        for i in range(3):
+            writer.append({"a": np.float32(i)})
+        writer.create_item("nosig", 1.0, {"a": writer.history["a"][:]})
+    sample = reverb.TFClient(address).sample("nosig", {"a": tf.float32})
+    assert sample.data["a"].numpy() == 0.0 and sample.data["a"].shape == ()
