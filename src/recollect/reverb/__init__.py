@@ -21,6 +21,22 @@ from recollect.reverb.trajectory_writer import TrajectoryColumn, TrajectoryWrite
 
 selectors = item_selectors
 
+#: TensorFlow-side names, imported on first use so that TensorFlow stays optional.
+_LAZY = {
+    "TrajectoryDataset": ("recollect.reverb.datasets", "TrajectoryDataset"),
+    "TFClient": ("recollect.reverb.tf_client", "TFClient"),
+}
+
+
+def __getattr__(name: str) -> object:
+    """``TrajectoryDataset`` and ``TFClient`` (they import TensorFlow)."""
+    if name in _LAZY:
+        import importlib
+
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module 'recollect.reverb' has no attribute {name!r}")
+
 __all__ = [
     "Client",
     "DeadlineExceededError",
@@ -28,9 +44,11 @@ __all__ = [
     "ReverbError",
     "SampleInfo",
     "Server",
+    "TFClient",
     "Table",
     "TableInfo",
     "TrajectoryColumn",
+    "TrajectoryDataset",
     "TrajectoryWriter",
     "Writer",
     "errors",

@@ -1,0 +1,393 @@
+"""Reverb's ``TrajectoryDataset`` on :mod:`recollect.reverb` (needs TensorFlow).
+
+``reverb.TrajectoryDataset(server_address, table, dtypes, shapes,
+max_in_flight_samples_per_worker, ...)`` and ``.from_table_signature(...)`` keep
+Reverb 0.14's arguments, build-time ``ValueError`` messages and ``element_spec``:
+elements are ``ReplaySample(info, data)`` with scalar ``info`` fields (key uint64,
+probability float64, table_size int64, priority float64, times_sampled int32) and
+``data`` shaped like ``dtypes``/``shapes`` (lists become tuples, as Reverb's).
+
+Sampling goes through the Python :class:`~recollect.reverb.Client`: one call
+draws up to ``max_in_flight_samples_per_worker`` items at once (numpy arrays
+``[k, ...]`` per column, split by ``unbatch``), never more than ``max_samples``
+minus what was drawn already. Each iterator draws on its own (per-iterator
+``max_samples`` budget). A sample drawn in a call is served as is: like
+Reverb's in-flight samples, up to ``max_in_flight_samples_per_worker`` samples
+drawn before an item was deleted can still be served afterwards (none drawn
+after it).
+
+Ending: a ``rate_limiter_timeout_ms >= 0`` that passes while the table's rate
+limiter blocks ends the dataset (``OutOfRangeError`` / ``StopIteration``), as does
+``max_samples``. Run-time errors (a missing table, data not matching ``dtypes``/
+``shapes``) surface from the iterator as ``tf.errors.InvalidArgumentError``
+with Reverb's message text (Reverb: when the iterator is made; here: at its
+first ``next``).
+
+Differences: ``TimestepDataset`` and ``PatternDataset`` are not provided;
+``num_workers_per_iterator`` > 1 runs that many Python samplers interleaved
+(default -1: one, as sampling is vectorized); ``max_samples_per_stream`` is
+accepted and checked, nothing else (there are no streams).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from recollect.errors import InvalidArgumentError
+from recollect.reverb import _signature
+from recollect.reverb.client import Client
+from recollect.reverb.errors import DeadlineExceededError
+from recollect.reverb.replay_sample import ReplaySample, SampleInfo
+
+__all__ = ["TrajectoryDataset", "check_dataset_arguments", "sample_chunks"]
+
+_INFO_DTYPES = (tf.uint64, tf.float64, tf.int64, tf.float64, tf.int32)
+
+
+def check_dataset_arguments(
+    max_in_flight_samples_per_worker: int,
+    num_workers_per_iterator: int,
+    max_samples_per_stream: int,
+    rate_limiter_timeout_ms: int,
+    max_samples: int,
+) -> None:
+    """Reverb's build-time checks of the dataset arguments.
+
+    Raises:
+        InvalidArgumentError (a ValueError): with Reverb's message for the first bad one.
+    """
+    if max_in_flight_samples_per_worker < 1:
+        raise InvalidArgumentError(
+            f"max_in_flight_samples_per_worker ({max_in_flight_samples_per_worker}) must be a "
+            "positive integer"
+        )
+    if num_workers_per_iterator < 1 and num_workers_per_iterator != -1:
+        raise InvalidArgumentError(
+            f"num_workers_per_iterator ({num_workers_per_iterator}) must be a positive integer "
+            "or -1"
+        )
+    if max_samples_per_stream < 1 and max_samples_per_stream != -1:
+        raise InvalidArgumentError(
+            f"max_samples_per_stream ({max_samples_per_stream}) must be a positive integer or -1"
+        )
+    if rate_limiter_timeout_ms < -1:
+        raise InvalidArgumentError(
+            f"rate_limiter_timeout_ms ({rate_limiter_timeout_ms}) must be an integer >= -1"
+        )
+    if max_samples < 1 and max_samples != -1:
+        raise InvalidArgumentError(f"max_samples ({max_samples}) must be a positive integer or -1")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.ndarray):
+        return _text(value.item())
+    return str(value)
+
+
+def _check_columns(
+    table: str, dtypes: list[tf.DType], shapes: list[tf.TensorShape], columns: list[np.ndarray]
+) -> None:
+    """Raises InvalidArgumentError (Reverb's text) unless each ``[k, ...]`` column fits."""
+    if len(columns) != len(dtypes):
+        raise InvalidArgumentError(
+            f"Number of tensors in the sample from table '{table}' did not match the expected "
+            f"count. Got {len(columns)} but wanted {len(dtypes)}: pass one dtype and shape per "
+            "column of the table's items."
+        )
+    for i, (dtype, shape, column) in enumerate(zip(dtypes, shapes, columns, strict=True)):
+        got = _signature.dtype_name(column.dtype)
+        want = "string" if dtype == tf.string else _signature.dtype_name(dtype.as_numpy_dtype)
+        if got != want or not shape.is_compatible_with(column.shape[1:]):
+            want_shape = _signature.shape_text(
+                tuple(shape.as_list()) if shape.rank is not None else ()
+            )
+            raise InvalidArgumentError(
+                f"Requested incompatible tensor at flattened index {i} from table '{table}'.  "
+                f"Requested (dtype, shape): ({want}, {want_shape}).  Sampled (dtype, shape): "
+                f"({got}, {_signature.shape_text(column.shape[1:])}). Pass the dtypes and "
+                "shapes of the table's items (from_table_signature reads them from its signature)."
+            )
+
+
+def _draw(client: Client, table: str, n: int, timeout_s: float | None) -> dict[str, Any]:
+    """Up to ``n`` samples in one call (the timeout applies to the rate limiter)."""
+    return client._channel.call(
+        "sample", {"table": table, "num_samples": int(n), "timeout": timeout_s}, None
+    )
+
+
+def _chunks(
+    server_address: Any,
+    table: Any,
+    dtypes: list[tf.DType],
+    shapes: list[tf.TensorShape],
+    chunk: int,
+    max_samples: int,
+    timeout_ms: int,
+    exact: bool,
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """Yields ``(key, probability, table_size, priority, times_sampled, *columns)`` chunks
+    of up to ``chunk`` rows (exactly ``chunk`` with ``exact``), ``max_samples`` in all."""
+    address, name = _text(server_address), _text(table)
+    client = Client(address)
+    timeout_s = None if timeout_ms < 0 else timeout_ms / 1000.0
+    left = max_samples
+    info_np = SampleInfo.np_dtypes()
+    while left != 0:
+        want = chunk if left < 0 else min(chunk, left)
+        parts: list[tuple[np.ndarray, ...]] = []
+        got = 0
+        while got < want:
+            try:
+                out = _draw(client, name, want - got, timeout_s)
+            except DeadlineExceededError:  # the rate limiter's timeout: the dataset ends
+                return
+            info = out["info"]
+            keys = info["key"]
+            k = len(keys)
+            fields = tuple(
+                np.asarray(info[f], d) for f, d in zip(SampleInfo._fields, info_np, strict=True)
+            )
+            for group in out["groups"]:
+                columns = [np.asarray(c) for c in group["columns"]]
+                _check_columns(name, dtypes, shapes, columns)
+                index = group["index"]
+                whole = len(out["groups"]) == 1
+                part = fields if whole else tuple(f[index] for f in fields)
+                parts.append((*part, *columns))
+            got += k
+            if not exact:
+                break
+        left -= got
+        if len(parts) == 1:
+            yield parts[0]
+        else:
+            if any(
+                p[5 + i].shape[1:] != parts[0][5 + i].shape[1:]
+                for p in parts
+                for i in range(len(dtypes))
+            ):
+                yield from parts  # different item lengths: one chunk per layout
+            else:
+                yield tuple(np.concatenate(cols) for cols in zip(*parts, strict=True))
+
+
+def sample_chunks(
+    server_address: Any,
+    table: Any,
+    dtypes: list[tf.DType],
+    shapes: list[tf.TensorShape],
+    chunk: int,
+    *,
+    max_samples: int = -1,
+    rate_limiter_timeout_ms: int = -1,
+    exact: bool = False,
+    num_workers: int = 1,
+) -> tf.data.Dataset:
+    """A dataset of sample chunks: flat tuples ``(key [k], probability [k], table_size [k],
+    priority [k], times_sampled [k], *columns [k, *shape])``, each chunk one (or, with
+    ``exact``, as many as it takes to draw ``chunk`` rows) vectorized client call(s).
+
+    ``server_address``/``table`` may be string tensors. ``num_workers`` > 1
+    interleaves that many samplers (each with its own ``max_samples``; pass -1).
+    """
+    info_specs = tuple(tf.TensorSpec([None], d) for d in _INFO_DTYPES)
+    data_specs = tuple(
+        tf.TensorSpec([None, *s.as_list()] if s.rank is not None else None, d)
+        for d, s in zip(dtypes, shapes, strict=True)
+    )
+    signature = info_specs + data_specs
+
+    def make(_: Any = None) -> tf.data.Dataset:
+        return tf.data.Dataset.from_generator(
+            lambda address, name: _chunks(
+                address, name, dtypes, shapes, chunk, max_samples, rate_limiter_timeout_ms, exact
+            ),
+            output_signature=signature,
+            args=(server_address, table),
+        )
+
+    if num_workers <= 1:
+        return make()
+    return tf.data.Dataset.range(num_workers).interleave(
+        make, cycle_length=num_workers, num_parallel_calls=num_workers, deterministic=False
+    )
+
+
+def _lists_to_tuples(structure: Any) -> Any:
+    if isinstance(structure, list):
+        return tuple(_lists_to_tuples(x) for x in structure)
+    if isinstance(structure, tuple) and hasattr(structure, "_fields"):
+        return type(structure)(*(_lists_to_tuples(x) for x in structure))
+    if isinstance(structure, tuple):
+        return tuple(_lists_to_tuples(x) for x in structure)
+    if isinstance(structure, dict):
+        return type(structure)((k, _lists_to_tuples(v)) for k, v in structure.items())
+    return structure
+
+
+class TrajectoryDataset(tf.compat.v1.data.Dataset):
+    """A ``tf.data.Dataset`` of ``ReplaySample(info, data)`` sampled from a Reverb table.
+
+    Args:
+        server_address: ``"host:port"`` of a :class:`~recollect.reverb.Server` (str or
+            string tensor).
+        table: the table's name (str or string tensor).
+        dtypes: nest of ``tf.DType`` of ``data``; ``shapes``: the same nest of shapes
+            (item lengths included, e.g. ``[T, 17]``; None dims: any size).
+        max_in_flight_samples_per_worker: samples drawn per client call (>= 1).
+        num_workers_per_iterator: samplers per iterator (-1: one).
+        max_samples_per_stream: checked as Reverb does; otherwise unused.
+        rate_limiter_timeout_ms: -1 waits forever; else the dataset ends once the
+            rate limiter kept a draw waiting that long.
+        max_samples: -1 endless; else the dataset ends after that many samples and
+            never draws more.
+
+    Raises:
+        ValueError: ``dtypes`` and ``shapes`` differ in structure, or an argument is out of
+            range (Reverb's messages; recollect ``InvalidArgumentError``).
+    """
+
+    def __init__(
+        self,
+        server_address: Any,
+        table: Any,
+        dtypes: Any,
+        shapes: Any,
+        max_in_flight_samples_per_worker: int,
+        num_workers_per_iterator: int = -1,
+        max_samples_per_stream: int = -1,
+        rate_limiter_timeout_ms: int = -1,
+        max_samples: int = -1,
+    ) -> None:
+        tf.nest.assert_same_structure(dtypes, shapes, check_types=False)
+        check_dataset_arguments(
+            max_in_flight_samples_per_worker,
+            num_workers_per_iterator,
+            max_samples_per_stream,
+            rate_limiter_timeout_ms,
+            max_samples,
+        )
+        dtypes = _lists_to_tuples(tf.nest.map_structure(tf.as_dtype, dtypes))
+        shapes = _lists_to_tuples(tf.nest.map_structure(tf.TensorShape, shapes))
+        self._server_address = server_address
+        self._table = table
+        self._dtypes = ReplaySample(SampleInfo(*_INFO_DTYPES), dtypes)
+        self._shapes = ReplaySample(SampleInfo(*[tf.TensorShape([])] * 5), shapes)
+        self._max_in_flight_samples_per_worker = max_in_flight_samples_per_worker
+        self._num_workers_per_iterator = num_workers_per_iterator
+        self._max_samples_per_stream = max_samples_per_stream
+        self._rate_limiter_timeout_ms = rate_limiter_timeout_ms
+        self._max_samples = max_samples
+        workers = 1 if max_samples != -1 else max(1, num_workers_per_iterator)
+        flat_dtypes = tf.nest.flatten(dtypes)
+        flat_shapes = tf.nest.flatten(shapes, expand_composites=False)
+        chunks = sample_chunks(
+            server_address,
+            table,
+            flat_dtypes,
+            flat_shapes,
+            max_in_flight_samples_per_worker,
+            max_samples=max_samples,
+            rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+            num_workers=workers,
+        )
+        data_structure = dtypes
+
+        def pack(*flat: Any) -> ReplaySample:
+            return ReplaySample(
+                SampleInfo(*flat[:5]), tf.nest.pack_sequence_as(data_structure, list(flat[5:]))
+            )
+
+        self._inner = chunks.map(pack).unbatch()
+        super().__init__()
+
+    def _as_variant_tensor(self) -> Any:
+        return self._inner._variant_tensor
+
+    def _inputs(self) -> list[Any]:
+        return []
+
+    @property
+    def element_spec(self) -> Any:
+        return tf.nest.map_structure(tf.TensorSpec, self._shapes, self._dtypes)
+
+    @classmethod
+    def from_table_signature(
+        cls,
+        server_address: str,
+        table: str,
+        max_in_flight_samples_per_worker: int,
+        num_workers_per_iterator: int = -1,
+        max_samples_per_stream: int = -1,
+        rate_limiter_timeout_ms: int = -1,
+        get_signature_timeout_secs: int | None = None,
+        max_samples: int = -1,
+    ) -> TrajectoryDataset:
+        """A TrajectoryDataset whose dtypes and shapes are the table's signature.
+
+        Raises:
+            ValueError: no table ``table`` on the server, or it has no signature.
+            DeadlineExceededError: the server did not answer within
+                ``get_signature_timeout_secs``.
+        """
+        info = Client(server_address).server_info(get_signature_timeout_secs)
+        if table not in info:
+            raise InvalidArgumentError(
+                f"Server at {server_address} does not contain any table named {table}. "
+                f"Found: {', '.join(sorted(info.keys()))}."
+            )
+        signature = info[table].signature
+        if not signature:
+            raise InvalidArgumentError(
+                f"Table {table} at {server_address} does not have a signature."
+            )
+
+        def is_spec(x: Any) -> bool:
+            return hasattr(x, "shape") and hasattr(x, "dtype")
+
+        shapes = _map_specs(lambda s: tf.TensorShape(s.shape), signature, is_spec)
+        dtypes = _map_specs(
+            lambda s: (
+                tf.string
+                if np.dtype(_numpy(s.dtype)).kind in "OSU"
+                else tf.as_dtype(_numpy(s.dtype))
+            ),
+            signature,
+            is_spec,
+        )
+        return cls(
+            server_address=server_address,
+            table=table,
+            shapes=shapes,
+            dtypes=dtypes,
+            max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
+            num_workers_per_iterator=num_workers_per_iterator,
+            max_samples_per_stream=max_samples_per_stream,
+            rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+            max_samples=max_samples,
+        )
+
+
+def _numpy(dtype: Any) -> Any:
+    if isinstance(dtype, tf.DType):
+        return np.dtype(object) if dtype == tf.string else dtype.as_numpy_dtype
+    return dtype
+
+
+def _map_specs(fn: Any, signature: Any, is_spec: Any) -> Any:
+    if is_spec(signature):
+        return fn(signature)
+    if isinstance(signature, dict):
+        return type(signature)((k, _map_specs(fn, v, is_spec)) for k, v in signature.items())
+    if isinstance(signature, tuple) and hasattr(signature, "_fields"):
+        return type(signature)(*(_map_specs(fn, v, is_spec) for v in signature))
+    if isinstance(signature, (list, tuple)):
+        return type(signature)(_map_specs(fn, v, is_spec) for v in signature)
+    return signature
