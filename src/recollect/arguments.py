@@ -109,3 +109,17 @@ def no_options(what: str, options: Mapping[str, Any], takes: str | None = None) 
     if options:
         allowed = "no options" if takes is None else f"only {takes}"
         raise InvalidArgumentTypeError(f"{what} takes {allowed}; got {sorted(options)}.")
+
+
+def reverb_positive_int(name: str, value: Any, *, or_minus_one: bool = False) -> int:
+    """``value`` as an int >= 1 (or -1, Reverb's "auto", with ``or_minus_one``), refused
+    with Reverb's own message ("NAME (VALUE) must be a positive integer"), which Reverb
+    users' code and tests match; for :mod:`recollect.reverb`.
+
+    Raises:
+        InvalidArgumentError: not an int, or < 1 (and not an allowed -1).
+    """
+    if is_int(value) and (value >= 1 or (or_minus_one and value == -1)):
+        return int(value)
+    suffix = " or -1" if or_minus_one else ""
+    raise InvalidArgumentError(f"{name} ({value}) must be a positive integer{suffix}")

@@ -15,19 +15,19 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "recollect"
 
 # `obj._name` where obj is not self. Each allowed reach-in names the file and why it is needed.
-PRIVATE = re.compile(r"\b(?!self\b)\w+\._[a-z]")
+# (namedtuples' documented API, ``_fields``/``_replace``/``_make``/``_asdict``, is public:
+# the underscore only avoids clashes with field names)
+PRIVATE = re.compile(r"\b(?!self\b)\w+\._(?!(?:fields|replace|make|asdict)\b)[a-z]")
 ALLOWED = {
     # JAX's batched_device_put skips ~12 us of Python per array; probed against
     # jax.device_put when the iterator is built, with the public call as fallback.
     ("jax.py", "jax._src"),
     # tf.data's OwnedIterator can only be built on the dataset's variant tensor.
     ("_tf_eager.py", "dataset._variant_tensor"),
-    # `_fields` and `_replace` are the documented namedtuple API (the underscore avoids
-    # field-name clashes).
-    ("state/manifest.py", "node._fields"),
-    ("manager/checks.py", "node._fields"),
-    ("storage/compressed_memmap.py", "index._replace"),
-    ("service/wire/codec.py", "kind._fields"),
+    ("reverb/datasets.py", "_inner._variant_tensor"),
+    # a script that never stops its reverb.Server must still exit: gRPC's worker threads
+    # are joined before atexit runs; only threading's own hook runs before that join.
+    ("reverb/server.py", "threading._register_atexit"),
     # in a forked child, whether the forking thread itself holds a table's RLock: only
     # RLock._is_owned says so (a non-blocking acquire cannot tell it from a free lock).
     ("table/at_fork.py", "lock._is_owned"),

@@ -37,6 +37,7 @@ def __getattr__(name: str) -> object:
         return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'recollect.reverb' has no attribute {name!r}")
 
+
 __all__ = [
     "Client",
     "DeadlineExceededError",

@@ -12,25 +12,25 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import reverb_positive_int
 from recollect.errors import InvalidArgumentError
-from recollect.reverb import _signature
-from recollect.reverb._core import LocalChannel
-from recollect.reverb._info import decode_info
-from recollect.reverb._stream import WriterStream
+from recollect.reverb import signature as _signature
+from recollect.reverb.addresses import grpc_transport, local_core
+from recollect.reverb.core import LocalChannel
 from recollect.reverb.errors import DeadlineExceededError
+from recollect.reverb.info import decode_info
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
 from recollect.reverb.reverb_types import TableInfo
+from recollect.reverb.stream import WriterStream
 from recollect.reverb.trajectory_writer import TrajectoryColumn, TrajectoryWriter
 
 
 def open_channel(address: str) -> Any:
     """The channel to ``address``: in-process when a server of this process has it."""
-    from recollect.reverb.server import _grpc_transport, local_core
-
     core = local_core(address)
     if core is not None:
         return LocalChannel(core)
-    rgrpc = _grpc_transport()
+    rgrpc = grpc_transport()
     if rgrpc is None:
         return _Unreachable(address)
     return _MappedChannel(rgrpc.connect(address), rgrpc)
@@ -118,10 +118,7 @@ class Writer:
         Raises:
             InvalidArgumentError (a ValueError): ``num_timesteps`` < 1 or more than kept.
         """
-        if num_timesteps < 1:
-            raise InvalidArgumentError(
-                f"num_timesteps ({num_timesteps}) must be a positive integer"
-            )
+        reverb_positive_int("num_timesteps", num_timesteps)
         columns = self._stream.columns
         if not columns or num_timesteps > min(
             self._max, columns[0].next_step - columns[0].alive_from
@@ -131,7 +128,7 @@ class Writer:
                 f"({0 if not columns else columns[0].next_step - columns[0].alive_from}) and "
                 f"<= max_sequence_length ({self._max})."
             )
-        from recollect.reverb._stream import CellRef
+        from recollect.reverb.stream import CellRef
 
         refs = [
             [CellRef(c, s, None) for s in range(c.next_step - num_timesteps, c.next_step)]  # type: ignore[arg-type]
@@ -175,6 +172,11 @@ class Client:
     def server_address(self) -> str:
         return self._server_address
 
+    @property
+    def channel(self) -> Any:
+        """The channel the client calls its server through (in-process or gRPC)."""
+        return self._channel
+
     def _call(self, method: str, timeout: float | None = None, **args: Any) -> Any:
         return self._channel.call(method, args, timeout)
 
@@ -199,31 +201,23 @@ class Client:
         max_in_flight_items: int | None = 25,
     ) -> Writer:
         """A legacy :class:`Writer` keeping the last ``max_sequence_length`` steps."""
-        if max_sequence_length < 1:
-            raise InvalidArgumentError(
-                f"max_sequence_length ({max_sequence_length}) must be a positive integer"
-            )
+        reverb_positive_int("max_sequence_length", max_sequence_length)
         if chunk_length is None:
             chunk_length = min(10, max_sequence_length)
-        if chunk_length < 1 or chunk_length > max_sequence_length:
+        if reverb_positive_int("chunk_length", chunk_length) > max_sequence_length:
             raise InvalidArgumentError(
                 f"chunk_length ({chunk_length}) must be a positive integer le to "
                 f"max_sequence_length ({max_sequence_length})"
             )
-        if max_in_flight_items is not None and max_in_flight_items < 1:
-            raise InvalidArgumentError(
-                f"max_in_flight_items ({max_in_flight_items}) must be a positive integer"
-            )
+        if max_in_flight_items is not None:
+            reverb_positive_int("max_in_flight_items", max_in_flight_items)
         return Writer(WriterStream(self._channel, max_sequence_length), max_sequence_length)
 
     def trajectory_writer(
         self, num_keep_alive_refs: int, *, validate_items: bool = True
     ) -> TrajectoryWriter:
         """A :class:`TrajectoryWriter` keeping ``num_keep_alive_refs`` steps per column."""
-        if num_keep_alive_refs < 1:
-            raise InvalidArgumentError(
-                f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer"
-            )
+        reverb_positive_int("num_keep_alive_refs", num_keep_alive_refs)
         signatures = self._table_columns if validate_items else None
         return TrajectoryWriter(WriterStream(self._channel, num_keep_alive_refs), signatures)
 

@@ -37,8 +37,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from recollect.arguments import reverb_positive_int
 from recollect.errors import InvalidArgumentError
-from recollect.reverb import _signature
+from recollect.reverb import signature as _signature
 from recollect.reverb.client import Client
 from recollect.reverb.errors import DeadlineExceededError
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
@@ -60,26 +61,14 @@ def check_dataset_arguments(
     Raises:
         InvalidArgumentError (a ValueError): with Reverb's message for the first bad one.
     """
-    if max_in_flight_samples_per_worker < 1:
-        raise InvalidArgumentError(
-            f"max_in_flight_samples_per_worker ({max_in_flight_samples_per_worker}) must be a "
-            "positive integer"
-        )
-    if num_workers_per_iterator < 1 and num_workers_per_iterator != -1:
-        raise InvalidArgumentError(
-            f"num_workers_per_iterator ({num_workers_per_iterator}) must be a positive integer "
-            "or -1"
-        )
-    if max_samples_per_stream < 1 and max_samples_per_stream != -1:
-        raise InvalidArgumentError(
-            f"max_samples_per_stream ({max_samples_per_stream}) must be a positive integer or -1"
-        )
+    reverb_positive_int("max_in_flight_samples_per_worker", max_in_flight_samples_per_worker)
+    reverb_positive_int("num_workers_per_iterator", num_workers_per_iterator, or_minus_one=True)
+    reverb_positive_int("max_samples_per_stream", max_samples_per_stream, or_minus_one=True)
     if rate_limiter_timeout_ms < -1:
         raise InvalidArgumentError(
             f"rate_limiter_timeout_ms ({rate_limiter_timeout_ms}) must be an integer >= -1"
         )
-    if max_samples < 1 and max_samples != -1:
-        raise InvalidArgumentError(f"max_samples ({max_samples}) must be a positive integer or -1")
+    reverb_positive_int("max_samples", max_samples, or_minus_one=True)
 
 
 def _text(value: Any) -> str:
@@ -117,7 +106,7 @@ def _check_columns(
 
 def _draw(client: Client, table: str, n: int, timeout_s: float | None) -> dict[str, Any]:
     """Up to ``n`` samples in one call (the timeout applies to the rate limiter)."""
-    return client._channel.call(
+    return client.channel.call(
         "sample", {"table": table, "num_samples": int(n), "timeout": timeout_s}, None
     )
 

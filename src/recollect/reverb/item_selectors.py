@@ -1,7 +1,7 @@
 """Strategies that pick which item is sampled or removed (``reverb.item_selectors``).
 
 Each is a small immutable description; the table builds the vectorized
-selection (:mod:`recollect.reverb._selection`) from it.
+selection (:mod:`recollect.reverb.selection`) from it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from recollect.arguments import is_number
 from recollect.errors import InvalidArgumentError
 
 
@@ -42,7 +43,7 @@ class Prioritized:
 
     def __post_init__(self) -> None:
         e = self.priority_exponent
-        if not isinstance(e, (int, float)) or isinstance(e, bool) or not math.isfinite(e) or e < 0:
+        if not is_number(e) or not math.isfinite(e) or e < 0:
             raise InvalidArgumentError(
                 f"priority_exponent must be a finite number >= 0; got {e!r}. "
                 "Pass e.g. Prioritized(priority_exponent=0.8)."

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from recollect.arguments import reverb_positive_int
 from recollect.errors import InvalidArgumentError
 
 _log = logging.getLogger(__name__)
@@ -31,10 +32,7 @@ class RateLimiter:
     def __init__(
         self, samples_per_insert: float, min_size_to_sample: int, min_diff: float, max_diff: float
     ) -> None:
-        if min_size_to_sample < 1:
-            raise InvalidArgumentError(
-                f"min_size_to_sample ({min_size_to_sample}) must be a positive integer."
-            )
+        reverb_positive_int("min_size_to_sample", min_size_to_sample)
         if not samples_per_insert > 0:
             raise InvalidArgumentError(f"samples_per_insert ({samples_per_insert}) must be > 0.")
         if min_diff > max_diff:
@@ -58,10 +56,7 @@ class MinSize(RateLimiter):
     """Blocks samples while the table holds fewer than ``min_size_to_sample`` items."""
 
     def __init__(self, min_size_to_sample: int) -> None:
-        if min_size_to_sample < 1:
-            raise InvalidArgumentError(
-                f"min_size_to_sample ({min_size_to_sample}) must be a positive integer."
-            )
+        reverb_positive_int("min_size_to_sample", min_size_to_sample)
         super().__init__(1.0, min_size_to_sample, -sys.float_info.max, sys.float_info.max)
 
 
@@ -84,11 +79,11 @@ class SampleToInsertRatio(RateLimiter):
         min_size_to_sample: int,
         error_buffer: float | tuple[float, float],
     ) -> None:
-        if isinstance(error_buffer, (int, float)):
+        if isinstance(error_buffer, tuple | list):
+            min_diff, max_diff = error_buffer
+        else:
             offset = samples_per_insert * min_size_to_sample
             min_diff, max_diff = offset - error_buffer, offset + error_buffer
-        else:
-            min_diff, max_diff = error_buffer
         if samples_per_insert <= 0:
             raise InvalidArgumentError(f"samples_per_insert ({samples_per_insert}) must be > 0")
         if max_diff - min_diff < 2 * max(1.0, samples_per_insert):

@@ -1,7 +1,7 @@
 """``reverb.Server``: hosts tables; clients reach it by ``"localhost:<port>"``.
 
 In the same process the address resolves to the server's
-:class:`~recollect.reverb._core.ServerCore` (no socket: a method call). When
+:class:`~recollect.reverb.core.ServerCore` (no socket: a method call). When
 ``recollect.grpc`` (the ``reverb`` extra, grpcio) is installed the server also
 serves the core over gRPC on 127.0.0.1 (other processes on this machine);
 serving other interfaces needs ``host=`` and a ``token=`` (Reverb serves every
@@ -11,8 +11,6 @@ interface unauthenticated; that is a deliberate difference).
 from __future__ import annotations
 
 import collections
-import importlib
-import importlib.util
 import socket
 import threading
 import weakref
@@ -20,10 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from recollect.errors import InvalidArgumentError
-from recollect.reverb._core import ServerCore
+from recollect.reverb.addresses import LOCAL, LOCAL_LOCK, grpc_transport
+from recollect.reverb.core import ServerCore
 from recollect.reverb.table import Table
 
-_LOCAL: dict[int, weakref.ReferenceType[ServerCore]] = {}
 _LIVE: weakref.WeakSet[Server] = weakref.WeakSet()
 
 
@@ -36,32 +34,6 @@ def _stop_all() -> None:
 
 # runs before the interpreter joins non-daemon threads (gRPC's workers); atexit runs after
 threading._register_atexit(_stop_all)  # type: ignore[attr-defined]
-_LOCAL_LOCK = threading.Lock()
-_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0", ""}
-
-
-def local_core(address: str) -> ServerCore | None:
-    """The core of a server of this process at ``address`` (``host:port``), or None."""
-    host, _, port = address.rpartition(":")
-    if not port.isdigit():
-        raise InvalidArgumentError(
-            f"server_address must be 'host:port'; got {address!r}. Use e.g. 'localhost:8000'."
-        )
-    if host not in _LOCAL_HOSTS and host != socket.gethostname():
-        return None
-    with _LOCAL_LOCK:
-        ref = _LOCAL.get(int(port))
-    return ref() if ref is not None else None
-
-
-def _grpc_transport() -> Any:
-    """``recollect.grpc`` when it and grpcio import, else None."""
-    if importlib.util.find_spec("grpc") is None:
-        return None
-    try:
-        return importlib.import_module("recollect.grpc")
-    except ImportError:
-        return None
 
 
 def _free_port() -> int:
@@ -108,7 +80,7 @@ class Server:
         if checkpointer is not None:
             checkpointer.restore(self._core)
         self._grpc = None
-        rgrpc = _grpc_transport() if serve_grpc is not False else None
+        rgrpc = grpc_transport() if serve_grpc is not False else None
         if serve_grpc and rgrpc is None:
             raise InvalidArgumentError(
                 "serve_grpc=True needs grpcio and recollect.grpc; pip install 'recollect[reverb]'."
@@ -120,13 +92,13 @@ class Server:
             port = _free_port()
         self._port = int(port)
         self._stopped = threading.Event()
-        with _LOCAL_LOCK:
-            if self._port in _LOCAL and _LOCAL[self._port]() is not None:
+        with LOCAL_LOCK:
+            if self._port in LOCAL and LOCAL[self._port]() is not None:
                 raise InvalidArgumentError(
                     f"port {self._port} is already used by a server of this process; pick "
                     "another or pass port=None."
                 )
-            _LOCAL[self._port] = weakref.ref(self._core)
+            LOCAL[self._port] = weakref.ref(self._core)
             _LIVE.add(self)
 
     @property
@@ -140,10 +112,10 @@ class Server:
 
     def stop(self) -> None:
         """Stops serving: clients can no longer reach this server (idempotent)."""
-        with _LOCAL_LOCK:
-            ref = _LOCAL.get(self._port)
+        with LOCAL_LOCK:
+            ref = LOCAL.get(self._port)
             if ref is not None and ref() is self._core:
-                del _LOCAL[self._port]
+                del LOCAL[self._port]
         if self._grpc is not None:
             self._grpc.stop()
             self._grpc = None

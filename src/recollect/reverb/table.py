@@ -2,7 +2,7 @@
 
 The Table object is live: once a :class:`~recollect.reverb.server.Server`
 hosts it, ``info``, ``can_sample`` and ``can_insert`` read the server's state,
-as in Reverb. Its items are :class:`~recollect.reverb._items.Items`.
+as in Reverb. Its items are :class:`~recollect.reverb.items.Items`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import is_int
 from recollect.errors import InvalidArgumentError
-from recollect.reverb import _signature, item_selectors, rate_limiters
-from recollect.reverb._items import Items
-from recollect.reverb._store import ColumnStore
+from recollect.reverb import item_selectors, rate_limiters
+from recollect.reverb import signature as _signature
+from recollect.reverb.items import Items
 from recollect.reverb.reverb_types import ProtoLike, TableInfo, selector_options
+from recollect.reverb.store import ColumnStore
 
 
 class Table:
@@ -50,7 +52,7 @@ class Table:
     ) -> None:
         if not name:
             raise InvalidArgumentError("name must be nonempty; give the table a name.")
-        if not isinstance(max_size, (int, np.integer)) or max_size <= 0:
+        if not is_int(max_size, 1):
             raise InvalidArgumentError(f"max_size ({max_size}) must be a positive integer.")
         if extensions:
             raise InvalidArgumentError(

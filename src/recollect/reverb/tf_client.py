@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from recollect.errors import InvalidArgumentError
-from recollect.reverb import _signature
+from recollect.reverb import signature as _signature
 from recollect.reverb.client import Client
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
 

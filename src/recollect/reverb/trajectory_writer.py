@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import optree
 
+from recollect.arguments import is_int, reverb_positive_int
 from recollect.errors import InvalidArgumentError
-from recollect.reverb import _signature
-from recollect.reverb._stream import CellRef, WriterStream
+from recollect.reverb import signature as _signature
 from recollect.reverb.errors import ReverbError
+from recollect.reverb.stream import CellRef, WriterStream
 
 
 class TrajectoryColumn:
@@ -59,7 +60,7 @@ class TrajectoryColumn:
         return iter(self._refs)
 
     def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
-        if isinstance(val, (int, np.integer)):
+        if is_int(val):
             return TrajectoryColumn([self._refs[val]], squeeze=True)
         if isinstance(val, slice):
             return TrajectoryColumn(self._refs[val])
@@ -138,7 +139,7 @@ class _ColumnHistory:
 
     def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
         path = (*self._path, val)
-        if isinstance(val, (int, np.integer)):
+        if is_int(val):
             return TrajectoryColumn([self._one(int(val))], squeeze=True, path=path)
         if isinstance(val, slice):
             return TrajectoryColumn(
@@ -215,10 +216,7 @@ class TrajectoryWriter:
     ) -> None:
         """Overrides one column's ``num_keep_alive_refs`` (chunk lengths are accepted and
         ignored: data is stored uncompressed, once)."""
-        if num_keep_alive_refs < 1:
-            raise InvalidArgumentError(
-                f"num_keep_alive_refs ({num_keep_alive_refs}) must be a positive integer"
-            )
+        reverb_positive_int("num_keep_alive_refs", num_keep_alive_refs)
         if max_chunk_length is not None and not 1 <= max_chunk_length <= num_keep_alive_refs:
             raise InvalidArgumentError(
                 f"max_chunk_length ({max_chunk_length}) must be None or a positive integer <= "

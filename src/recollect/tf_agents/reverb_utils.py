@@ -109,12 +109,10 @@ def padding_step(example: Any) -> Any:
 class _WriterObserver:
     """What TF-Agents' Reverb observers share: a client, table names and one writer."""
 
-    _writer: Any
-
     def __init__(self, py_client: Any, table_name: str | Sequence[str]) -> None:
         self._py_client = py_client
         self._table_names = _table_names(table_name)
-        self._writer = None
+        self._writer: Any = None
 
     @property
     def py_client(self) -> Any:

@@ -32,7 +32,7 @@ class CheckpointerBase:
 
     def save(self, core: Any) -> Path:
         """Writes a new checkpoint of ``core``; returns its directory."""
-        from recollect.reverb import _checkpoint
+        from recollect.reverb import checkpoint_format as _checkpoint
 
         self.path.mkdir(parents=True, exist_ok=True)
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H-%M-%S.%f")
@@ -61,7 +61,7 @@ class CheckpointerBase:
         if _is_reverb_checkpoint(latest) and not (latest / MANIFEST).is_file():
             load_reverb_checkpoint(core, latest)
             return latest
-        from recollect.reverb import _checkpoint
+        from recollect.reverb import checkpoint_format as _checkpoint
 
         _checkpoint.load(core, latest)
         return latest
@@ -87,7 +87,7 @@ def load_reverb_checkpoint(core: Any, directory: Path) -> None:
             f"{directory} holds a dm-reverb checkpoint, and this recollect cannot read those "
             "(recollect.state.reverb is missing); restore it with dm-reverb, or upgrade."
         ) from err
-    from recollect.reverb._import_reverb import load_into_server as load
+    from recollect.reverb.dm_checkpoint import load_into_server as load
 
     load(core, directory)
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from recollect.errors import CheckpointError
-from recollect.reverb._items import Layout
+from recollect.reverb.items import Layout
 
 
 def load_into_server(core: Any, directory: Path) -> None:
@@ -63,7 +63,7 @@ def _load_table(core: Any, items: Any, saved: Any) -> None:
                 prio = np.asarray([it.priority for it in run], np.float64)
                 before = items.counter
                 rows_2d = np.stack(rows, axis=1)
-                items._insert_now(items.layout_id(layout), rows_2d, prio, episodes)
+                items.insert_now(items.layout_id(layout), rows_2d, prio, episodes)
             finally:
                 core.store.close_stream(stream)  # the items keep their rows
             slots = np.flatnonzero((items.key >= 0) & (items.seq >= before))

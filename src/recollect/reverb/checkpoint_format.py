@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from recollect.errors import CheckpointError
-from recollect.reverb._items import Layout
-from recollect.reverb._store import BLOCK_ROWS, Pool
+from recollect.reverb.items import Layout
+from recollect.reverb.store import BLOCK_ROWS, Pool
 from recollect.state.files import read_state, write_checkpoint
 
 KIND = "recollect.reverb.Server"
@@ -106,10 +106,9 @@ def load(core: Any, path: str | Path) -> None:
         raise CheckpointError(f"{path} holds a {saved.kind!r} checkpoint, not a reverb server's.")
     cfg, st = saved.config, saved.state
     with core.store.lock:
-        core.store.pools = [
-            _restore_pool(c, st["pools"][str(i)]) for i, c in enumerate(cfg["pools"])
-        ]
-        core.store._pool_ids = {(p.dtype.str, p.shape): i for i, p in enumerate(core.store.pools)}
+        core.store.restore_pools(
+            [_restore_pool(c, st["pools"][str(i)]) for i, c in enumerate(cfg["pools"])]
+        )
     for name, tcfg in cfg["tables"].items():
         table = core.tables.get(name)
         if table is None:

@@ -86,6 +86,11 @@ class ColumnStore:
         self._streams: dict[int, dict[int, _Column]] = {}
         self._next_stream = 1
 
+    def restore_pools(self, pools: list[Pool]) -> None:
+        """Replaces every pool (a checkpoint's); the caller holds ``lock``."""
+        self.pools = pools
+        self._pool_ids = {(p.dtype.str, p.shape): i for i, p in enumerate(pools)}
+
     def pool_for(self, dtype: np.dtype, shape: tuple[int, ...]) -> int:
         """The id of the pool of ``(dtype, shape)`` rows, created on first use."""
         key = (np.dtype(dtype).str, tuple(shape))

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import optree
 
-from recollect.reverb import _signature
+from recollect.reverb import signature as _signature
 from recollect.reverb.reverb_types import ProtoLike, TableInfo
 
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from recollect.arguments import reverb_positive_int
 from recollect.errors import InvalidArgumentError
-from recollect.reverb import _signature
-from recollect.reverb._items import Layout
-from recollect.reverb._store import ColumnStore
+from recollect.reverb import signature as _signature
 from recollect.reverb.errors import DeadlineExceededError
+from recollect.reverb.items import Layout
+from recollect.reverb.store import ColumnStore
 from recollect.reverb.table import Table
 
 
@@ -135,8 +136,7 @@ class ServerCore:
     # ------------------------------------------------------------- reads
     def sample(self, table: str, num_samples: int, timeout: float | None = None) -> dict[str, Any]:
         """Samples 1..``num_samples`` items (see :meth:`Items.sample`)."""
-        if num_samples < 1:
-            raise InvalidArgumentError(f"num_samples ({num_samples}) must be >= 1.")
+        reverb_positive_int("num_samples", num_samples)
         return self._table(table).items.sample(int(num_samples), timeout)
 
     def mutate_priorities(
@@ -161,7 +161,7 @@ class ServerCore:
 
     def server_info(self) -> dict[str, Any]:
         """Per table, its :class:`TableInfo` as a plain nest (signature encoded)."""
-        from recollect.reverb._info import encode_info
+        from recollect.reverb.info import encode_info
 
         return {name: encode_info(t.info) for name, t in self.tables.items()}
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from recollect.errors import InvalidArgumentError, SpecError
-from recollect.reverb import _signature
+from recollect.reverb import signature as _signature
 from recollect.reverb.errors import DeadlineExceededError
 
 MAX_PENDING = 256  # items queued before create_item sends them (and may block)
@@ -54,6 +54,11 @@ class CellRef:
     @property
     def column(self) -> int:
         return self._column.index
+
+    @property
+    def owner(self) -> _Column:
+        """The column history the value was appended to."""
+        return self._column
 
     @property
     def expired(self) -> bool:
@@ -175,7 +180,7 @@ class WriterStream:
                     f"Column {i} of the trajectory is empty; every column needs a reference."
                 )
             column = refs[0]._column
-            if any(r._column is not column for r in refs):
+            if any(r.owner is not column for r in refs):
                 raise InvalidArgumentError(
                     f"Column {i} of the trajectory mixes references of different appended "
                     "fields; recollect.reverb needs each trajectory column to come from one "

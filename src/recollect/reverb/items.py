@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recollect.reverb import _selection
-from recollect.reverb._limiter import LimiterState
-from recollect.reverb._store import ColumnStore
+from recollect.reverb import selection as _selection
 from recollect.reverb.errors import RateLimiterTimeoutError
+from recollect.reverb.limiter import LimiterState
+from recollect.reverb.store import ColumnStore
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class Items:
                 except RateLimiterTimeoutError:
                     return done
                 k = min(allowed, n - done, self.max_size)
-                self._insert_now(
+                self.insert_now(
                     lid,
                     rows[done : done + k],
                     priorities[done : done + k],
@@ -139,7 +139,7 @@ class Items:
                 self.cond.notify_all()
         return done
 
-    def _insert_now(
+    def insert_now(
         self, lid: int, rows: np.ndarray, prio: np.ndarray, episodes: np.ndarray
     ) -> None:
         k = len(prio)
