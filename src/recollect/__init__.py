@@ -24,6 +24,7 @@ import types
 
 from recollect import errors, ids
 from recollect.buffers import BufferInfo, ReplayBuffer, Sample, TransitionBuffer, TransitionSample
+from recollect.buffers.source import SampleSource
 from recollect.checkpoint import load_buffer, save_buffer
 from recollect.manager import ReplayBufferManager
 from recollect.memory import estimate_memory
@@ -39,7 +40,6 @@ from recollect.samplers import (
     Sampler,
     Uniform,
 )
-from recollect.source import SampleSource
 from recollect.specs import ArraySpec, spec_from_example, spec_from_space
 from recollect.storage.frame_store import FrameStack
 from recollect.table import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack, TableInfo

@@ -22,10 +22,10 @@ from recollect import (  # noqa: E402
     ArraySpec,
     Prioritized,
     ReplayBuffer,
-    _tf_chunks,
-    _tf_eager,
-    tf_data,
 )
+from recollect.adapters import tf_data  # noqa: E402
+from recollect.adapters.tf_data import chunks as _tf_chunks  # noqa: E402
+from recollect.adapters.tf_data import eager as _tf_eager  # noqa: E402
 from recollect.errors import NotEnoughDataError  # noqa: E402
 
 N = 64  # one row of 64 one-step windows: id == time

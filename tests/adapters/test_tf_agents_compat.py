@@ -218,7 +218,7 @@ def test_clear_and_deterministic_pass():
 
 @pytest.mark.parametrize("cls", ["py", "tf"])
 def test_eager_and_graph_iteration_yield_the_same_element_structure(cls):
-    from recollect import _tf_eager
+    from recollect.adapters.tf_data import eager as _tf_eager
 
     spec = _tutorial_spec()
     if cls == "py":

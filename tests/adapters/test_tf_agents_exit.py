@@ -28,7 +28,8 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     import tensorflow as tf
     if sys.argv[1] == "tf_data":
-        from recollect import ArraySpec, ReplayBuffer, tf_data
+        from recollect import ArraySpec, ReplayBuffer
+        from recollect.adapters import tf_data
         buf = ReplayBuffer({"x": ArraySpec((4,), np.float32)}, 4000, num_envs=4, rng=0)
         def add(t):
             buf.add_batch({"x": np.full((4, 4), t, np.float32)})

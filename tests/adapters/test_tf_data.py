@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 tf = pytest.importorskip("tensorflow")
 
 from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
-from recollect import ArraySpec, ReplayBuffer, _tf_eager, errors, tf_data  # noqa: E402
+from recollect import ArraySpec, ReplayBuffer, errors  # noqa: E402
 from recollect import ids as rc_ids  # noqa: E402
-from recollect.prefetch import sample_concurrent  # noqa: E402
+from recollect.adapters import tf_data  # noqa: E402
+from recollect.adapters.prefetch import sample_concurrent  # noqa: E402
+from recollect.adapters.tf_data import eager as _tf_eager  # noqa: E402
 from reference import window_ids  # noqa: E402
 
 NUM_ENVS = 3

@@ -19,9 +19,9 @@ PRIVATE = re.compile(r"\b(?!self\b)\w+\._[a-z]")
 ALLOWED = {
     # JAX's batched_device_put skips ~12 us of Python per array; probed against
     # jax.device_put when the iterator is built, with the public call as fallback.
-    ("jax.py", "jax._src"),
+    ("adapters/jax.py", "jax._src"),
     # tf.data's OwnedIterator can only be built on the dataset's variant tensor.
-    ("_tf_eager.py", "dataset._variant_tensor"),
+    ("adapters/tf_data/eager.py", "dataset._variant_tensor"),
     # `_fields` is the documented namedtuple API (the underscore avoids field-name clashes).
     ("state/manifest.py", "node._fields"),
     ("manager/checks.py", "node._fields"),

@@ -96,7 +96,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
     """
 
     kind: ClassVar[str] = KIND
-    #: A buffer in this process, never closed (:class:`~recollect.source.SampleSource`).
+    #: A buffer in this process, never closed (:class:`~recollect.buffers.source.SampleSource`).
     remote = False
     closed = False
     #: Methods of other classes: reading them raises WrongClassError naming the right call.

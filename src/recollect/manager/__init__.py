@@ -4,7 +4,7 @@ The API users know from Reverb-based projects (one object owns the buffer,
 its observer, its dataset and its checkpoint directory), on top of
 :class:`~recollect.ReplayBuffer` and :mod:`recollect.checkpoint`. It reads
 its buffer, local or served, through the
-:class:`~recollect.source.SampleSource` members they share. Imports no
+:class:`~recollect.buffers.source.SampleSource` members they share. Imports no
 framework.
 """
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import optree
 
-from recollect import tf_data
+from recollect.adapters import tf_data
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.extras import missing_extra

@@ -1,6 +1,6 @@
 """Framework-free helpers shared by the adapters: reading a SampleSource concurrently.
 
-Every reader samples through the :class:`~recollect.source.SampleSource`
+Every reader samples through the :class:`~recollect.buffers.source.SampleSource`
 protocol (re-exported here): a local :class:`~recollect.ReplayBuffer`, a
 served table's :class:`~recollect.service.TableHandle`, or a user's class.
 ``source.stream(...)`` is the one thread layer between a source and an
@@ -33,8 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 from recollect.buffers.prefetcher import Prefetcher, check_prefetch, check_threads, prefetched
+from recollect.buffers.source import Batches, SampleSource
 from recollect.service.stream import check_batches_per_request, check_max_in_flight
-from recollect.source import Batches, SampleSource
 from recollect.specs import FlatSpec
 
 __all__ = [
@@ -77,7 +77,7 @@ def draw_concurrent(
 
     ``source.draw(batch_size, num_steps)``: ``draw_concurrent(buffer, b, n)()``
     equals ``buffer.sample(b, n)`` (same result distribution, shapes and
-    errors); see :meth:`recollect.source.SampleSource.draw`.
+    errors); see :meth:`recollect.buffers.source.SampleSource.draw`.
     """
     return source.draw(batch_size, num_steps)
 

@@ -18,10 +18,10 @@ TensorFlow consumes this one, and the next call takes it only if the buffer
 still did not change since that draw began (else it drops it and draws
 anew): read-ahead that cannot go stale, made only where a draw leaves the
 table as it was (no rate limiter that counts samples, no
-``max_times_sampled``); see the ``_tf_chunks`` module.
+``max_times_sampled``); see the ``chunks`` module.
 With ``num_parallel_calls`` several samples are drawn at once: windows are
 drawn under the buffer lock and gathered outside it (numpy releases the GIL
-while gathering), see :func:`recollect.prefetch.sample_concurrent`.
+while gathering), see :func:`recollect.adapters.prefetch.sample_concurrent`.
 
 Freshness: the pipeline switches off tf.data's own read-ahead
 (``inject_prefetch``, ``map_parallelization``) for every dataset chained
@@ -37,7 +37,7 @@ never does.
 
 Iterating the sampling dataset eagerly (``for items, info in dataset``)
 takes a faster path that samples in Python and yields the same elements,
-see the ``_tf_eager`` module; inside a ``tf.function``, in Keras and after
+see the ``eager`` module; inside a ``tf.function``, in Keras and after
 any transformation but ``prefetch`` the pipeline above runs.
 
 The sampling dataset is endless; it ends cleanly when the buffer is closed
@@ -63,12 +63,8 @@ from typing import Any
 
 import numpy as np
 
-from recollect import _tf_chunks, _tf_pass, errors
-from recollect.arguments import positive_int
-from recollect.buffers.sample import BufferInfo
-from recollect.errors import InvalidArgumentError, StateError
-from recollect.extras import missing_extra
-from recollect.prefetch import (
+from recollect import errors
+from recollect.adapters.prefetch import (
     SampleSource,
     buffer_closed,
     check_batches_per_request,
@@ -77,6 +73,12 @@ from recollect.prefetch import (
     outer_shape,
     sample_concurrent,
 )
+from recollect.adapters.tf_data import chunks as _tf_chunks
+from recollect.adapters.tf_data import single_pass as _tf_pass
+from recollect.arguments import positive_int
+from recollect.buffers.sample import BufferInfo
+from recollect.errors import InvalidArgumentError, StateError
+from recollect.extras import missing_extra
 
 try:
     import tensorflow as tf
@@ -84,7 +86,7 @@ except ImportError as err:
     raise missing_extra(err, "recollect.tf_data") from None
 
 try:  # the eager fast path builds on TensorFlow internals; without them the pipeline serves
-    from recollect import _tf_eager
+    from recollect.adapters.tf_data import eager as _tf_eager
 except ImportError:  # pragma: no cover - a TensorFlow that moved them
     _tf_eager = None  # type: ignore[assignment]
 
@@ -225,7 +227,7 @@ def as_dataset(
     ends when the client is closed.
 
     Args:
-        buffer: a :class:`~recollect.source.SampleSource`: a
+        buffer: a :class:`~recollect.buffers.source.SampleSource`: a
             :class:`~recollect.ReplayBuffer`, a served table's
             :class:`~recollect.service.TableHandle` (sampling mode only) or a
             class of your own (sampling mode only).

@@ -2,7 +2,7 @@
 
 Iterating a sampling dataset eagerly (``for items, info in dataset``)
 takes a faster path: the iterator samples in Python, with the adapters'
-:class:`~recollect.prefetch.Prefetcher` (a producer thread, and the consumer
+:class:`~recollect.adapters.prefetch.Prefetcher` (a producer thread, and the consumer
 itself when the next batch is not ready) for elements of at least
 ``INLINE_BELOW_BYTES`` and inline in ``next()`` for smaller ones (whose
 Python-bound sampling holds the GIL, so a thread only adds hand-offs), and
@@ -36,15 +36,15 @@ import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops, iterator_ops
 from tensorflow.python.eager import context
 
-from recollect.buffers.sample import BufferInfo
-from recollect.errors import StateError
-from recollect.prefetch import (
+from recollect.adapters.prefetch import (
     Prefetcher,
     buffer_closed,
     draw_concurrent,
     flat_spec_of,
     outer_shape,
 )
+from recollect.buffers.sample import BufferInfo
+from recollect.errors import StateError
 from recollect.specs import FlatSpec
 
 __all__ = ["EAGER_PREFETCH", "INLINE_BELOW_BYTES", "SampleIterator", "SampledDataset", "as_tensor"]
@@ -110,7 +110,7 @@ class SampleIterator(iterator_ops.OwnedIterator):
     """A tf.data iterator whose eager ``next()`` samples in Python (see the module docstring).
 
     Elements of at least ``INLINE_BELOW_BYTES`` are prefetched by a
-    :class:`~recollect.prefetch.Prefetcher` (its gathers release the GIL and
+    :class:`~recollect.adapters.prefetch.Prefetcher` (its gathers release the GIL and
     overlap); smaller ones are sampled inline by ``next()``: their sampling is
     Python bound and holds the GIL, so a producer thread only adds hand-offs.
     So are all elements of a table whose draws change it (``max_times_sampled``,

@@ -28,15 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from recollect.buffers.sample import BufferInfo, Sample
-from recollect.extras import missing_extra
-from recollect.prefetch import (
+from recollect.adapters.prefetch import (
     Batches,
     check_batches_per_request,
     check_max_in_flight,
     check_prefetch,
     check_threads,
 )
+from recollect.buffers.sample import BufferInfo, Sample
+from recollect.extras import missing_extra
 
 try:
     import jax
@@ -240,7 +240,7 @@ def as_iterator(
     the client is closed.
 
     Args:
-        buffer: a :class:`~recollect.source.SampleSource`: a
+        buffer: a :class:`~recollect.buffers.source.SampleSource`: a
             :class:`~recollect.ReplayBuffer`, a
             :class:`~recollect.TransitionBuffer`, a
             :class:`~recollect.service.TableHandle` or a class of your own;
@@ -253,7 +253,7 @@ def as_iterator(
             concurrently, >= 1. Whatever their number, batches arrive in the
             order they were drawn, and when none is ready ``next()`` samples
             one itself rather than wait (see
-            :class:`~recollect.prefetch.Prefetcher`); more threads pay only
+            :class:`~recollect.adapters.prefetch.Prefetcher`); more threads pay only
             with more idle cores.
         max_in_flight: sample requests kept outstanding to a served table,
             >= 1 (Reverb's ``max_in_flight_samples_per_worker``); a local

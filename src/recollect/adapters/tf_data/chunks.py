@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from recollect.adapters.prefetch import buffer_closed, flat_spec_of, outer_shape, sample_concurrent
 from recollect.buffers.prefetcher import draw_stopped_by
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import StateError
 from recollect.extras import missing_extra
-from recollect.prefetch import buffer_closed, flat_spec_of, outer_shape, sample_concurrent
 
 try:
     import tensorflow as tf

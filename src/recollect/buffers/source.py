@@ -8,7 +8,7 @@ user's own class with these members works with every adapter too.
 
 The one thread layer between a source and a reader is the source's
 :meth:`SampleSource.stream`: a local buffer samples on prefetch threads
-(:class:`~recollect.prefetch.Prefetcher`), a served table keeps sample
+(:class:`~recollect.adapters.prefetch.Prefetcher`), a served table keeps sample
 requests in flight on its :class:`~recollect.service.SampleStream`'s pool;
 readers iterate the stream and never stack threads of their own over it.
 """
