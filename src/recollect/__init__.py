@@ -26,10 +26,10 @@ from recollect import errors, ids
 from recollect.buffers import BufferInfo, ReplayBuffer, Sample, TransitionBuffer, TransitionSample
 from recollect.buffers.source import SampleSource
 from recollect.checkpoint import load_buffer, save_buffer
+from recollect.collect.observers import Observer
 from recollect.manager import ReplayBufferManager
 from recollect.memory import estimate_memory
 from recollect.nstep import n_step_returns, n_step_transitions
-from recollect.observers import Observer
 from recollect.samplers import (
     Fifo,
     Lifo,

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.checkpoint import load_buffer, save_buffer
+from recollect.collect.observers import Observer
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
 from recollect.manager.checks import check_checkpoint_matches, leaves_differ
 from recollect.manager.iterator import SampleIterator
-from recollect.observers import Observer
 from recollect.samplers.base import Sampler
 from recollect.specs import FlatSpec
 from recollect.state.atomic import find_checkpoint
