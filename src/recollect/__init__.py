@@ -41,7 +41,7 @@ from recollect.samplers import (
     Uniform,
 )
 from recollect.specs import ArraySpec, spec_from_example, spec_from_space
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.frames.frame_store import FrameStack
 from recollect.table import MinSize, Queue, RateLimiter, SampleToInsertRatio, Stack, TableInfo
 from recollect.version import __version__
 

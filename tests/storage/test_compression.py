@@ -18,7 +18,7 @@ from test_frame_store import DTYPES, StackingEnvs, check_sample, fill
 import recollect as rc
 from recollect.errors import InvalidArgumentError, SpecError, StateError
 from recollect.storage.arena import ByteArena
-from recollect.storage.codecs import Lz4Codec, ZlibCodec, ZstdCodec
+from recollect.storage.compression.codecs import Lz4Codec, ZlibCodec, ZstdCodec
 
 CODECS = ["zstd", "lz4", "zlib"]
 

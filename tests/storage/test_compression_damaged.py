@@ -24,7 +24,7 @@ from recollect.errors import CheckpointError
 from recollect.state.manifest import dump_manifest
 from recollect.state.npyio import write_array
 from recollect.storage import ZstdCodec, compressed_parts, zstd_codec
-from recollect.storage.zstd_native import native_decoder
+from recollect.storage.compression.zstd_native import native_decoder
 
 zstandard = pytest.importorskip("zstandard")
 

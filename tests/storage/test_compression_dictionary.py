@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import recollect as rc
 from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.storage import compressed as compressed_module
-from recollect.storage.codecs import ZstdCodec, codec_from_config, resolve
-from recollect.storage.compressed import CompressedSlots
+from recollect.storage.compression.codecs import ZstdCodec, codec_from_config, resolve
+from recollect.storage.compression.compressed import CompressedSlots
 
 pytest.importorskip("zstandard")
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from pinned_chooser import Pinned
 from recollect.storage import zstd_codec
-from recollect.storage.codecs import ZstdCodec
-from recollect.storage.zstd_native import CallerShare, NativeDecoder, native_decoder
+from recollect.storage.compression.codecs import ZstdCodec
+from recollect.storage.compression.zstd_native import CallerShare, NativeDecoder, native_decoder
 
 pytest.importorskip("zstandard")
 

@@ -17,8 +17,8 @@ import recollect as rc
 from pinned_chooser import Pinned
 from recollect.errors import InvalidArgumentError
 from recollect.storage import zstd_codec, zstd_native
-from recollect.storage.codecs import ZstdCodec, codec_from_config
-from recollect.storage.zstd_native import native_decoder, native_encoder
+from recollect.storage.compression.codecs import ZstdCodec, codec_from_config
+from recollect.storage.compression.zstd_native import native_decoder, native_encoder
 
 pytest.importorskip("zstandard")
 

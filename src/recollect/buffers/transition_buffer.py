@@ -47,7 +47,7 @@ from recollect.buffers.wrong_class import OtherClassMethod
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.prioritized import Prioritized
 from recollect.state.files import Saved, load_consistent
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.frames.frame_store import FrameStack
 from recollect.table import Table
 
 __all__ = ["TransitionBuffer", "TransitionSample"]

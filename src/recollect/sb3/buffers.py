@@ -55,7 +55,7 @@ from recollect.sb3.spaces import (
 )
 from recollect.sb3.stack_starts import StackStarts
 from recollect.specs import ArraySpec
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.frames.frame_store import FrameStack
 
 __all__ = ["ReplayBuffer"]
 

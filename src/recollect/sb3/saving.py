@@ -19,8 +19,8 @@ from recollect.errors import CheckpointError
 from recollect.sb3 import persistence
 from recollect.sb3.arrays import Sb3Arrays
 from recollect.sb3.stack_starts import StackStarts
-from recollect.storage.codecs import json_compression
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.compression.codecs import json_compression
+from recollect.storage.frames.frame_store import FrameStack
 
 __all__ = [
     "buffer_config",

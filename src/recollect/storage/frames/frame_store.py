@@ -33,10 +33,10 @@ import numpy as np
 
 from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.specs import ArraySpec, FlatSpec
-from recollect.storage.codecs import Codec
-from recollect.storage.frame_compressed import CompressedFrameRing
-from recollect.storage.frame_layout import FrameRing, lane_word, ring_length
-from recollect.storage.frame_stack import FrameStack, resolve_frame_stacks
+from recollect.storage.compression.codecs import Codec
+from recollect.storage.frames.frame_compressed import CompressedFrameRing
+from recollect.storage.frames.frame_layout import FrameRing, lane_word, ring_length
+from recollect.storage.frames.frame_stack import FrameStack, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
 from recollect.storage.ring import RingStorage
 
@@ -94,7 +94,7 @@ class FrameStackStorage:
         allocate: ``(name, shape, dtype) -> array`` for the frame rings.
         gatherer: shared by the inner ring and the frame rings.
         codecs: ``{leaf index: Codec}``: those leaves keep each frame compressed
-            (:class:`~recollect.storage.frame_compressed.CompressedFrameRing`).
+            (:class:`~recollect.storage.frames.frame_compressed.CompressedFrameRing`).
     """
 
     def __init__(

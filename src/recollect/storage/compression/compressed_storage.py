@@ -1,9 +1,9 @@
 """Storage whose chosen plain leaves keep each step's value compressed.
 
 Wraps an inner storage (:class:`~recollect.storage.ring.RingStorage` or
-:class:`~recollect.storage.frame_store.FrameStackStorage`) in which the
+:class:`~recollect.storage.frames.frame_store.FrameStackStorage`) in which the
 compressed leaves are zero-size placeholders; their values live in
-:class:`~recollect.storage.compressed.CompressedSlots` (one per leaf, slot
+:class:`~recollect.storage.compression.compressed.CompressedSlots` (one per leaf, slot
 ``(row, time % max_length)``). Frame-stacked leaves are compressed by the
 frame store itself (each frame once), not here.
 """
@@ -17,9 +17,9 @@ import numpy as np
 
 from recollect.errors import CheckpointError
 from recollect.specs import ArraySpec, FlatSpec
-from recollect.storage.codecs import Codec
-from recollect.storage.compressed import CompressedSlots
-from recollect.storage.frame_store import FrameStackStorage
+from recollect.storage.compression.codecs import Codec
+from recollect.storage.compression.compressed import CompressedSlots
+from recollect.storage.frames.frame_store import FrameStackStorage
 
 __all__ = ["CompressedStorage"]
 
@@ -116,7 +116,7 @@ class CompressedStorage:
 
     def check_stored(self, lo: np.ndarray, hi: np.ndarray) -> None:
         """Raises CheckpointError when a stored step's compressed value was never written
-        (:meth:`~recollect.storage.compressed.CompressedSlots.check_written`)."""
+        (:meth:`~recollect.storage.compression.compressed.CompressedSlots.check_written`)."""
         for slots in self._slots.values():
             slots.check_written(lo, hi)
         self.inner.check_stored(lo, hi)

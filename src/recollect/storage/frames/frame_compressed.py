@@ -1,8 +1,8 @@
 """A frame ring whose frames are stored compressed (each frame once).
 
-Same interface as :class:`~recollect.storage.frame_layout.FrameRing` in its
+Same interface as :class:`~recollect.storage.frames.frame_layout.FrameRing` in its
 rows layout: ``frames[row, time % ring]`` is one frame, here a compressed
-value of :class:`~recollect.storage.compressed.CompressedSlots`. A gather of
+value of :class:`~recollect.storage.compression.compressed.CompressedSlots`. A gather of
 stacks decodes every distinct frame of the batch once (a window of 2 steps of
 4-frame stacks needs 5 frames, not 8) and indexes them into the stacks.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from recollect.storage.codecs import Codec
-from recollect.storage.compressed import CompressedSlots, Encoded
-from recollect.storage.frame_layout import lane_word
+from recollect.storage.compression.codecs import Codec
+from recollect.storage.compression.compressed import CompressedSlots, Encoded
+from recollect.storage.frames.frame_layout import lane_word
 from recollect.storage.gather import Gatherer
 
 __all__ = ["CompressedFrameRing"]

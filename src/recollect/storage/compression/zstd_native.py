@@ -12,10 +12,10 @@ call. Measured on real ALE frames (MsPacman, 370 B per frame, 2 cores):
 The same backend encodes with the parameters python-zstandard does not
 take (:class:`NativeEncoder`): raw literals and a chosen minimum match
 length, which make 84x84 frames 10-26% faster to decode (measured per game
-in :meth:`~recollect.storage.zstd_codec.ZstdCodec.tuned`).
+in :meth:`~recollect.storage.compression.zstd_codec.ZstdCodec.tuned`).
 
 :func:`native_decoder` and :func:`native_encoder` return None when the cffi
-backend cannot be imported; :class:`~recollect.storage.zstd_codec.ZstdCodec`
+backend cannot be imported; :class:`~recollect.storage.compression.zstd_codec.ZstdCodec`
 then uses python-zstandard's C backend (the same frames decode either way).
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from recollect.storage.codec_base import segments
+from recollect.storage.compression.codec_base import segments
 
 __all__ = [
     "CallerShare",
@@ -123,9 +123,10 @@ class NativeEncoder:
             decode faster.
 
     The frames carry their content size and no dictionary id or checksum, as
-    the python-zstandard compressor that :class:`~recollect.storage.zstd_codec.ZstdCodec`
-    uses otherwise writes them. Thread-safe: one compression context per
-    thread; the digested dictionary is shared read-only.
+    the python-zstandard compressor that
+    :class:`~recollect.storage.compression.zstd_codec.ZstdCodec` uses otherwise writes
+    them. Thread-safe: one compression context per thread; the digested dictionary is
+    shared read-only.
     """
 
     def __init__(

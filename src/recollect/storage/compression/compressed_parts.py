@@ -1,4 +1,4 @@
-"""Small parts of compressed slots (:mod:`~recollect.storage.compressed`): already
+"""Small parts of compressed slots (:mod:`~recollect.storage.compression.compressed`): already
 encoded values, arena sizes, encoder tuning and handing freed heap back to the OS."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ctypes
 
 import numpy as np
 
-from recollect.storage.codecs import Codec
+from recollect.storage.compression.codecs import Codec
 
 __all__ = ["BLOCK_BYTES", "Encoded", "block_bytes", "slots_nbytes", "trim_heap", "tuned"]
 
@@ -64,6 +64,7 @@ class Encoded:
 
 def tuned(codec: Codec, values: np.ndarray) -> Codec:
     """``codec.tuned(values)`` for a codec that chooses encoder options on sample values
-    (:meth:`~recollect.storage.zstd_codec.ZstdCodec.tuned`); any other codec as it is."""
+    (:meth:`~recollect.storage.compression.zstd_codec.ZstdCodec.tuned`); any other codec as
+    it is."""
     tune = getattr(codec, "tuned", None)
     return codec if tune is None else tune(values)

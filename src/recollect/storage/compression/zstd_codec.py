@@ -7,7 +7,7 @@ dictionary trained on a store's first 2,048 frames, 95 to 330 bytes at
 Levels 5-9 decode 15-50% faster still but encode 2.5-5x slower (too slow for
 8 frames per ``add_batch``); lz4, even with the same dictionary, is larger
 and no faster to decode. A batch decodes as one C call per chunk into the
-output (:mod:`~recollect.storage.zstd_native`), split over threads where a
+output (:mod:`~recollect.storage.compression.zstd_native`), split over threads where a
 :class:`~recollect.storage.gather.ThreadChooser` measures that faster
 (MsPacman ``sample(256, 2)``: 1,280 frames, 4.3 ms on one thread, 2.9 ms on
 two cores).
@@ -26,16 +26,15 @@ import numpy as np
 
 from recollect.arguments import check_int, is_int
 from recollect.errors import InvalidArgumentError
-from recollect.storage.codec_base import (
+from recollect.storage.compression.codec_base import (
     bounds,
     check_size,
     join,
     segments,
     usable_threads,
 )
-from recollect.storage.gather import ChunkPool, ThreadChooser
-from recollect.storage.zstd_frames import check_frames
-from recollect.storage.zstd_native import (
+from recollect.storage.compression.zstd_frames import check_frames
+from recollect.storage.compression.zstd_native import (
     CallerShare,
     NativeDecoder,
     NativeEncoder,
@@ -43,6 +42,7 @@ from recollect.storage.zstd_native import (
     native_decoder,
     native_encoder,
 )
+from recollect.storage.gather import ChunkPool, ThreadChooser
 
 __all__ = ["ZstdCodec"]
 
@@ -205,7 +205,7 @@ class ZstdCodec:
 
     def tuned(self, values: np.ndarray) -> ZstdCodec:
         """This codec with the options left None chosen on ``values`` uint8 ``[n, size]``
-        (:func:`~recollect.storage.zstd_native.choose_options`: ``min_match`` 7 where
+        (:func:`~recollect.storage.compression.zstd_native.choose_options`: ``min_match`` 7 where
         it makes them smaller, raw literals where they cost at most 5% of the size).
         A store calls it when it trains its dictionary and when it restores one."""
         if self.min_match is not None and self.raw_literals is not None:
@@ -276,7 +276,7 @@ class ZstdCodec:
 
         The segments are joined and decoded as one run of zstd frames into
         ``out``: one C call per chunk, no bytes object per value. With
-        python-zstandard's cffi backend (:mod:`~recollect.storage.zstd_native`)
+        python-zstandard's cffi backend (:mod:`~recollect.storage.compression.zstd_native`)
         the GIL is released for the whole chunk, so chunks decode side by side
         on several cores; otherwise its stream reader takes the GIL back after
         every frame.
@@ -310,7 +310,7 @@ class ZstdCodec:
         out: np.ndarray,
     ) -> None:
         """One chunk per thread, the caller's larger by the workers' start delay
-        (:class:`~recollect.storage.zstd_native.CallerShare`).
+        (:class:`~recollect.storage.compression.zstd_native.CallerShare`).
 
         Each chunk's frames are joined here, before the workers start: the join
         holds the GIL, so a worker that joined its own would wait for the
@@ -370,7 +370,8 @@ class ZstdCodec:
         self, data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, size: int
     ) -> tuple[int, str] | None:
         """The first value (position, reason) that is not exactly one zstd frame stating
-        content size ``size``, or None (:func:`~recollect.storage.zstd_frames.check_frames`:
+        content size ``size``, or None
+        (:func:`~recollect.storage.compression.zstd_frames.check_frames`:
         headers only, vectorized; a store restoring values then decodes them)."""
         return check_frames(data, offsets, lengths, size)
 

@@ -1,7 +1,7 @@
 """``FrameStack``: marks a leaf as stacked frames (gymnasium ``FrameStackObservation``).
 
 The options of one frame-stacked leaf (stack size, axis, padding, layout) and
-their validation against the spec; :mod:`recollect.storage.frame_store` stores them.
+their validation against the spec; :mod:`recollect.storage.frames.frame_store` stores them.
 """
 
 from __future__ import annotations

@@ -21,8 +21,14 @@ import numpy as np
 
 from recollect.errors import CheckpointError, StateError
 from recollect.storage.arena import ByteArena
-from recollect.storage.codecs import Codec, DictionaryCodec
-from recollect.storage.compressed_parts import Encoded, block_bytes, slots_nbytes, trim_heap, tuned
+from recollect.storage.compression.codecs import Codec, DictionaryCodec
+from recollect.storage.compression.compressed_parts import (
+    Encoded,
+    block_bytes,
+    slots_nbytes,
+    trim_heap,
+    tuned,
+)
 from recollect.storage.restore_checks import (
     check_dictionary,
     check_lengths,
@@ -58,8 +64,8 @@ class CompressedSlots:
     """One leaf's values ``[num_envs, slots, *shape]``, each stored compressed.
 
     Args:
-        codec: the :class:`~recollect.storage.codecs.Codec`. A
-            :class:`~recollect.storage.codecs.DictionaryCodec` (zstd) gets a
+        codec: the :class:`~recollect.storage.compression.codecs.Codec`. A
+            :class:`~recollect.storage.compression.codecs.DictionaryCodec` (zstd) gets a
             dictionary trained on the first ``codec.train_values`` values stored
             (they are then re-encoded with it); a store restored with at least
             that many values and no dictionary keeps none.

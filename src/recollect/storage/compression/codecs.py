@@ -1,5 +1,5 @@
-"""Codecs for compressed leaves: zstd (default, :mod:`recollect.storage.zstd_codec`), lz4
-and zlib (always available).
+"""Codecs for compressed leaves: zstd (default,
+:mod:`recollect.storage.compression.zstd_codec`), lz4 and zlib (always available).
 
 A codec turns ``n`` equal-sized values (rows of a uint8 array ``[n, size]``)
 into one contiguous byte string plus ``n`` lengths, and decodes segments
@@ -21,8 +21,14 @@ import numpy as np
 
 from recollect.arguments import check_int
 from recollect.errors import InvalidArgumentError
-from recollect.storage.codec_base import Codec, DictionaryCodec, check_size, join, segments
-from recollect.storage.zstd_codec import ZstdCodec
+from recollect.storage.compression.codec_base import (
+    Codec,
+    DictionaryCodec,
+    check_size,
+    join,
+    segments,
+)
+from recollect.storage.compression.zstd_codec import ZstdCodec
 
 __all__ = [
     "CODECS",
@@ -160,7 +166,7 @@ def resolve(codec: Any, path: str, level: Any = None) -> Codec:
         if codec not in CODECS:
             raise InvalidArgumentError(
                 f"compression['{path}']: unknown codec {codec!r}; use one of {sorted(CODECS)} "
-                "or a codec object such as recollect.storage.codecs.ZstdCodec(level=3)."
+                "or a codec object such as recollect.storage.compression.codecs.ZstdCodec(level=3)."
             )
         unknown = sorted(set(options) - set(OPTIONS[codec]))
         if unknown:
