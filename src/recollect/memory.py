@@ -23,6 +23,7 @@ import numpy as np
 
 from recollect.arguments import positive_int
 from recollect.errors import InsufficientMemoryError, InvalidArgumentError
+from recollect.samplers.windows import WindowIndex
 from recollect.specs import FlatSpec
 from recollect.storage.compression.codecs import DictionaryCodec
 from recollect.storage.compression.compressed import MIN_DICTIONARY_GAIN, slots_nbytes, tuned
@@ -33,7 +34,6 @@ from recollect.storage.frames.frame_store import (
     stack_ring,
 )
 from recollect.validation import check_structure
-from recollect.windows import WindowIndex
 
 #: sample values needed for a dictionary-aware estimate (half train, half measure)
 DICTIONARY_SAMPLES = 64

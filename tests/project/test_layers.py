@@ -51,7 +51,7 @@ def test_layers_and_framework_free_core_contracts_hold():
     ("module", "bad_import", "message"),
     [
         ("storage/ring.py", "import recollect.buffers", "recollect.storage is not allowed to"),
-        ("windows.py", "import recollect.table", "recollect.windows is not allowed to"),
+        ("samplers/windows.py", "import recollect.table", "recollect.samplers is not allowed to"),
         ("table/table.py", "import torch", "recollect.table is not allowed to import torch"),
     ],
 )
