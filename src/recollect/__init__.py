@@ -24,8 +24,8 @@ import types
 
 from recollect import errors, ids
 from recollect.buffers import BufferInfo, ReplayBuffer, Sample, TransitionBuffer, TransitionSample
+from recollect.buffers.checkpoint import load_buffer, save_buffer
 from recollect.buffers.source import SampleSource
-from recollect.checkpoint import load_buffer, save_buffer
 from recollect.collect.observers import Observer
 from recollect.manager import ReplayBufferManager
 from recollect.memory import estimate_memory

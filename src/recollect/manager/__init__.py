@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recollect.buffers.checkpoint import load_buffer, save_buffer
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
-from recollect.checkpoint import load_buffer, save_buffer
 from recollect.collect.observers import Observer
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
 from recollect.manager.checks import check_checkpoint_matches, leaves_differ
