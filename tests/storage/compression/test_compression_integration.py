@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import optree
 import pytest
-from test_frame_store import StackingEnvs
 
 import recollect as rc
+from frame_stacks import StackingEnvs
 from recollect.service import Server
 from recollect.storage import ZstdCodec
 

@@ -1,6 +1,6 @@
 """Compressed storage (``compression={leaf path: codec}``): bit-exact with what was added.
 
-Oracles: the naive FrameStackObservation model of ``test_frame_store`` (every
+Oracles: the naive FrameStackObservation model of ``tests/frame_stacks.py`` (every
 stacked observation the fake envs returned, by item id), and an uncompressed
 twin buffer with the same seed (same draws, so samples must be equal leaf for
 leaf, including ids and probabilities).
@@ -13,9 +13,9 @@ import optree
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_frame_store import DTYPES, StackingEnvs, check_sample, fill
 
 import recollect as rc
+from frame_stacks import DTYPES, StackingEnvs, check_sample, fill
 from recollect.errors import InvalidArgumentError, SpecError, StateError
 from recollect.storage.arena import ByteArena
 from recollect.storage.compression.codecs import Lz4Codec, ZlibCodec, ZstdCodec

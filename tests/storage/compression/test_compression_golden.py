@@ -7,7 +7,7 @@ values back to back in slot order) and ``lengths`` int32 ``[num_envs, slots]``
 layout: a change that cannot load them breaks saved buffers.
 
 Regenerate (only when the format version changes):
-``python tests/storage/test_compression_golden.py``.
+``python tests/storage/compression/test_compression_golden.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 import recollect as rc
 from recollect.storage import ZstdCodec
 
-GOLDEN = Path(__file__).parents[1] / "golden" / "compressed"
+GOLDEN = Path(__file__).parents[2] / "golden" / "compressed"
 SPEC = {
     "observation": rc.ArraySpec((6, 5, 4), np.uint8),
     "image": rc.ArraySpec((4, 3), np.int16),
