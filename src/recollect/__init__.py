@@ -79,13 +79,16 @@ class _MovedLoader(importlib.abc.Loader):
 
     def __init__(self, target: str) -> None:
         self.target = target
+        self.own_spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        return importlib.import_module(self.target)
+        module = importlib.import_module(self.target)
+        self.own_spec = module.__spec__
+        return module
 
     def exec_module(self, module: types.ModuleType) -> None:
         # the import system set the alias's spec on the module; give it back its own
-        module.__spec__ = sys.modules[self.target].__spec__
+        module.__spec__ = self.own_spec
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):
