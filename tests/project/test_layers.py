@@ -46,7 +46,7 @@ def _lint_imports(cwd: Path, pythonpath: Path | None = None) -> subprocess.Compl
 def test_layers_and_framework_free_core_contracts_hold():
     result = _lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -55,6 +55,12 @@ def test_layers_and_framework_free_core_contracts_hold():
         ("storage/ring.py", "import recollect.buffers", "recollect.storage is not allowed to"),
         ("samplers/windows.py", "import recollect.table", "recollect.samplers is not allowed to"),
         ("table/table.py", "import torch", "recollect.table is not allowed to import torch"),
+        (
+            "adapters/prefetch.py",
+            "import recollect.adapters.torch",
+            "recollect.adapters.prefetch is not allowed to import recollect.adapters.torch",
+        ),
+        ("adapters/torch.py", "import recollect.adapters.jax", "recollect.adapters.torch is not"),
     ],
 )
 def test_contracts_fail_on_an_upward_or_framework_import(tmp_path, module, bad_import, message):
