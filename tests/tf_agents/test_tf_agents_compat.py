@@ -232,7 +232,7 @@ def test_eager_and_graph_iteration_yield_the_same_element_structure(cls):
             buffer.add_batch(tf.nest.map_structure(lambda s: tf.ones([2, *s.shape]), spec))
     dataset = buffer.as_dataset(sample_batch_size=4, num_steps=2).prefetch(2)
     iterator = iter(dataset)
-    assert isinstance(iterator, _tf_eager.SampleIterator)  # the fast eager path is kept
+    assert isinstance(iterator, _tf_eager.EagerSampleIterator)  # the fast eager path is kept
     eager = next(iterator)
     graph = tf.function(lambda it: next(it))(iterator)
     for element in (eager, graph):

@@ -117,7 +117,7 @@ def save_checkpoint(buf: ReplayBuffer, path: str | os.PathLike) -> None:
             "previous": buf.stack_starts.previous,
             "has_previous": buf.stack_starts.has_previous,
         }
-    persistence.write_checkpoint(path, buf.transitions, buf.config(), arrays)
+    persistence.write_sb3_checkpoint(path, buf.transitions, buf.config(), arrays)
 
 
 def load_checkpoint(

@@ -287,7 +287,9 @@ def as_dataset(
     check_batches_per_request(batches_per_request)
     num_steps = buffer.time_steps(num_steps)  # sampled alike; gives the static shape
     if single_deterministic_pass:
-        return _tf_pass.deterministic_pass(buffer, sample_batch_size, num_steps, num_parallel_calls)
+        return _tf_pass.single_pass_dataset(
+            buffer, sample_batch_size, num_steps, num_parallel_calls
+        )
     if buffer.remote:
         return _served_dataset(
             buffer, sample_batch_size, num_steps, max_in_flight, batches_per_request

@@ -18,7 +18,7 @@ structure, shapes and dtypes.
 
 :class:`SampledDataset` wraps the dataset's pipeline unchanged (same variant
 tensor, same ``element_spec``) and only overrides ``__iter__`` in eager mode;
-:class:`SampleIterator` is a ``tf.data`` ``OwnedIterator`` whose eager
+:class:`EagerSampleIterator` is a ``tf.data`` ``OwnedIterator`` whose eager
 ``next()`` is served in Python while graph-mode calls use the inherited
 iterator resource. Both subclass private TensorFlow classes
 (``tensorflow.python.data.ops``): :mod:`recollect.tf_data` falls back to the
@@ -47,7 +47,13 @@ from recollect.buffers.sample import BufferInfo
 from recollect.errors import StateError
 from recollect.specs import FlatSpec
 
-__all__ = ["EAGER_PREFETCH", "INLINE_BELOW_BYTES", "SampleIterator", "SampledDataset", "as_tensor"]
+__all__ = [
+    "EAGER_PREFETCH",
+    "INLINE_BELOW_BYTES",
+    "EagerSampleIterator",
+    "SampledDataset",
+    "as_tensor",
+]
 
 
 #: Batches an eager iterator keeps ready (its producer thread draws this far ahead).
@@ -106,7 +112,7 @@ def _apply(fn: Callable[..., Any], element: Any) -> Any:
     return fn(*element) if type(element) is tuple else fn(element)
 
 
-class SampleIterator(iterator_ops.OwnedIterator):
+class EagerSampleIterator(iterator_ops.OwnedIterator):
     """A tf.data iterator whose eager ``next()`` samples in Python (see the module docstring).
 
     Elements of at least ``INLINE_BELOW_BYTES`` are prefetched by a
@@ -256,7 +262,7 @@ class SampledDataset(dataset_ops.UnaryUnchangedStructureDataset):
 
     def __iter__(self) -> iterator_ops.OwnedIterator:
         if context.executing_eagerly():
-            return SampleIterator(self, *self._sampling)
+            return EagerSampleIterator(self, *self._sampling)
         return super().__iter__()
 
     def prefetch(self, buffer_size: Any, name: str | None = None) -> tf.data.Dataset:

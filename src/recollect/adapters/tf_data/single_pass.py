@@ -23,7 +23,7 @@ try:
 except ImportError as err:
     raise missing_extra(err, "recollect.tf_data") from None
 
-__all__ = ["WindowedBuffer", "deterministic_pass"]
+__all__ = ["WindowedBuffer", "single_pass_dataset"]
 
 
 @runtime_checkable
@@ -46,7 +46,7 @@ class WindowedBuffer(Protocol):
         ...
 
 
-def deterministic_pass(
+def single_pass_dataset(
     buffer: Any,
     sample_batch_size: int | None,
     num_steps: int | None,
