@@ -57,7 +57,7 @@ _UNAVAILABLE = r"""
 import ast, importlib.util, pathlib, sys
 sys.path[:0] = ["tests", "tests/golden", "benchmarks"]  # the suite's helper modules
 ADAPTERS = {"recollect.torch": "torch", "recollect.jax": "jax", "recollect.tf_data": "tensorflow",
-            "recollect.tf_agents": "tensorflow", "recollect._tf_eager": "tensorflow",
+            "recollect.tf_agents": "tensorflow", "recollect.adapters.tf_data.eager": "tensorflow",
             "recollect.sb3": "stable_baselines3", "recollect.ray": "ray",
             "recollect.datasets.minari": "minari", "recollect.datasets.rlds": "tensorflow",
             "recollect.cli": "click", "recollect.examples": "torch",

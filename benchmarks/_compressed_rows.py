@@ -10,7 +10,7 @@ import numpy as np
 import recollect as rc
 from _ale_frames import GAMES, load, stacks
 from _common import Row, measure, print_table, rss_bytes
-from recollect.storage.compressed import trim_heap
+from recollect.storage.compression.compressed import trim_heap
 
 E = 8
 ESTIMATE_BATCHES = 16  # add_batch inputs given to estimate_memory as sample_steps

@@ -50,7 +50,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np
 
 from recollect import ArraySpec, ReplayBuffer
-from recollect.prefetch import sample_concurrent
+from recollect.adapters.prefetch import sample_concurrent
 
 NUM_ENVS = 8
 BATCH = 32
@@ -116,7 +116,7 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
     if "torch" not in skip:
         from torch.utils.data import DataLoader
 
-        from recollect.torch import ReplayDataset
+        from recollect.adapters.torch import ReplayDataset
 
         ds0 = ReplayDataset(buf, BATCH, NUM_STEPS)
         it0 = iter(ds0)
@@ -134,7 +134,7 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
     if "jax" not in skip:
         import jax
 
-        from recollect.jax import as_iterator
+        from recollect.adapters.jax import as_iterator
 
         def jax_ready(batch: tuple) -> object:
             return jax.block_until_ready(batch[0])
@@ -149,7 +149,7 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
     if "tf" not in skip:
         import tensorflow as tf
 
-        from recollect import tf_data as rc_tf_data
+        from recollect.adapters import tf_data as rc_tf_data
 
         plain = iter(rc_tf_data.as_dataset(buf, BATCH, NUM_STEPS))
         seq = iter(rc_tf_data.as_dataset(buf, BATCH, NUM_STEPS).prefetch(4))
@@ -167,7 +167,7 @@ def adapter_rows(buf: ReplayBuffer, skip: set[str]) -> tuple[dict, list]:
 
 def _in_graph(buf: ReplayBuffer, tf: object) -> Callable[[], object]:
     """Batches pulled by a ``tf.function`` training loop (16 per call; rate is per batch)."""
-    from recollect import tf_data as rc_tf_data
+    from recollect.adapters import tf_data as rc_tf_data
 
     auto = tf.data.AUTOTUNE
     dataset = rc_tf_data.as_dataset(buf, BATCH, NUM_STEPS, num_parallel_calls=auto).prefetch(4)
@@ -273,7 +273,7 @@ def target_factories(
     if "tf" not in skip:
         import tensorflow as tf
 
-        from recollect.tf_data import as_dataset
+        from recollect.adapters.tf_data import as_dataset
 
         def eager() -> tuple[Callable[[], object], None]:
             it = iter(as_dataset(buf, batch, num_steps).prefetch(4))
@@ -299,7 +299,7 @@ def target_factories(
     if "jax" not in skip and name == "W1":
         import jax
 
-        from recollect.jax import as_iterator
+        from recollect.adapters.jax import as_iterator
 
         def jax_row() -> tuple[Callable[[], object], Callable[[], None]]:
             it = as_iterator(buf, batch, num_steps)

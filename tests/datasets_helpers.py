@@ -8,7 +8,7 @@ import optree
 from gymnasium import spaces
 
 import recollect as rc
-from recollect.cli.populate import rlds_spec
+from recollect.cli.populate import rlds_step_spec
 
 
 class ImageDictEnv(gym.Env):
@@ -71,7 +71,7 @@ class _Row:
 def collect(envs, steps: int, capacity: int, seed: int = 0) -> rc.ReplayBuffer:
     """An RLDS buffer filled by a random policy, ``steps`` add_batch calls."""
     rows = [_Row(env, seed + i) for i, env in enumerate(envs)]
-    spec = rlds_spec(envs[0].observation_space, envs[0].action_space)
+    spec = rlds_step_spec(envs[0].observation_space, envs[0].action_space)
     buf = rc.ReplayBuffer(spec, capacity, len(envs), rng=seed)
     for _ in range(steps):
         buf.add_batch(optree.tree_map(lambda *xs: np.stack(xs), *[r.step() for r in rows]))

@@ -68,7 +68,7 @@ def window_ids(is_last: Any, first_time: int, num_steps: int, within_episode: bo
 class ReferenceWindows:
     """Per-row step clocks and episode ends of ``num_envs`` rows, kept as plain lists.
 
-    Mirrors :class:`recollect.windows.WindowIndex`: each row has its own clock
+    Mirrors :class:`recollect.samplers.windows.WindowIndex`: each row has its own clock
     and keeps its last ``max_length`` steps; ``clear`` forgets them but times
     keep increasing.
     """

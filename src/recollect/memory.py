@@ -23,13 +23,17 @@ import numpy as np
 
 from recollect.arguments import positive_int
 from recollect.errors import InsufficientMemoryError, InvalidArgumentError
+from recollect.samplers.windows import WindowIndex
 from recollect.specs import FlatSpec
-from recollect.storage.codecs import DictionaryCodec
-from recollect.storage.compressed import MIN_DICTIONARY_GAIN, slots_nbytes, tuned
+from recollect.storage.compression.codecs import DictionaryCodec
+from recollect.storage.compression.compressed import MIN_DICTIONARY_GAIN, slots_nbytes, tuned
 from recollect.storage.factory import STORAGES, check_storage, resolve_compression
-from recollect.storage.frame_store import frame_store_nbytes, resolve_frame_stacks, stack_ring
+from recollect.storage.frames.frame_store import (
+    frame_store_nbytes,
+    resolve_frame_stacks,
+    stack_ring,
+)
 from recollect.validation import check_structure
-from recollect.windows import WindowIndex
 
 #: sample values needed for a dictionary-aware estimate (half train, half measure)
 DICTIONARY_SAMPLES = 64

@@ -72,7 +72,7 @@ def _iterate(dataset):
 @pytest.mark.slow
 def test_fork_while_tf_eager_iteration_reads_ahead():
     pytest.importorskip("tensorflow")
-    from recollect import tf_data
+    from recollect.adapters import tf_data
 
     buf = _buffer()
     dataset = tf_data.as_dataset(buf, sample_batch_size=32, num_steps=2)
@@ -83,7 +83,7 @@ def test_fork_while_tf_eager_iteration_reads_ahead():
 @pytest.mark.slow
 def test_fork_while_tf_graph_pipeline_reads_ahead_from_a_prioritized_table():
     pytest.importorskip("tensorflow")
-    from recollect import tf_data
+    from recollect.adapters import tf_data
 
     buf = _buffer(sampler=Prioritized(), sequence_length=2)
     dataset = tf_data.as_dataset(buf, sample_batch_size=32, num_steps=2)
@@ -95,7 +95,7 @@ def test_fork_while_tf_graph_pipeline_reads_ahead_from_a_prioritized_table():
 @pytest.mark.slow
 def test_fork_while_torch_dataset_prefetches():
     pytest.importorskip("torch")
-    from recollect.torch import ReplayDataset
+    from recollect.adapters.torch import ReplayDataset
 
     buf = _buffer()
     dataset = ReplayDataset(buf, batch_size=32, num_steps=2, prefetch=2)

@@ -12,7 +12,7 @@ jax = pytest.importorskip("jax")
 from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
 from recollect import ArraySpec, ReplayBuffer, TransitionBuffer, errors  # noqa: E402
 from recollect import ids as rc_ids  # noqa: E402
-from recollect.jax import as_iterator  # noqa: E402
+from recollect.adapters.jax import as_iterator  # noqa: E402
 
 NUM_ENVS = 2
 SPEC = {
@@ -135,7 +135,7 @@ LEAVES = [
 def test_direct_placement_equals_jax_device_put(device):
     from jax.sharding import SingleDeviceSharding
 
-    from recollect.jax import _Placer
+    from recollect.adapters.jax import _Placer
 
     target = {None: None, "cpu0": jax.devices()[0], "sharding": None}[device]
     if device == "sharding":
@@ -150,7 +150,7 @@ def test_direct_placement_equals_jax_device_put(device):
 
 
 def test_without_the_internal_transfer_the_public_device_put_is_used(monkeypatch, buf):
-    from recollect import jax as rj
+    from recollect.adapters import jax as rj
 
     monkeypatch.setattr(rj, "_direct_transfer", lambda: None)
     place = rj._Placer(None)

@@ -1,4 +1,4 @@
-"""recollect.prefetch.Prefetcher: draw order, the consumer's help, errors, stopping."""
+"""recollect.adapters.prefetch.Prefetcher: draw order, the consumer's help, errors, stopping."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recollect import ArraySpec, ReplayBuffer
-from recollect.prefetch import Prefetcher, draw_concurrent
+from recollect.adapters.prefetch import Prefetcher, draw_concurrent
 
 
 def _counting_draw(finish_delay=None, fail_at=None):

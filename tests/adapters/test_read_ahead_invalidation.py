@@ -22,10 +22,10 @@ from recollect import (  # noqa: E402
     ArraySpec,
     Prioritized,
     ReplayBuffer,
-    _tf_chunks,
-    _tf_eager,
-    tf_data,
 )
+from recollect.adapters import tf_data  # noqa: E402
+from recollect.adapters.tf_data import chunks as _tf_chunks  # noqa: E402
+from recollect.adapters.tf_data import eager as _tf_eager  # noqa: E402
 from recollect.errors import NotEnoughDataError  # noqa: E402
 
 N = 64  # one row of 64 one-step windows: id == time
@@ -96,7 +96,7 @@ def test_eager_path_never_serves_a_batch_prefetched_before_a_change(sampler, mut
     monkeypatch.setattr(_tf_eager, "INLINE_BELOW_BYTES", 0)  # prefetch even small elements
     buf = _buffer(sampler)
     iterator = iter(tf_data.as_dataset(buf, BATCH))
-    assert isinstance(iterator, _tf_eager.SampleIterator)
+    assert isinstance(iterator, _tf_eager.EagerSampleIterator)
     for _ in range(3):
         next(iterator)
     time.sleep(0.1)  # EAGER_PREFETCH batches are ready, drawn before the change

@@ -1,4 +1,4 @@
-"""recollect.source.SampleSource is the readers' seam: a user's own class with its members
+"""recollect.buffers.source.SampleSource is the readers' seam: a user's own class with its members
 feeds the torch, JAX and tf.data adapters, and the library's sources implement it."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import recollect as rc
-from recollect.prefetch import prefetched
+from recollect.adapters.prefetch import prefetched
+from recollect.buffers.source import Batches, SampleSource
 from recollect.service import Server
-from recollect.source import Batches, SampleSource
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32), "t": rc.ArraySpec((), np.int64)}
 
@@ -79,7 +79,7 @@ def test_the_library_sources_and_a_users_class_implement_sample_source() -> None
 
 def test_a_users_source_feeds_the_torch_adapter() -> None:
     torch = pytest.importorskip("torch")
-    from recollect.torch import ReplayDataset
+    from recollect.adapters.torch import ReplayDataset
 
     source = CountingSource()
     dataset = ReplayDataset(source, batch_size=4, num_steps=3)
@@ -95,7 +95,7 @@ def test_a_users_source_feeds_the_torch_adapter() -> None:
 
 def test_a_users_source_feeds_the_jax_adapter() -> None:
     pytest.importorskip("jax")
-    from recollect.jax import as_iterator
+    from recollect.adapters.jax import as_iterator
 
     with as_iterator(CountingSource(), batch_size=4, num_steps=2) as it:
         data, info = next(it)
@@ -105,7 +105,7 @@ def test_a_users_source_feeds_the_jax_adapter() -> None:
 @pytest.mark.parametrize("eager", [True, False])
 def test_a_users_source_feeds_the_tf_data_adapter(eager: bool) -> None:
     tf = pytest.importorskip("tensorflow")
-    from recollect.tf_data import as_dataset
+    from recollect.adapters.tf_data import as_dataset
 
     dataset = as_dataset(CountingSource(), sample_batch_size=4, num_steps=2)
     if eager:
@@ -118,7 +118,7 @@ def test_a_users_source_feeds_the_tf_data_adapter(eager: bool) -> None:
 
 def test_a_users_source_is_refused_by_the_deterministic_pass_with_the_reason() -> None:
     pytest.importorskip("tensorflow")
-    from recollect.tf_data import as_dataset
+    from recollect.adapters.tf_data import as_dataset
 
     with pytest.raises(rc.errors.InvalidArgumentError, match="got CountingSource"):
         as_dataset(CountingSource(), 4, 2, single_deterministic_pass=True)

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 tf = pytest.importorskip("tensorflow")
 
 from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
-from recollect import ArraySpec, ReplayBuffer, _tf_eager, errors, tf_data  # noqa: E402
+from recollect import ArraySpec, ReplayBuffer, errors  # noqa: E402
 from recollect import ids as rc_ids  # noqa: E402
-from recollect.prefetch import sample_concurrent  # noqa: E402
+from recollect.adapters import tf_data  # noqa: E402
+from recollect.adapters.prefetch import sample_concurrent  # noqa: E402
+from recollect.adapters.tf_data import eager as _tf_eager  # noqa: E402
 from reference import window_ids  # noqa: E402
 
 NUM_ENVS = 3
@@ -235,14 +237,14 @@ def test_graph_pipeline_batches_kept_as_slices_of_a_chunk_keep_their_values():
 def test_eager_iteration_takes_the_python_path_with_the_element_spec(buf):
     ds = tf_data.as_dataset(buf, sample_batch_size=4, num_steps=2).prefetch(2)
     it = iter(ds)
-    assert isinstance(it, _tf_eager.SampleIterator)  # prefetch keeps the fast eager iterator
+    assert isinstance(it, _tf_eager.EagerSampleIterator)  # prefetch keeps the fast eager iterator
     element = next(it)
     tf.nest.assert_same_structure(element, ds.element_spec)
     for tensor, spec in zip(
         tf.nest.flatten(element), tf.nest.flatten(ds.element_spec), strict=True
     ):
         assert spec.is_compatible_with(tensor)
-    assert not isinstance(iter(ds.map(lambda items, info: info.ids)), _tf_eager.SampleIterator)
+    assert not isinstance(iter(ds.map(lambda items, info: info.ids)), _tf_eager.EagerSampleIterator)
 
 
 def test_the_fast_iterator_inside_a_tf_function_uses_the_pipeline(buf):

@@ -8,7 +8,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from recollect import ArraySpec, ReplayBuffer, errors  # noqa: E402
-from recollect.tf_data import as_dataset, unwrap_error  # noqa: E402
+from recollect.adapters.tf_data import as_dataset, unwrap_error  # noqa: E402
 
 
 def empty_buffer() -> ReplayBuffer:

@@ -1,4 +1,4 @@
-"""The tf.data sampler's read-ahead (recollect._tf_chunks): a chunk drawn on a background
+"""The tf.data sampler's read-ahead (recollect.adapters.tf_data.chunks): a chunk drawn on a
 thread while TensorFlow consumes the previous one is used only when the table was not
 written since; never drawn where a draw changes the table; the process still exits."""
 
@@ -24,9 +24,9 @@ from recollect import (  # noqa: E402
     Queue,
     ReplayBuffer,
     SampleToInsertRatio,
-    _tf_chunks,
-    tf_data,
 )
+from recollect.adapters import tf_data  # noqa: E402
+from recollect.adapters.tf_data import chunks as _tf_chunks  # noqa: E402
 from recollect.tf_agents import TFUniformReplayBuffer  # noqa: E402
 
 SPEC = {"t": ArraySpec((), np.int64)}
@@ -205,7 +205,9 @@ EXIT_SCRIPT = textwrap.dedent(
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     import numpy as np
     import tensorflow as tf
-    from recollect import ArraySpec, MinSize, ReplayBuffer, _tf_chunks, tf_data
+    from recollect import ArraySpec, MinSize, ReplayBuffer
+    from recollect.adapters import tf_data
+    from recollect.adapters.tf_data import chunks as _tf_chunks
     limiter = MinSize(10) if sys.argv[1] == "blocked" else None
     buf = ReplayBuffer({"x": ArraySpec((4,), np.float32)}, 4000, num_envs=4, rng=0,
                        rate_limiter=limiter)

@@ -10,8 +10,9 @@ tf = pytest.importorskip("tensorflow")
 
 import recollect as rc  # noqa: E402
 from chi_square import assert_fits  # noqa: E402
-from recollect import errors, tf_data  # noqa: E402
+from recollect import errors  # noqa: E402
 from recollect import ids as rc_ids  # noqa: E402
+from recollect.adapters import tf_data  # noqa: E402
 
 FIELDS = ["action", "next_observation", "observation", "reward", "terminated", "truncated"]
 

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from image_ids import assert_window_pixels_match_ids, image_buffer_with_id_pixels  # noqa: E402
 from recollect import ArraySpec, BufferInfo, ReplayBuffer, TransitionBuffer, errors  # noqa: E402
 from recollect import ids as rc_ids  # noqa: E402
-from recollect.torch import ReplayDataset  # noqa: E402
+from recollect.adapters.torch import ReplayDataset  # noqa: E402
 
 NUM_ENVS = 2
 SPEC = {

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
 from recollect import ArraySpec, ReplayBuffer, errors  # noqa: E402
-from recollect.torch import ReplayDataset  # noqa: E402
+from recollect.adapters.torch import ReplayDataset  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -30,7 +30,7 @@ def test_dataloader_workers_raise_saying_to_use_num_workers_0():
         import numpy as np
         from torch.utils.data import DataLoader
         from recollect import ArraySpec, ReplayBuffer, errors
-        from recollect.torch import ReplayDataset
+        from recollect.adapters.torch import ReplayDataset
 
         buf = ReplayBuffer({"obs": ArraySpec((2,), np.float32)}, 16, rng=0)
         for t in range(8):

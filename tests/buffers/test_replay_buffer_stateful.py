@@ -10,8 +10,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import recollect as rc
 from recollect.errors import InvalidArgumentError, NotEnoughDataError, ShapeError
+from recollect.samplers.windows import WindowIndex
 from recollect.specs import FlatSpec
-from recollect.windows import WindowIndex
 from reference import ReferenceBuffer, ReferenceWindows, by_id
 
 EPISODIC_SPEC = {

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import recollect as rc
-from recollect.drivers import VectorEnvDriver
+from recollect.collect.drivers import VectorEnvDriver
 from recollect.errors import InvalidArgumentError
 
 gym = pytest.importorskip("gymnasium")

@@ -54,7 +54,7 @@ def test_as_tensors_of_a_uniform_sample_warns_nothing():
     torch = pytest.importorskip("torch")
     import warnings
 
-    import recollect.torch as rc_torch
+    import recollect.adapters.torch as rc_torch
 
     buf = rc.ReplayBuffer({"x": rc.ArraySpec((3,), np.float32)}, 64, 1, rng=0)
     for t in range(10):

@@ -21,9 +21,9 @@ PRIVATE = re.compile(r"\b(?!self\b)\w+\._(?!(?:fields|replace|make|asdict)\b)[a-
 ALLOWED = {
     # JAX's batched_device_put skips ~12 us of Python per array; probed against
     # jax.device_put when the iterator is built, with the public call as fallback.
-    ("jax.py", "jax._src"),
+    ("adapters/jax.py", "jax._src"),
     # tf.data's OwnedIterator can only be built on the dataset's variant tensor.
-    ("_tf_eager.py", "dataset._variant_tensor"),
+    ("adapters/tf_data/eager.py", "dataset._variant_tensor"),
     ("reverb/datasets.py", "_inner._variant_tensor"),
     # a script that never stops its reverb.Server must still exit: gRPC's worker threads
     # are joined before atexit runs; only threading's own hook runs before that join.
@@ -31,6 +31,8 @@ ALLOWED = {
     # in a forked child, whether the forking thread itself holds a table's RLock: only
     # RLock._is_owned says so (a non-blocking acquire cannot tell it from a free lock).
     ("table/at_fork.py", "lock._is_owned"),
+    # the alias finder's map names the old private modules (strings, not attribute reach-ins)
+    ("__init__.py", "recollect._tf_"),
 }
 
 
@@ -54,13 +56,19 @@ def test_layers_and_framework_free_core_contracts_hold():
     ("module", "bad_import", "message"),
     [
         ("storage/ring.py", "import recollect.buffers", "recollect.storage is not allowed to"),
-        ("windows.py", "import recollect.table", "recollect.windows is not allowed to"),
+        ("samplers/windows.py", "import recollect.table", "recollect.samplers is not allowed to"),
         ("table/table.py", "import torch", "recollect.table is not allowed to import torch"),
         (
             "service/client/writer.py",
             "import recollect.service.shard",
             "recollect.service.client is not allowed to",
         ),
+        (
+            "adapters/prefetch.py",
+            "import recollect.adapters.torch",
+            "recollect.adapters.prefetch is not allowed to import recollect.adapters.torch",
+        ),
+        ("adapters/torch.py", "import recollect.adapters.jax", "recollect.adapters.torch is not"),
     ],
 )
 def test_contracts_fail_on_an_upward_or_framework_import(tmp_path, module, bad_import, message):

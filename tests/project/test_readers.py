@@ -1,6 +1,6 @@
 """The readers share one interface: no adapter, stream or manager module asks whether it holds
 a ReplayBuffer or a served table (an ``isinstance`` against those classes); they read through
-:class:`recollect.source.SampleSource`."""
+:class:`recollect.buffers.source.SampleSource`."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "recollect"
 READERS = [
-    "prefetch.py",
-    "torch.py",
-    "jax.py",
-    "tf_data.py",
-    "_tf_chunks.py",
-    "_tf_eager.py",
-    "_tf_pass.py",
+    "adapters/prefetch.py",
+    "adapters/torch.py",
+    "adapters/jax.py",
+    "adapters/tf_data/__init__.py",
+    "adapters/tf_data/chunks.py",
+    "adapters/tf_data/eager.py",
+    "adapters/tf_data/single_pass.py",
     "manager/__init__.py",
     "manager/checks.py",
     "manager/iterator.py",

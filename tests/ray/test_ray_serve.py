@@ -339,7 +339,7 @@ def test_serve_refuses_what_it_cannot_serve() -> None:
 
 def test_datasets_read_a_table_sharded_on_ray() -> None:
     torch = pytest.importorskip("torch")
-    from recollect.torch import ReplayDataset
+    from recollect.adapters.torch import ReplayDataset
 
     buf = rc.ReplayBuffer(SPEC, 4 * 32, 4, sampler=rc.Prioritized(), sequence_length=2)
     client = rc_ray.serve({"t": buf}, num_shards=2, name="datasets")

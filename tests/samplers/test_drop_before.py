@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import recollect as rc
+from recollect.samplers.windows import WindowIndex
 from recollect.table import Table
-from recollect.windows import WindowIndex
 
 SAMPLERS = {
     "prioritized": lambda: rc.Prioritized(0.6),

@@ -59,7 +59,7 @@ COMMON = textwrap.dedent(
 CHILD = COMMON + textwrap.dedent(
     """
     import sys
-    import recollect.storage.compressed_parts as parts
+    import recollect.storage.compression.compressed_parts as parts
     parts.BLOCK_BYTES = 1 << 16  # small blocks: recycled within a short run
     directory, flush_every, exit_after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     buf = make(directory, recover=True)

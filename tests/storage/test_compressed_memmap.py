@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.storage.test_frame_store import StackingEnvs, check_sample
 
 import recollect as rc
+from frame_stacks import StackingEnvs, check_sample
 from recollect.errors import CheckpointError, DiskFullError
 from recollect.memory import table_nbytes
 from recollect.storage import ZstdCodec
@@ -193,7 +193,7 @@ def test_checkpoint_keeps_compressed_bytes_and_restores_exactly(tmp_path, into):
     check_all(other, recorded)
     mine = store_of(buf).state_dict()
     theirs = store_of(other).state_dict()
-    from recollect.storage.compressed import joined_state
+    from recollect.storage.compression.compressed import joined_state
 
     def as_ram(state):
         return joined_state(state) if "blocks" in state else state

@@ -391,7 +391,7 @@ def test_queue_delivers_every_item_once_in_order_per_producer():
 
 @pytest.mark.timeout(60)
 def test_prefetching_learner_blocks_then_stops_cleanly_on_close():
-    from recollect.prefetch import Prefetcher, draw_concurrent
+    from recollect.adapters.prefetch import Prefetcher, draw_concurrent
 
     buf = buffer(rate_limiter=rc.MinSize(4))
     it = Prefetcher(lambda: draw_concurrent(buf, 2, None), 2, lambda: buf.closed, threads=2)

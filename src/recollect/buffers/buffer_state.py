@@ -13,7 +13,7 @@ from recollect.errors import CheckpointError, RecollectError
 from recollect.samplers.base import Sampler, registered_sampler
 from recollect.state.files import Saved, load_consistent, write_checkpoint
 from recollect.state.manifest import rebuild_spec
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.frames.frame_store import FrameStack
 from recollect.table.rate_limiters import rate_limiter_from_config
 
 if TYPE_CHECKING:

@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 
 from recollect.errors import CheckpointError
+from recollect.samplers.windows import WindowIndex
 from recollect.state.files import read_state, write_in_place
 from recollect.state.manifest import FORMAT_VERSION, MANIFEST, spec_difference
 from recollect.state.npyio import map_npy
 from recollect.state.safe_files import create_new, read_regular
 from recollect.state.space import create_npy_memmap
 from recollect.storage.compressed_memmap import live_state
-from recollect.windows import WindowIndex
 
 __all__ = ["MemmapState"]
 

@@ -1,8 +1,8 @@
 """Prefetcher: keeps sampled batches ready, produced on daemon threads, handed out in draw order.
 
 The one thread layer between a local buffer and a reader (see
-:meth:`recollect.source.SampleSource.stream`); :func:`prefetched` builds it
-over any :class:`~recollect.source.SampleSource`'s ``draw``. A draw made on a
+:meth:`recollect.buffers.source.SampleSource.stream`); :func:`prefetched` builds it
+over any :class:`~recollect.buffers.source.SampleSource`'s ``draw``. A draw made on a
 prefetch thread from a rate-limited table waits in short slices
 (:func:`draw_waiting`), so that closing the prefetcher ends it.
 
@@ -264,7 +264,7 @@ def prefetched(
 ) -> Prefetcher:
     """A :class:`Prefetcher` of ``convert(source.draw(batch_size, num_steps)())``.
 
-    What a local source's :meth:`~recollect.source.SampleSource.stream`
+    What a local source's :meth:`~recollect.buffers.source.SampleSource.stream`
     returns: ``num_threads`` threads keep ``prefetch`` batches ready; the
     iteration ends once ``source.closed`` is true.
 

@@ -39,7 +39,7 @@ from recollect.storage.factory import (
     make_storage,
     resolve_compression,
 )
-from recollect.storage.frame_store import resolve_frame_stacks
+from recollect.storage.frames.frame_store import resolve_frame_stacks
 from recollect.storage.gather import Gatherer
 from recollect.table import Table
 from recollect.table.rate_limiters import RateLimiter
@@ -86,7 +86,7 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
             ``recollect.storage.ZstdCodec(level=3)``. Samples are bit-exact.
             With ``storage="memmap"`` the compressed values live in block files
             of ``directory`` (:mod:`recollect.storage.compressed_memmap`). See
-            :mod:`recollect.storage.codecs` for measured sizes and speeds.
+            :mod:`recollect.storage.compression.codecs` for measured sizes and speeds.
         force: allocate a RAM buffer even when it exceeds ``MemAvailable``.
         gatherer: a :class:`~recollect.storage.gather.Gatherer` to share between
             buffers (default: the buffer's own).

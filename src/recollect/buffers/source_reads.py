@@ -1,4 +1,4 @@
-"""The :class:`~recollect.source.SampleSource` members of the local buffers (mixins): how a
+"""The :class:`~recollect.buffers.source.SampleSource` members of the local buffers (mixins): how a
 reader draws from a buffer in memory and the prefetch threads it reads through."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class LocalSource:
 
     ``draw`` samples at once (``sample(batch_size)`` when ``num_steps`` is
     None, as a :class:`~recollect.TransitionBuffer` takes it); ``stream`` is a
-    :class:`~recollect.prefetch.Prefetcher` over ``draw``.
+    :class:`~recollect.adapters.prefetch.Prefetcher` over ``draw``.
     """
 
     remote = False

@@ -48,7 +48,7 @@ from recollect.buffers.wrong_class import OtherClassMethod
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.prioritized import Prioritized
 from recollect.state.files import Saved, load_consistent
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.frames.frame_store import FrameStack
 from recollect.table import Table
 
 __all__ = ["TransitionBuffer", "TransitionSample"]
@@ -97,7 +97,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
     """
 
     kind: ClassVar[str] = KIND
-    #: A buffer in this process, never closed (:class:`~recollect.source.SampleSource`).
+    #: A buffer in this process, never closed (:class:`~recollect.buffers.source.SampleSource`).
     remote = False
     closed = False
     #: Methods of other classes: reading them raises WrongClassError naming the right call.

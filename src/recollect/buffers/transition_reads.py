@@ -19,7 +19,7 @@ from recollect.buffers.transition_sample import TransitionSample, step_spec
 from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.samplers.prioritized import Prioritized
 from recollect.specs import ArraySpec, FlatSpec
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.frames.frame_store import FrameStack
 from recollect.storage.ring import RingStorage
 from recollect.validation import convert_step, exact_matcher
 

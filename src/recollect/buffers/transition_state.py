@@ -16,8 +16,8 @@ from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.samplers.prioritized import Prioritized
 from recollect.state.files import Saved, write_checkpoint
 from recollect.state.rng import decode_rng, encode_rng
-from recollect.storage.codecs import json_compression
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.compression.codecs import json_compression
+from recollect.storage.frames.frame_store import FrameStack
 
 __all__ = [
     "KIND",

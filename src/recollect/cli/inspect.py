@@ -159,7 +159,7 @@ def inspect_checkpoint(path: str, output: Path | None) -> str:
 
     Writes the plot to ``output`` unless it is None.
     """
-    from recollect.checkpoint import load_buffer
+    from recollect.buffers.checkpoint import load_buffer
 
     manifest = _memmap_manifest(Path(path))
     if manifest is None:

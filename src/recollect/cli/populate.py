@@ -28,10 +28,10 @@ from recollect.cli.group import main
 from recollect.errors import RecollectError
 from recollect.specs import ArraySpec, spec_from_space
 
-__all__ = ["Collector", "load_policy", "populate", "rlds_spec"]
+__all__ = ["Collector", "load_policy", "populate", "rlds_step_spec"]
 
 
-def rlds_spec(observation_space: Any, action_space: Any) -> dict[str, Any]:
+def rlds_step_spec(observation_space: Any, action_space: Any) -> dict[str, Any]:
     """The RLDS step spec of a gymnasium env."""
     return {
         "observation": spec_from_space(observation_space),
@@ -286,7 +286,7 @@ def populate(
         _check_steps(steps_per_run, num_envs)
     envs = _make_envs(env_id, 1)  # the spec; the other envs once num_envs is known
     path = Path(checkpoint_dir) / buffer_name
-    spec = rlds_spec(envs[0].observation_space, envs[0].action_space)
+    spec = rlds_step_spec(envs[0].observation_space, envs[0].action_space)
     if not (append and ReplayBufferManager(checkpoint_dir=path).has_checkpoint()):
         capacity, num_envs = capacity or 50_000, num_envs or 1
     start = time.perf_counter()

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import recollect
-from recollect.drivers import VectorEnvDriver as Driver
+from recollect.collect.drivers import VectorEnvDriver as Driver
 from recollect.errors import InvalidArgumentError
 
 __all__ = [

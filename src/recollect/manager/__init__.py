@@ -4,7 +4,7 @@ The API users know from Reverb-based projects (one object owns the buffer,
 its observer, its dataset and its checkpoint directory), on top of
 :class:`~recollect.ReplayBuffer` and :mod:`recollect.checkpoint`. It reads
 its buffer, local or served, through the
-:class:`~recollect.source.SampleSource` members they share. Imports no
+:class:`~recollect.buffers.source.SampleSource` members they share. Imports no
 framework.
 """
 
@@ -18,12 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from recollect.buffers.checkpoint import load_buffer, save_buffer
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
-from recollect.checkpoint import load_buffer, save_buffer
+from recollect.collect.observers import Observer
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
 from recollect.manager.checks import check_checkpoint_matches, leaves_differ, reverb_checkpoint
 from recollect.manager.iterator import SampleIterator
-from recollect.observers import Observer
 from recollect.samplers.base import Sampler
 from recollect.specs import FlatSpec
 from recollect.state.atomic import find_checkpoint
@@ -415,7 +415,7 @@ class ReplayBufferManager:
                 f"get_dataset: sample options {sorted(sample_options)} apply to the numpy "
                 "iterator only; pass framework='numpy' with them."
             )
-        from recollect.tf_data import as_dataset
+        from recollect.adapters.tf_data import as_dataset
 
         return as_dataset(buffer, sample_batch_size=batch_size, num_steps=num_steps)
 

@@ -1,6 +1,6 @@
 """The sampler interface: which windows come back, and with what probability.
 
-Samplers see counters and validity (a :class:`~recollect.windows.WindowIndex`),
+Samplers see counters and validity (a :class:`~recollect.samplers.windows.WindowIndex`),
 never the data. A table calls :meth:`Sampler.bind` once, :meth:`Sampler.on_add`
 after every write, :meth:`Sampler.on_clear` on ``clear`` and
 :meth:`Sampler.sample` to draw windows.
@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from recollect.errors import InvalidArgumentError
-from recollect.windows import WindowIndex
+from recollect.samplers.windows import WindowIndex
 
 __all__ = ["Sampler", "WindowDraw", "importance_weights", "registered_sampler"]
 
@@ -200,7 +200,7 @@ class Sampler:
 
     def on_end_episodes(self, rows: np.ndarray) -> None:
         """Called after the table ended the episode at the newest step of ``rows``
-        (:meth:`WindowIndex.end_episodes <recollect.windows.WindowIndex.end_episodes>`)."""
+        (:meth:`WindowIndex.end_episodes <recollect.samplers.windows.WindowIndex.end_episodes>`)."""
 
     def sampling_weight(self, num_steps: int, within_episode: bool) -> tuple[float, int]:
         """``(weight, table_size)``: this table's share of a draw over several shards.

@@ -28,7 +28,7 @@ import numpy as np
 
 from recollect.arguments import no_options
 from recollect.samplers.base import Sampler, WindowDraw
-from recollect.windows import Segments
+from recollect.samplers.windows import Segments
 
 __all__ = ["Fifo", "Lifo"]
 

@@ -29,7 +29,7 @@ from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.samplers.base import WindowDraw
 from recollect.samplers.heap_tree import TopTree
 from recollect.samplers.prioritized import Prioritized
-from recollect.windows import WindowIndex
+from recollect.samplers.windows import WindowIndex
 
 __all__ = ["MaxHeap", "MinHeap"]
 

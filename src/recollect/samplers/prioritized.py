@@ -37,7 +37,7 @@ from recollect.samplers.base import Sampler, WindowDraw, importance_weights
 from recollect.samplers.priority_checks import check_exponent, check_sum_finite, check_update
 from recollect.samplers.sum_tree import SumTree
 from recollect.samplers.window_values import WindowValues
-from recollect.windows import WindowIndex
+from recollect.samplers.windows import WindowIndex
 
 __all__ = ["Prioritized", "check_update"]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from recollect.samplers.sum_tree import SumTree
-from recollect.windows import WindowIndex
+from recollect.samplers.windows import WindowIndex
 
 __all__ = ["WindowValues"]
 

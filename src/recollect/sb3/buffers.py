@@ -42,7 +42,7 @@ from recollect.sb3 import saving
 from recollect.sb3.arrays import Sb3Arrays
 from recollect.sb3.attributes import Sb3Array, TrajectoryCuts, sb3_array
 from recollect.sb3.options import check_storage, codecs_of, n_step_of
-from recollect.sb3.samples import Draw, pack, to_samples
+from recollect.sb3.samples import Sb3Draw, pack, to_samples
 from recollect.sb3.sampling import gather_fields
 from recollect.sb3.spaces import (
     FLOAT32,
@@ -54,7 +54,7 @@ from recollect.sb3.spaces import (
 )
 from recollect.sb3.stack_starts import StackStarts
 from recollect.specs import ArraySpec
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.frames.frame_store import FrameStack
 
 __all__ = ["ReplayBuffer"]
 
@@ -312,7 +312,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
             return {"n_step": self.n_step, "discount": self.gamma}
         return {}
 
-    def draw(self, batch_size: int, env: Any = None) -> Draw:
+    def draw(self, batch_size: int, env: Any = None) -> Sb3Draw:
         """Samples like :meth:`sample` and also returns ids, probabilities and weights.
 
         Raises:
@@ -323,7 +323,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
         if not isinstance(arrays, Sb3Arrays):  # one copy of each observation
             s = arrays.sample(batch_size, **self.sample_options())
             samples = to_samples(s, env, self.device, self.prioritized, self.n_step > 1)
-            return Draw(samples, s.ids, s.probabilities, s.weights)
+            return Sb3Draw(samples, s.ids, s.probabilities, s.weights)
         if self.prioritized:
             options = self.sample_options()
             options.pop("n_step", None), options.pop("discount", None)
@@ -343,7 +343,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
             weights = None
         fields = gather_fields(arrays, batch_inds, rows, env, self.n_step, self.gamma, self.pos)
         samples = pack(fields, self.device, weights, ids)
-        return Draw(samples, ids, probabilities, weights)
+        return Sb3Draw(samples, ids, probabilities, weights)
 
     def uniform_draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """SB3's uniform draw: ``(batch_inds, env_indices)`` over the stored transitions."""

@@ -45,7 +45,7 @@ __all__ = [
     "storage_from_state",
     "storage_state",
     "transitions_from_files",
-    "write_checkpoint",
+    "write_sb3_checkpoint",
 ]
 
 FORMAT = "recollect.sb3"
@@ -162,7 +162,7 @@ def _fsync_tree(root: Path) -> None:
             os.close(fd)
 
 
-def write_checkpoint(
+def write_sb3_checkpoint(
     path: str | os.PathLike,
     transitions: Any,
     config: dict[str, Any],
@@ -209,7 +209,7 @@ def write_checkpoint(
 
 
 def read_config(path: str | os.PathLike) -> dict[str, Any]:
-    """The ``sb3.json`` manifest of a checkpoint written by :func:`write_checkpoint`.
+    """The ``sb3.json`` manifest of a checkpoint written by :func:`write_sb3_checkpoint`.
 
     Raises:
         CheckpointError: a missing or unreadable file, another format, or a
@@ -234,8 +234,8 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
 def read_checkpoint(
     path: str | os.PathLike, load: Callable[[Path], Any] = TransitionBuffer.load
 ) -> tuple[dict[str, Any], Any, dict[str, np.ndarray]]:
-    """Reads ``(config, transitions, arrays)`` of a checkpoint written by :func:`write_checkpoint`,
-    the storage with ``load``.
+    """Reads ``(config, transitions, arrays)`` of a checkpoint written by
+    :func:`write_sb3_checkpoint`, the storage with ``load``.
 
     Raises:
         CheckpointError: a missing or unreadable file, another format, or a

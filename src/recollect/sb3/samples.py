@@ -19,10 +19,10 @@ from stable_baselines3.common.type_aliases import DictReplayBufferSamples, Repla
 from recollect.buffers import TransitionSample
 
 __all__ = [
-    "Draw",
     "PrioritizedReplayBufferSamples",
-    "importance_weights",
+    "Sb3Draw",
     "pack",
+    "sample_weights",
     "to_samples",
 ]
 
@@ -51,7 +51,7 @@ class PrioritizedReplayBufferSamples(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Draw:
+class Sb3Draw:
     """A sample and its metadata (``ReplayBuffer.draw``).
 
     Attributes:
@@ -137,6 +137,6 @@ def pack(
     return ReplayBufferSamples(*tensors)
 
 
-def importance_weights(replay_data: Any) -> th.Tensor | None:
+def sample_weights(replay_data: Any) -> th.Tensor | None:
     """``replay_data.weights`` (``[B, 1]``) of prioritized samples, None for SB3's own tuples."""
     return getattr(replay_data, "weights", None)

@@ -19,8 +19,8 @@ from recollect.errors import CheckpointError
 from recollect.sb3 import persistence
 from recollect.sb3.arrays import Sb3Arrays
 from recollect.sb3.stack_starts import StackStarts
-from recollect.storage.codecs import json_compression
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.compression.codecs import json_compression
+from recollect.storage.frames.frame_store import FrameStack
 
 __all__ = [
     "buffer_config",
@@ -117,7 +117,7 @@ def save_checkpoint(buf: ReplayBuffer, path: str | os.PathLike) -> None:
             "previous": buf.stack_starts.previous,
             "has_previous": buf.stack_starts.has_previous,
         }
-    persistence.write_checkpoint(path, buf.transitions, buf.config(), arrays)
+    persistence.write_sb3_checkpoint(path, buf.transitions, buf.config(), arrays)
 
 
 def load_checkpoint(

@@ -18,7 +18,7 @@ from stable_baselines3.common.preprocessing import get_action_dim, get_obs_shape
 from recollect.arguments import is_int
 from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError
 from recollect.specs import ArraySpec
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.frames.frame_store import FrameStack
 
 FLOAT32 = np.dtype(np.float32)
 

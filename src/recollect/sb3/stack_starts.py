@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from recollect.errors import InvalidArgumentError
-from recollect.storage.frame_store import FrameStack
+from recollect.storage.frames.frame_store import FrameStack
 
 __all__ = ["StackStarts"]
 

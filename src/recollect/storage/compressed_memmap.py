@@ -1,6 +1,6 @@
 """Compressed slots on disk: the values of a memmap buffer's compressed leaf, in files.
 
-:class:`DiskSlots` is :class:`~recollect.storage.compressed.CompressedSlots`
+:class:`DiskSlots` is :class:`~recollect.storage.compression.compressed.CompressedSlots`
 with its arena a :class:`~recollect.storage.disk_arena.DiskArena` (large
 append-only blocks of one file, recycled once every value in a block is
 overwritten) and its offset/length index two memory-mapped ``.npy`` files.
@@ -40,9 +40,9 @@ from recollect.errors import CheckpointError, DiskFullError
 from recollect.state.npyio import map_npy
 from recollect.state.safe_files import create_new, read_regular
 from recollect.state.space import create_npy_memmap, disk_full_error
-from recollect.storage.codecs import Codec, DictionaryCodec
-from recollect.storage.compressed import TUNE_SAMPLE, CompressedSlots, _Index
-from recollect.storage.compressed_parts import Encoded, block_bytes, tuned
+from recollect.storage.compression.codecs import Codec, DictionaryCodec
+from recollect.storage.compression.compressed import TUNE_SAMPLE, CompressedSlots, _Index
+from recollect.storage.compression.compressed_parts import Encoded, block_bytes, tuned
 from recollect.storage.disk_arena import DiskArena
 from recollect.storage.restore_checks import digest
 

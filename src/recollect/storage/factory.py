@@ -11,10 +11,10 @@ import numpy as np
 from recollect.errors import InvalidArgumentError, SpecError
 from recollect.specs import FlatSpec
 from recollect.storage.base import Storage
-from recollect.storage.codecs import Codec, resolve
 from recollect.storage.compressed_memmap import disk_slots_factory
-from recollect.storage.compressed_storage import CompressedStorage
-from recollect.storage.frame_store import FrameStackStorage, resolve_frame_stacks
+from recollect.storage.compression.codecs import Codec, resolve
+from recollect.storage.compression.compressed_storage import CompressedStorage
+from recollect.storage.frames.frame_store import FrameStackStorage, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
 from recollect.storage.memmap import MemmapStorage, memmap_allocator
 from recollect.storage.ring import RingStorage
@@ -122,7 +122,8 @@ def make_storage(
         frame_stacks: ``{leaf path: FrameStack}``.
         gatherer: the gatherer samples go through (default: the storage's own).
         compression: ``{leaf path: codec}``: those leaves keep each value (each
-            frame, for frame-stacked leaves) compressed; see :mod:`recollect.storage.codecs`.
+            frame, for frame-stacked leaves) compressed; see
+            :mod:`recollect.storage.compression.codecs`.
             With memmap the compressed values live in block files of ``directory``
             (:mod:`recollect.storage.compressed_memmap`).
 

@@ -5,7 +5,7 @@ again, so a load checks what it restores. Each saved length is -1 (never
 written) or at most the codec's bound; the dictionary is the one whose sha256
 was saved beside it; and every value is one valid encoding of exactly one slot:
 for zstd, its frame layout is read for all values at once
-(:func:`~recollect.storage.zstd_frames.check_frames`: one frame, stating the
+(:func:`~recollect.storage.compression.zstd_frames.check_frames`: one frame, stating the
 slot size as its content size, so a 64 MiB bomb is never decoded), then every
 value is decoded in batches of ``CHECK_BATCH_BYTES`` through the codec's batch
 decoder (100,000 zstd values of 84x84 bytes: about 10 ms for the frames, 50 ms
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from recollect.errors import CheckpointError
-from recollect.storage.codecs import Codec, DictionaryCodec
+from recollect.storage.compression.codecs import Codec, DictionaryCodec
 
 __all__ = ["check_dictionary", "check_lengths", "check_values", "digest"]
 

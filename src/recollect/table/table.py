@@ -26,6 +26,7 @@ from recollect.arguments import check_int, positive_int
 from recollect.errors import InvalidArgumentError
 from recollect.samplers.base import Sampler
 from recollect.samplers.uniform import Uniform
+from recollect.samplers.windows import WindowIndex
 from recollect.table import at_fork, table_state
 from recollect.table.draw import Draw
 from recollect.table.gate import Gate
@@ -33,7 +34,6 @@ from recollect.table.info import TableInfo
 from recollect.table.rate_limiters import RateLimiter
 from recollect.table.reads import TableReader
 from recollect.table.selection import delete_windows
-from recollect.windows import WindowIndex
 
 __all__ = ["Table", "positive_int"]
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import optree
 
-from recollect import tf_data
+from recollect.adapters import tf_data
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
 from recollect.extras import missing_extra
 from recollect.specs import FlatSpec
-from recollect.tf_agents.checkpoint import BufferState
+from recollect.tf_agents.checkpoint import TrackableBufferState
 
 try:
     import tensorflow as tf
@@ -51,7 +51,7 @@ class BufferModule(tf.Module):
         self._capacity_int = capacity
         # tf.train.Checkpoint / common.Checkpointer save and restore this (recollect's state
         # format inside a PythonState: data, positions, episode ends, sampling rng).
-        self._state = BufferState(self._buffer, self._on_restore)
+        self._state = TrackableBufferState(self._buffer, self._on_restore)
 
     def _on_restore(self) -> None:
         """Called after a checkpoint restored the buffer (datasets must not reuse old draws)."""

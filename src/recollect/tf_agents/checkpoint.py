@@ -1,7 +1,7 @@
 """The TF-Agents buffers in TensorFlow checkpoints: recollect's state inside a ``PythonState``.
 
 ``tf.train.Checkpoint(replay_buffer=rb)`` (and TF-Agents' ``common.Checkpointer``)
-saves every trackable attribute of ``rb``; :class:`BufferState` is the one
+saves every trackable attribute of ``rb``; :class:`TrackableBufferState` is the one
 holding the data. It serializes :meth:`recollect.ReplayBuffer.state_dict`
 (storage arrays, clocks, episode ends, sampling rng) without pickle: an
 ``.npz`` archive of the arrays (read back with ``allow_pickle=False``) plus a
@@ -23,7 +23,7 @@ from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.errors import CheckpointError
 from recollect.state.manifest import from_json, to_json
 
-__all__ = ["BufferState", "decode_state", "encode_state"]
+__all__ = ["TrackableBufferState", "decode_state", "encode_state"]
 
 _FORMAT = "recollect.tf_agents.BufferState/1"
 _META = "__meta__"
@@ -96,7 +96,7 @@ def decode_state(data: bytes, buffer: ReplayBuffer) -> None:
     buffer.load_state_dict(_decode(meta["state"], arrays))
 
 
-class BufferState(tf.train.experimental.PythonState):
+class TrackableBufferState(tf.train.experimental.PythonState):
     """A ``PythonState`` holding a :class:`~recollect.ReplayBuffer` (see the module docstring).
 
     Args:

@@ -7,7 +7,7 @@ from typing import Any
 
 import optree
 
-from recollect import tf_data
+from recollect.adapters import tf_data
 from recollect.extras import missing_extra
 from recollect.tf_agents.base import BufferModule, items_only, to_numpy
 from recollect.tf_agents.reads import get_next

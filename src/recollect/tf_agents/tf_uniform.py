@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from recollect import tf_data
+from recollect.adapters import tf_data
 from recollect.buffers.sample import BufferInfo
 from recollect.errors import InvalidArgumentError
 from recollect.extras import missing_extra

@@ -71,7 +71,7 @@ def check_windows(obs: np.ndarray, t: np.ndarray, batch: int, num_steps: int) ->
 
 def test_torch_dataset_of_a_served_table_keeps_max_in_flight_requests_outstanding() -> None:
     torch = pytest.importorskip("torch")
-    from recollect.torch import ReplayDataset
+    from recollect.adapters.torch import ReplayDataset
 
     client = served()
     handle = CountingHandle(client, "t")
@@ -90,7 +90,7 @@ def test_torch_dataset_of_a_served_table_keeps_max_in_flight_requests_outstandin
 
 def test_torch_dataset_of_a_served_table_ends_when_the_client_closes() -> None:
     pytest.importorskip("torch")
-    from recollect.torch import ReplayDataset
+    from recollect.adapters.torch import ReplayDataset
 
     client = served()
     iterator = iter(ReplayDataset(client.table("t"), batch_size=4, prefetch=2, max_in_flight=2))
@@ -102,7 +102,7 @@ def test_torch_dataset_of_a_served_table_ends_when_the_client_closes() -> None:
 
 def test_torch_dataset_of_a_served_table_raises_the_shards_error() -> None:
     pytest.importorskip("torch")
-    from recollect.torch import ReplayDataset
+    from recollect.adapters.torch import ReplayDataset
 
     client = served(num_steps=0)
     with pytest.raises(NotEnoughDataError):
@@ -114,7 +114,7 @@ def test_torch_dataset_of_a_served_table_raises_the_shards_error() -> None:
 
 def test_prioritized_samples_of_a_served_table_feed_priority_updates() -> None:
     pytest.importorskip("torch")
-    from recollect.torch import ReplayDataset
+    from recollect.adapters.torch import ReplayDataset
 
     client = served(sampler=rc.Prioritized(), sequence_length=1)
     handle = client.table("t")
@@ -138,7 +138,7 @@ def test_prioritized_samples_of_a_served_table_feed_priority_updates() -> None:
 
 def test_jax_iterator_of_a_served_table() -> None:
     jax = pytest.importorskip("jax")
-    from recollect.jax import as_iterator
+    from recollect.adapters.jax import as_iterator
 
     client = served()
     handle = CountingHandle(client, "t")
@@ -161,7 +161,7 @@ def test_jax_iterator_of_a_served_table() -> None:
 
 def test_tf_dataset_of_a_served_table_eagerly_and_in_a_tf_function() -> None:
     tf = pytest.importorskip("tensorflow")
-    from recollect.tf_data import as_dataset
+    from recollect.adapters.tf_data import as_dataset
 
     client = served()
     handle = CountingHandle(client, "t")
@@ -187,7 +187,7 @@ def test_tf_dataset_of_a_served_table_eagerly_and_in_a_tf_function() -> None:
 
 def test_tf_dataset_of_a_served_table_without_a_batch_axis_and_its_errors() -> None:
     tf = pytest.importorskip("tensorflow")
-    from recollect.tf_data import as_dataset, unwrap_error
+    from recollect.adapters.tf_data import as_dataset, unwrap_error
 
     client = served()
     dataset = as_dataset(client.table("t"), num_steps=2)

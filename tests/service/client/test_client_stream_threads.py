@@ -43,7 +43,7 @@ def started_by(read) -> Counter:
 @pytest.mark.parametrize("num_threads", [1, 3])
 def test_a_torch_dataset_of_a_served_table_starts_only_the_streams_threads(num_threads) -> None:
     torch = pytest.importorskip("torch")
-    from recollect.torch import ReplayDataset
+    from recollect.adapters.torch import ReplayDataset
 
     client = served()
     dataset = ReplayDataset(client.table("t"), 8, 2, num_threads=num_threads, max_in_flight=2)
@@ -68,7 +68,7 @@ def test_a_torch_dataset_of_a_served_table_starts_only_the_streams_threads(num_t
 
 def test_a_jax_iterator_of_a_served_table_starts_only_the_streams_threads() -> None:
     pytest.importorskip("jax")
-    from recollect.jax import as_iterator
+    from recollect.adapters.jax import as_iterator
 
     client = served()
 
@@ -86,7 +86,7 @@ def test_a_jax_iterator_of_a_served_table_starts_only_the_streams_threads() -> N
 
 def test_a_tf_dataset_of_a_served_table_starts_only_the_streams_threads() -> None:
     pytest.importorskip("tensorflow")
-    from recollect.tf_data import as_dataset
+    from recollect.adapters.tf_data import as_dataset
 
     client = served()
 

@@ -1,7 +1,7 @@
 """SampleStream: an endless iterator of a served table's samples, requests kept in flight.
 
 It is the served table's one thread layer (what ``TableHandle.stream`` returns,
-see :class:`~recollect.source.SampleSource`): readers iterate it directly.
+see :class:`~recollect.buffers.source.SampleSource`): readers iterate it directly.
 """
 
 from __future__ import annotations

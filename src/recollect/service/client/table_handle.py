@@ -16,7 +16,7 @@ __all__ = ["TableHandle"]
 class TableHandle:
     """One served table as a sample source: what ``client.table(name)`` returns.
 
-    It implements :class:`~recollect.source.SampleSource`, so the dataset
+    It implements :class:`~recollect.buffers.source.SampleSource`, so the dataset
     adapters (``recollect.torch.ReplayDataset``, ``recollect.jax.as_iterator``,
     ``recollect.tf_data.as_dataset``) and the manager read it as they read a
     local buffer; its :meth:`stream` keeps up to ``max_in_flight`` sample
