@@ -25,9 +25,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
     if args.dm_reverb:
-        from tf_agents.replay_buffers import reverb_replay_buffer, reverb_utils
-
         import reverb
+        from tf_agents.replay_buffers import reverb_replay_buffer, reverb_utils
     else:
         import recollect.reverb as reverb
         from recollect.tf_agents import reverb_replay_buffer, reverb_utils
