@@ -252,13 +252,9 @@ def test_array_spec_data_spec(server):
     np.testing.assert_array_equal(obs[:, 1, 0], obs[:, 0, 0] + 1)
 
 
-@pytest.mark.xfail(
-    raises=TypeError,
-    strict=True,
-    reason="recollect.reverb's server_info cannot decode a namedtuple signature yet "
-    "(_info.decode_signature calls Trajectory(generator)); the reverb helper's files",
-)
 def test_trajectory_signature_table():
+    """A table whose signature is a Trajectory namedtuple (sbsim's, TF-Agents'): its
+    server_info decodes it, the buffer is built on it, and items are written and read."""
     signature = tf.nest.map_structure(lambda s: tf.TensorSpec([2, *s.shape], s.dtype), SPEC)
     table = reverb.Table(
         "uniform",
@@ -269,7 +265,16 @@ def test_trajectory_signature_table():
         signature=signature,
     )
     with reverb.Server([table]) as server:
-        reverb_replay_buffer.ReverbReplayBuffer(SPEC, "uniform", 2, local_server=server)
+        buffer = reverb_replay_buffer.ReverbReplayBuffer(SPEC, "uniform", 2, local_server=server)
+        info = buffer.get_table_info().signature
+        assert type(info) is type(SPEC) and info._fields == SPEC._fields
+        observer = reverb_utils.ReverbAddTrajectoryObserver(buffer.py_client, "uniform", 2)
+        for step in episode(4, 0):
+            observer(step)
+        observer.flush()
+        assert buffer.num_frames() == 3
+        data, _ = next(iter(buffer.as_dataset(sample_batch_size=2, num_steps=2)))
+        assert data.observation.shape[:2] == (2, 2)
 
 
 def test_tf_agents_trajectory_and_bounded_specs(server):

@@ -67,7 +67,10 @@ def decode_signature(node: Any) -> Any:
     if isinstance(node, dict):
         return {k: decode_signature(v) for k, v in node.items()}
     if isinstance(node, (list, tuple)):
-        return type(node)(decode_signature(v) for v in node)
+        values = [decode_signature(v) for v in node]
+        if hasattr(node, "_fields"):  # a namedtuple (e.g. TF-Agents' Trajectory)
+            return type(node)(*values)
+        return type(node)(values)
     return node
 
 
