@@ -69,7 +69,7 @@ def needs(name):
             return module
     return name.split(".")[0]
 def installed(name):
-    # a test folder named like a framework (tests/ray/) is a namespace package on this
+    # a test folder named like a framework (tests/reverb/) is a namespace package on this
     # path, not the framework: only a spec with a file counts
     spec = importlib.util.find_spec(name)
     return spec is not None and spec.origin is not None
