@@ -1,6 +1,7 @@
 """The dataset adapters read a served table: ``client.table(name)`` in torch, JAX and tf.data.
 
-The embedded server serves here (Ray shards use the same client, see tests/ray_actors/test_ray_serve.py).
+The embedded server serves here (Ray shards use the same client, see
+tests/ray_actors/test_ray_serve.py).
 A counting handle records how many sample requests overlap, so ``max_in_flight`` is
 checked both ways: reached, and never exceeded.
 """
