@@ -10,24 +10,12 @@ from hypothesis.extra import numpy as hnp
 
 from recollect.errors import InvalidArgumentTypeError
 from recollect.grpc import WireFormatError, decode, encode
+from reverb_dtypes import NUMERIC_DTYPES
 
 # every dtype Reverb carries (its 18: bool, int8-64, uint8-64, float16/32/64,
 # complex64/128, bytes, str), a big-endian one and datetime/timedelta
 DTYPES = [
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-    np.complex64,
-    np.complex128,
+    *NUMERIC_DTYPES,
     "S7",
     "U5",
     ">i4",

@@ -8,23 +8,9 @@ import pytest
 import recollect.reverb as reverb
 from recollect.errors import CheckpointError
 from recollect.reverb.platform import checkpointers_lib
+from reverb_dtypes import NUMERIC_DTYPES
 
-DTYPES = [
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-    np.complex64,
-    np.complex128,
-]
+DTYPES = NUMERIC_DTYPES
 
 
 def _table(name: str = "t", max_size: int = 100) -> reverb.Table:
