@@ -15,6 +15,38 @@ if TYPE_CHECKING:
 __all__ = ["BufferSource", "LocalSource"]
 
 
+def stream_local(
+    self: Any,
+    batch_size: int,
+    num_steps: int | None,
+    *,
+    convert: Callable[[Any], Any] | None = None,
+    prefetch: int = 2,
+    num_threads: int = 1,
+    max_in_flight: int = 2,
+    batches_per_request: int = 1,
+) -> Prefetcher:
+    """``stream`` of a local sample source ``self`` (a buffer of this process, the method
+    of both buffers): ``num_threads``
+    prefetch threads keeping ``prefetch`` batches ``convert(sample)`` ready.
+
+    ``max_in_flight`` and ``batches_per_request`` concern served tables and are
+    ignored. The iteration ends once the buffer is closed.
+
+    Raises:
+        InvalidArgumentError: ``prefetch`` or ``num_threads`` < 1.
+    """
+    del max_in_flight, batches_per_request  # a local buffer sends no requests
+    return prefetched(
+        self,
+        batch_size,
+        num_steps,
+        convert=convert,
+        prefetch=prefetch,
+        num_threads=num_threads,
+    )
+
+
 class LocalSource:
     """SampleSource members of a buffer in this process, built on its ``sample`` (a mixin).
 
@@ -40,34 +72,7 @@ class LocalSource:
         s = buffer.sample(batch_size) if num_steps is None else buffer.sample(batch_size, num_steps)
         return lambda: s
 
-    def stream(
-        self,
-        batch_size: int,
-        num_steps: int | None,
-        *,
-        convert: Callable[[Any], Any] | None = None,
-        prefetch: int = 2,
-        num_threads: int = 1,
-        max_in_flight: int = 2,
-        batches_per_request: int = 1,
-    ) -> Prefetcher:
-        """``num_threads`` prefetch threads keeping ``prefetch`` batches ``convert(sample)`` ready.
-
-        ``max_in_flight`` and ``batches_per_request`` concern served tables
-        and are ignored. The iteration ends once the buffer is closed.
-
-        Raises:
-            InvalidArgumentError: ``prefetch`` or ``num_threads`` < 1.
-        """
-        del max_in_flight, batches_per_request  # a local buffer sends no requests
-        return prefetched(
-            self,
-            batch_size,
-            num_steps,
-            convert=convert,
-            prefetch=prefetch,
-            num_threads=num_threads,
-        )
+    stream = stream_local
 
 
 class BufferSource(LocalSource):

@@ -26,13 +26,13 @@ import numpy as np
 from recollect.arguments import positive_int
 from recollect.buffers import transition_items as items
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
+from recollect.buffers.source_reads import stream_local
 from recollect.buffers.transition_items import ItemForm, TransitionSequence
 from recollect.buffers.transition_reads import TransitionReader
 from recollect.buffers.transition_rows import first_rows
 from recollect.buffers.transition_sample import (
     TransitionSample,
     n_step_args,
-    stream_transitions,
     transition_spec,
 )
 from recollect.buffers.transition_state import (
@@ -428,7 +428,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         s = self.sample(batch_size)
         return lambda: s
 
-    stream = stream_transitions
+    stream = stream_local
 
     # -- checkpoints (:mod:`recollect.buffers.transition_state`) ----------
     def config(self) -> dict[str, Any]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import optree
 
 from recollect.arguments import positive_int
-from recollect.buffers.prefetcher import Prefetcher, prefetched
 from recollect.buffers.sample import nest_repr
 from recollect.errors import InvalidArgumentError
 from recollect.nstep import check_discount
@@ -124,34 +123,3 @@ def step_spec(
     if with_first:  # episode starts = chain breaks (set in add)
         spec["is_first"] = ArraySpec((), np.bool_)
     return spec
-
-
-def stream_transitions(
-    self: Any,
-    batch_size: int,
-    num_steps: int | None,
-    *,
-    convert: Callable[[Any], Any] | None = None,
-    prefetch: int = 2,
-    num_threads: int = 1,
-    max_in_flight: int = 2,
-    batches_per_request: int = 1,
-) -> Prefetcher:
-    """``TransitionBuffer.stream``: ``num_threads`` prefetch threads keeping ``prefetch``
-    batches ``convert(sample)`` ready.
-
-    ``max_in_flight`` and ``batches_per_request`` concern served tables
-    and are ignored.
-
-    Raises:
-        InvalidArgumentError: ``prefetch`` or ``num_threads`` < 1.
-    """
-    del max_in_flight, batches_per_request  # a local buffer sends no requests
-    return prefetched(
-        self,
-        batch_size,
-        num_steps,
-        convert=convert,
-        prefetch=prefetch,
-        num_threads=num_threads,
-    )

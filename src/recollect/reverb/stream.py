@@ -179,7 +179,7 @@ class WriterStream:
                 raise InvalidArgumentError(
                     f"Column {i} of the trajectory is empty; every column needs a reference."
                 )
-            column = refs[0]._column
+            column = refs[0].owner
             if any(r.owner is not column for r in refs):
                 raise InvalidArgumentError(
                     f"Column {i} of the trajectory mixes references of different appended "

@@ -114,6 +114,10 @@ class _ColumnHistory:
     def reset(self) -> None:
         self._refs, self._offset = [], 0
 
+    def resize(self, buffer_size: int) -> None:
+        """Keeps the last ``buffer_size`` references from the next append on (``configure``)."""
+        self._size = buffer_size
+
     def set_last(self, ref: CellRef) -> None:
         self._refs[-1] = ref
 
@@ -224,7 +228,7 @@ class TrajectoryWriter:
             )
         if path in self._paths:
             self._stream.configure(self._paths[path], num_keep_alive_refs)
-            self._columns[self._paths[path]]._size = num_keep_alive_refs
+            self._columns[self._paths[path]].resize(num_keep_alive_refs)
         else:
             self._configs[path] = num_keep_alive_refs
 
