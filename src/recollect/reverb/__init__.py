@@ -10,7 +10,13 @@ Reverb" docs page lists the deliberate differences.
 
 from __future__ import annotations
 
-from recollect.reverb import errors, item_selectors, platform, rate_limiters
+from recollect.reverb import (
+    errors,
+    item_selectors,
+    platform,
+    rate_limiters,
+    structured_writer,
+)
 from recollect.reverb.client import Client, Writer
 from recollect.reverb.errors import DeadlineExceededError, ReverbError
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
@@ -20,6 +26,7 @@ from recollect.reverb.table import Table
 from recollect.reverb.trajectory_writer import TrajectoryColumn, TrajectoryWriter
 
 selectors = item_selectors
+structured = structured_writer  # Reverb's alias
 
 #: TensorFlow-side names, imported on first use so that TensorFlow stays optional.
 _LAZY = {
@@ -57,4 +64,6 @@ __all__ = [
     "platform",
     "rate_limiters",
     "selectors",
+    "structured",
+    "structured_writer",
 ]

@@ -22,6 +22,7 @@ from recollect.reverb.info import decode_info
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
 from recollect.reverb.reverb_types import TableInfo
 from recollect.reverb.stream import WriterStream
+from recollect.reverb.structured_writer import StructuredWriter
 from recollect.reverb.trajectory_writer import TrajectoryColumn, TrajectoryWriter
 
 
@@ -220,6 +221,15 @@ class Client:
         reverb_positive_int("num_keep_alive_refs", num_keep_alive_refs)
         signatures = self._table_columns if validate_items else None
         return TrajectoryWriter(WriterStream(self._channel, num_keep_alive_refs), signatures)
+
+    def structured_writer(self, configs: Sequence[Any]) -> StructuredWriter:
+        """A :class:`~recollect.reverb.structured_writer.StructuredWriter` making items by
+        ``configs`` (from ``structured_writer.create_config``).
+
+        Raises:
+            InvalidArgumentError (a ValueError): ``configs`` is empty or one is invalid.
+        """
+        return StructuredWriter(self._channel, configs)
 
     def _table_columns(self, table: str) -> Any:
         if table not in self._columns_cache:
