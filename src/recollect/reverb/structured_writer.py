@@ -168,10 +168,7 @@ def infer_signature(configs: Sequence[Any], step_spec: Any) -> Any:
     if not configs:
         raise InvalidArgumentError("At least one config must be provided.")
     if not same_structures(configs):
-        raise InvalidArgumentError(
-            "All configs must have exactly the same pattern_structure. (Give every config "
-            "the same pattern nest.)"
-        )
+        raise InvalidArgumentError("All configs must have exactly the same pattern_structure.")
     if any(c.table != configs[0].table for c in configs):
         raise InvalidArgumentError(
             "All configs must target the same table but provided configs included "
@@ -369,8 +366,7 @@ class StructuredWriter:
         if len(flat) != self._width:
             raise InvalidArgumentError(
                 f"Flattened data has an unexpected length, got {len(flat)} but wanted "
-                f"{self._width}. (Every step must have the first step's structure; give "
-                "missing fields as None.)"
+                f"{self._width}."
             )
         used = [flat[i] if i < len(flat) and age else None for i, age in enumerate(self._ages)]
         if self._open:
@@ -454,19 +450,41 @@ class StructuredWriter:
         return out
 
     def _priority(self, config: Any, trajectory: list[tuple[list[CellRef], bool]]) -> float:
+        """The item's priority (see :func:`td_error`; its field's last column counts).
+
+        Raises:
+            InvalidArgumentError (a ValueError): no priority function, or a td_error field
+                that is not a scalar float32/float64/int32/int64.
+        """
         priority = config.priority
         kind = priority.WhichOneof("priority_fn")
         if kind == "constant_fn":
             return float(priority.constant_fn.value)
         if kind != "td_error":
-            return 0.0
-        td = priority.td_error
+            raise InvalidArgumentError(
+                f"The Priority function undefined: config for table {config.table!r} has "
+                "neither constant_fn nor td_error. Build configs with create_config."
+            )
+        td, value = priority.td_error, 0.0
         for node, (refs, _) in zip(config.flat, trajectory, strict=True):
-            if node.flat_source_index == td.flat_source_index:
-                errors = np.abs(np.stack([r.numpy() for r in refs]).astype(np.float64))
-                w = td.max_priority_weight
-                return float(w * errors.max() + (1 - w) * errors.mean())
-        return 0.0
+            if node.flat_source_index != td.flat_source_index:
+                continue
+            arrays = [r.numpy() for r in refs]
+            for a in arrays:
+                if a.dtype.name not in ("float32", "float64", "int32", "int64"):
+                    raise InvalidArgumentError(
+                        f"TD Error expects a double/float/int tensor and it is {a.dtype}: "
+                        f"step field {td.flat_source_index} (cast it to float32)."
+                    )
+                if a.size != 1:
+                    raise InvalidArgumentError(
+                        f"TD Error expects a scalar tensor; step field {td.flat_source_index} "
+                        f"has shape {a.shape}."
+                    )
+            errors = np.abs(np.asarray(arrays, np.float64))
+            w = td.max_priority_weight
+            value = float(w * errors.max() + (1 - w) * errors.mean())
+        return value
 
     def _apply(self, is_end_episode: bool) -> None:
         if not any(c and c[-1] is not None for c in self._columns):
