@@ -512,7 +512,20 @@ SREF = sw.create_reference_step(SPEC)
 
 
 def _shapes(signature):
-    return {k: (tuple(v.shape), np.dtype(v.dtype).name, v.name) for k, v in signature.items()}
+    """(shape, dtype name, name) per leaf, of tf.TensorSpec or our TensorSpec leaves."""
+    return {
+        k: (tuple(v.shape), np.dtype(getattr(v.dtype, "as_numpy_dtype", v.dtype)).name, v.name)
+        for k, v in signature.items()
+    }
+
+
+def test_infer_signature_gives_tf_specs_once_tensorflow_is_imported():
+    tf = pytest.importorskip("tensorflow")
+    config = sw.create_config({"older": SREF["a"][-3:-1], "y": {"c": SREF["b"]["c"][-2]}}, "t")
+    assert sw.infer_signature([config], SPEC) == {
+        "older": tf.TensorSpec([2, 3, 3], tf.float32, "older"),
+        "y": {"c": tf.TensorSpec([2, 2], tf.int8, "y/c")},
+    }
 
 
 def test_infer_signature_adds_the_time_axis_of_slices():
