@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,6 +36,7 @@ from recollect.errors import InvalidArgumentError
 from recollect.reverb import signature as _signature
 from recollect.reverb.errors import ReverbError
 from recollect.reverb.info import TensorSpec
+from recollect.reverb.pattern_engine import Item, PatternEngine
 from recollect.reverb.patterns import (
     ConditionProto,
     Config,
@@ -46,15 +46,13 @@ from recollect.reverb.patterns import (
     Priority,
     StructuredWriterConfig,
     TDError,
-    config_problem,
     flat_nodes,
-    max_age,
     optional,
     pattern_structure,
     same_structures,
     structure_of,
 )
-from recollect.reverb.stream import CellRef, WriterStream
+from recollect.reverb.stream import WriterStream
 
 Pattern = Any  # a nest of PatternNode
 ReferenceStep = Any  # a nest of _RefNode
@@ -264,29 +262,6 @@ class Condition:
         return _signature.unflatten_as(step_structure, builders)
 
 
-def _c_mod(left: int, mod: int) -> int:
-    rest = abs(left) % mod
-    return rest if left >= 0 else -rest
-
-
-def _scalar_int(ref: CellRef | None) -> int | None:
-    """The value of a data-condition field: a one-element int or bool, else None."""
-    if ref is None:
-        return None
-    value = ref.numpy()
-    if value.size != 1 or value.dtype.kind not in "biu":
-        return None
-    return int(value.reshape(-1)[:1].astype(np.int32)[0])
-
-
-@dataclasses.dataclass
-class _ConfigState:
-    config: Any
-    last_applied: tuple[int, int] | None = None
-    last_checked: tuple[int, int] | None = None
-    steps_since_applied: int = 0
-
-
 class StructuredWriter:
     """Appends steps and makes items by static patterns (``Client.structured_writer``).
 
@@ -296,34 +271,12 @@ class StructuredWriter:
     """
 
     def __init__(self, channel: Any, configs: Sequence[Any]) -> None:
-        if not configs:
-            raise InvalidArgumentError("At least one config must be provided.")
-        for i, config in enumerate(configs):
-            problem = config_problem(config)
-            if problem:
-                raise InvalidArgumentError(f"Invalid configuration at position {i}: {problem}")
-        ages: list[int] = []
-        for config in configs:
-            indices = [(n.flat_source_index, max_age(n)) for n in config.flat]
-            indices += [
-                (c.flat_source_index, 1)
-                for c in config.conditions
-                if c.WhichOneof("left") == "flat_source_index"
-            ]
-            for idx, age in indices:
-                ages.extend([0] * (idx + 1 - len(ages)))
-                ages[idx] = max(ages[idx], age)
-        self._ages = ages
-        self._states = [_ConfigState(c) for c in configs]
-        self._columns: list[deque[CellRef | None]] = [deque(maxlen=a) for a in ages]
+        self._engine = PatternEngine(configs, lambda ref: ref.numpy())
         self._stream = WriterStream(channel, 1)
-        for i, age in enumerate(ages):
+        for i, age in enumerate(self._engine.ages):
             self._stream.configure(i, max(age, 1))
         self._structure: Any = None
         self._width: int | None = None
-        self._open = False
-        self._episode = 0
-        self._step = -1
 
     def __enter__(self) -> StructuredWriter:
         return self
@@ -346,7 +299,7 @@ class StructuredWriter:
     @property
     def step_is_open(self) -> bool:
         """True if ``partial_step`` was set in the most recent ``append``."""
-        return self._open
+        return self._engine.step_is_open
 
     def append(self, data: Any, *, partial_step: bool = False) -> None:
         """Appends one step (``partial_step``: more of its fields follow) and makes the items
@@ -368,15 +321,8 @@ class StructuredWriter:
                 f"Flattened data has an unexpected length, got {len(flat)} but wanted "
                 f"{self._width}."
             )
-        used = [flat[i] if i < len(flat) and age else None for i, age in enumerate(self._ages)]
-        if self._open:
-            for i, value in enumerate(used):
-                if value is not None and self._columns[i][-1] is not None:
-                    raise ReverbError(
-                        f"A value for column {i} was provided by multiple Append/AppendPartial "
-                        f"calls in the same step (path={self._structure[i]}). Give each field "
-                        "once per step: None in the other partial appends."
-                    )
+        used = self._engine.used(flat)
+        self._engine.check_once(used, self._structure)
         try:
             refs = self._stream.append(used, partial_step)
         except ValueError as err:
@@ -388,128 +334,11 @@ class StructuredWriter:
                 f"for column {index}.", f"for column {index} (path={self._structure[index]})."
             )
             raise type(err)(text) from err
-        if not self._open:
-            self._step += 1
-            for column, ref in zip(self._columns, refs, strict=True):
-                column.append(ref)
-        else:
-            for column, ref in zip(self._columns, refs, strict=True):
-                if ref is not None:
-                    column[-1] = ref
-        self._open = partial_step
-        self._apply(is_end_episode=False)
+        self._create(self._engine.record(refs, partial_step))
 
-    def _left(self, condition: Any, state: _ConfigState, is_end_episode: bool) -> int | None:
-        left = condition.WhichOneof("left")
-        if left == "step_index":
-            return self._step
-        if left == "steps_since_applied":
-            return state.steps_since_applied
-        if left == "buffer_length":
-            return max(len(c) for c in self._columns)
-        if left == "is_end_episode":
-            return int(is_end_episode)
-        idx = condition.flat_source_index
-        column = self._columns[idx] if idx < len(self._columns) else None
-        return _scalar_int(column[-1]) if column else None
-
-    def _holds(self, condition: Any, state: _ConfigState, is_end_episode: bool) -> bool:
-        left = self._left(condition, state, is_end_episode)
-        if left is None:
-            return False
-        cmp = condition.WhichOneof("cmp")
-        if cmp == "eq":
-            result = left == condition.eq
-        elif cmp == "ge":
-            result = left >= condition.ge
-        else:
-            result = _c_mod(left, condition.mod_eq.mod) == condition.mod_eq.eq
-        return bool(condition.inverse) != result
-
-    def _trajectory(self, config: Any) -> list[tuple[list[CellRef], bool]] | None:
-        """Each item column's references and squeeze flag; None when a slice reaches past
-        the kept history or into a step where its field was not given."""
-        out = []
-        for node in config.flat:
-            idx = node.flat_source_index
-            history = list(self._columns[idx]) if idx < len(self._columns) else []
-            start = optional(node, "start")
-            if start is None:
-                stop = optional(node, "stop")
-                first, last, step = len(history) + stop, len(history) + stop + 1, 1
-            else:
-                first = len(history) + start
-                last = len(history) + (optional(node, "stop") or 0)
-                step = optional(node, "step") or 1
-            if first < 0:
-                return None
-            refs = history[first:last:step]
-            if not refs or any(r is None for r in refs):
-                return None
-            out.append((refs, start is None))
-        return out
-
-    def _priority(self, config: Any, trajectory: list[tuple[list[CellRef], bool]]) -> float:
-        """The item's priority (see :func:`td_error`; its field's last column counts).
-
-        Raises:
-            InvalidArgumentError (a ValueError): no priority function, or a td_error field
-                that is not a scalar float32/float64/int32/int64.
-        """
-        priority = config.priority
-        kind = priority.WhichOneof("priority_fn")
-        if kind == "constant_fn":
-            return float(priority.constant_fn.value)
-        if kind != "td_error":
-            raise InvalidArgumentError(
-                f"The Priority function undefined: config for table {config.table!r} has "
-                "neither constant_fn nor td_error. Build configs with create_config."
-            )
-        td, value = priority.td_error, 0.0
-        for node, (refs, _) in zip(config.flat, trajectory, strict=True):
-            if node.flat_source_index != td.flat_source_index:
-                continue
-            arrays = [r.numpy() for r in refs]
-            for a in arrays:
-                if a.dtype.name not in ("float32", "float64", "int32", "int64"):
-                    raise InvalidArgumentError(
-                        f"TD Error expects a double/float/int tensor and it is {a.dtype}: "
-                        f"step field {td.flat_source_index} (cast it to float32)."
-                    )
-                if a.size != 1:
-                    raise InvalidArgumentError(
-                        f"TD Error expects a scalar tensor; step field {td.flat_source_index} "
-                        f"has shape {a.shape}."
-                    )
-            errors = np.abs(np.asarray(arrays, np.float64))
-            w = td.max_priority_weight
-            value = float(w * errors.max() + (1 - w) * errors.mean())
-        return value
-
-    def _apply(self, is_end_episode: bool) -> None:
-        if not any(c and c[-1] is not None for c in self._columns):
-            return
-        current = (self._episode, self._step)
-        for state in self._states:
-            if state.last_applied == current:
-                continue
-            if state.last_checked != current:
-                state.steps_since_applied += 1
-                state.last_checked = current
-            config = state.config
-            if not all(self._holds(c, state, is_end_episode) for c in config.conditions):
-                continue
-            trajectory = self._trajectory(config)
-            if trajectory is None:
-                continue
-            self._stream.create_item(
-                config.table,
-                self._priority(config, trajectory),
-                [refs for refs, _ in trajectory],
-                [squeeze for _, squeeze in trajectory],
-            )
-            state.last_applied = current
-            state.steps_since_applied = 0
+    def _create(self, items: list[Item]) -> None:
+        for item in items:
+            self._stream.create_item(item.table, item.priority, item.columns, item.squeeze)
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
         """Sends queued items until at most ``block_until_num_items`` remain queued.
@@ -533,16 +362,11 @@ class StructuredWriter:
         Raises:
             DeadlineExceededError: ``timeout_ms`` passed first (the episode ends all the same).
         """
-        self._apply(is_end_episode=True)
+        self._create(self._engine.end_episode_items())
         try:
             self._stream.end_episode(clear_buffers, timeout_ms)
         finally:
-            if clear_buffers:
-                for column in self._columns:
-                    column.clear()
-            self._open = False
-            self._episode += 1
-            self._step = -1
+            self._engine.new_episode(clear_buffers)
 
     def close(self) -> None:
         """Sends what the tables take now and releases the writer's server-side state."""
