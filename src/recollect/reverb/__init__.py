@@ -32,11 +32,13 @@ structured = structured_writer  # Reverb's alias
 _LAZY = {
     "TrajectoryDataset": ("recollect.reverb.datasets", "TrajectoryDataset"),
     "TFClient": ("recollect.reverb.tf_client", "TFClient"),
+    "PatternDataset": ("recollect.reverb.pattern_dataset", "PatternDataset"),
+    "pattern_dataset_with_info": ("recollect.reverb.pattern_dataset", "pattern_dataset_with_info"),
 }
 
 
 def __getattr__(name: str) -> object:
-    """``TrajectoryDataset`` and ``TFClient`` (they import TensorFlow)."""
+    """``TrajectoryDataset``, ``TFClient`` and ``PatternDataset`` (they import TensorFlow)."""
     if name in _LAZY:
         import importlib
 
@@ -48,6 +50,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "Client",
     "DeadlineExceededError",
+    "PatternDataset",
     "ReplaySample",
     "ReverbError",
     "SampleInfo",
