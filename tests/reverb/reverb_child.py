@@ -5,7 +5,11 @@
 line), then stops and exits 0.
 
 ``python reverb_child.py write ADDRESS TABLE N``: writes N two-step items through a
-TrajectoryWriter to the server at ADDRESS, prints ``WROTE <N>`` and exits.
+TrajectoryWriter to the server at ADDRESS (item i: ``x`` = steps i-1 and i of
+``np.full(3, step, float32)``, ``name`` = ``"step <i>"``), prints ``WROTE <N>`` and exits.
+
+``python reverb_child.py info ADDRESS TIMEOUT``: prints ``TABLES <name,...>`` from
+``server_info(timeout)``, or ``DEADLINE`` when it raises DeadlineExceededError.
 """
 
 from __future__ import annotations
@@ -60,8 +64,19 @@ def write(address: str, table: str, n: int) -> None:
     print(f"WROTE {n}", flush=True)
 
 
+def info(address: str, timeout: float) -> None:
+    try:
+        names = sorted(reverb.Client(address).server_info(timeout=timeout))
+    except reverb.errors.DeadlineExceededError:
+        print("DEADLINE", flush=True)
+    else:
+        print(f"TABLES {','.join(names)}", flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2] if len(sys.argv) > 2 else None)
-    else:
+    elif sys.argv[1] == "write":
         write(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        info(sys.argv[2], float(sys.argv[3]))
