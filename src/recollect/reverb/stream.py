@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +27,13 @@ MAX_PENDING = 256  # items queued before create_item sends them (and may block)
 MAX_UNSENT = 512  # steps of a column buffered before they are sent without items
 
 
+_PLAIN_KINDS = frozenset("biufc")
+
+
 def to_array(value: Any) -> np.ndarray:
     """A value as the array Reverb stores: str and bytes become object arrays of bytes."""
+    if type(value) is np.ndarray and value.dtype.kind in _PLAIN_KINDS:
+        return value
     array = np.asarray(value)
     if array.dtype.kind == "U":
         return np.char.encode(array, "utf-8").astype(object)
@@ -143,22 +149,28 @@ class WriterStream:
         if self.closed:
             raise InvalidArgumentError("the writer is closed; create a new one.")
         arrays = [None if v is None else to_array(v) for v in flat]
-        cols = [self._column(i) for i in range(len(flat))]
+        if len(self.columns) < len(flat):
+            self._column(len(flat) - 1)
+        cols = self.columns[: len(flat)]
         for col, value in zip(cols, arrays, strict=True):  # validate every value first
-            if value is not None:
+            if value is not None and (value.dtype != col.dtype or value.shape != col.shape):
                 col.check(value)
         refs: list[CellRef | None] = []
+        full = False
         for col, value in zip(cols, arrays, strict=True):
             if value is None:
                 refs.append(None)
                 continue
-            refs.append(CellRef(col, col.next_step, value))
+            step = col.next_step
+            refs.append(CellRef(col, step, value))
             col.unsent.append(value)
-            col.next_step += 1
-            col.alive_from = max(col.alive_from, col.next_step - col.keep)
+            col.next_step = step + 1
+            if step + 1 - col.keep > col.alive_from:
+                col.alive_from = step + 1 - col.keep
+            full = full or len(col.unsent) >= MAX_UNSENT
         if not partial:
             self.episode_steps += 1
-        if any(len(c.unsent) >= MAX_UNSENT for c in cols):
+        if full:
             self._send(None)
         return refs
 
@@ -166,7 +178,7 @@ class WriterStream:
         self,
         table: str,
         priority: float,
-        columns: list[list[CellRef]],
+        columns: Sequence[Sequence[CellRef]],
         squeeze: list[bool],
         per_step: bool = False,
     ) -> None:
@@ -179,25 +191,26 @@ class WriterStream:
                 raise InvalidArgumentError(
                     f"Column {i} of the trajectory is empty; every column needs a reference."
                 )
-            column = refs[0].owner
-            if any(r.owner is not column for r in refs):
+            column = refs[0]._column
+            if len(refs) > 1 and any(r._column is not column for r in refs):
                 raise InvalidArgumentError(
                     f"Column {i} of the trajectory mixes references of different appended "
                     "fields; recollect.reverb needs each trajectory column to come from one "
                     "field (slice one history column)."
                 )
-            if any(r.expired for r in refs):
+            column_steps = [r.step for r in refs]
+            if min(column_steps) < column.alive_from:
                 raise InvalidArgumentError(
                     f"Error in column {i}: Column contains expired data (references older "
                     f"than num_keep_alive_refs={column.keep} steps). Raise num_keep_alive_refs."
                 )
             ids.append(column.index)
-            steps.append([r.step for r in refs])
+            steps.append(column_steps)
         key = (
             table,
             tuple(ids),
-            tuple(len(s) for s in steps),
-            tuple(bool(s) for s in squeeze),
+            tuple(map(len, steps)),
+            tuple(map(bool, squeeze)),
             per_step,
         )
         if not self.runs or self.runs[-1][0] != key:
