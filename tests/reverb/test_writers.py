@@ -227,3 +227,17 @@ def test_steps_of_changing_structures_put_each_field_in_its_own_column() -> None
         (sample,) = _all(client, 1)
     np.testing.assert_array_equal(sample.data[0], np.array([1.0, 2.0], np.float32))
     assert sample.data[1].dtype == np.int32 and int(sample.data[1]) == 5
+
+
+def test_a_column_of_references_of_two_fields_is_refused() -> None:
+    with _server() as server:
+        with server.localhost_client().trajectory_writer(2) as writer:
+            writer.append({"a": np.int32(0), "b": np.int32(1)})
+            writer.append({"a": np.int32(2), "b": np.int32(3)})
+            mixed = reverb.TrajectoryColumn([*writer.history["a"][-1:], *writer.history["b"][-1:]])
+            with pytest.raises(InvalidArgumentError, match=r"Column 0 .* mixes references"):
+                writer.create_item("t", 1.0, [mixed])
+            first_b = writer.history["b"][0]
+            writer.append({"a": np.int32(4), "b": np.int32(5)})  # step 0 expires (keep 2)
+            with pytest.raises(InvalidArgumentError, match=r"column 1: Column contains expired"):
+                writer.create_item("t", 1.0, [writer.history["a"][-1], first_b])

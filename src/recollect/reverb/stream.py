@@ -192,13 +192,15 @@ class WriterStream:
                     f"Column {i} of the trajectory is empty; every column needs a reference."
                 )
             column = refs[0]._column
-            if len(refs) > 1 and any(r._column is not column for r in refs):
-                raise InvalidArgumentError(
-                    f"Column {i} of the trajectory mixes references of different appended "
-                    "fields; recollect.reverb needs each trajectory column to come from one "
-                    "field (slice one history column)."
-                )
-            column_steps = [r.step for r in refs]
+            column_steps = []
+            for ref in refs:  # one pass: the field of every reference, and its step
+                if ref._column is not column:
+                    raise InvalidArgumentError(
+                        f"Column {i} of the trajectory mixes references of different appended "
+                        "fields; recollect.reverb needs each trajectory column to come from one "
+                        "field (slice one history column)."
+                    )
+                column_steps.append(ref.step)
             if min(column_steps) < column.alive_from:
                 raise InvalidArgumentError(
                     f"Error in column {i}: Column contains expired data (references older "

@@ -144,7 +144,7 @@ class _ColumnHistory:
 
     def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
         if type(val) is slice:
-            start, stop, step = val.indices(len(self))
+            start, stop, step = val.indices(len(self._refs) + self._offset)
             first = start - self._offset
             if step == 1 and first >= 0:  # every index inside the kept references
                 refs = self._refs[first : stop - self._offset]
