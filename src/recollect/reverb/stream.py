@@ -15,6 +15,7 @@ import datetime
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -228,19 +229,23 @@ class WriterStream:
     def _groups(self, limit: int) -> list[dict[str, Any]]:
         """The first ``limit`` queued items as runs of one layout."""
         groups = []
-        for (table, ids, _lengths, squeeze, per_step), full in self.runs:
+        for (table, ids, lengths, squeeze, per_step), full in self.runs:
             if limit <= 0:
                 break
             run = {k: v[:limit] for k, v in full.items()}
             limit -= len(run["priorities"])
-            steps = run["steps"]
+            # a run's items have one layout: their steps are one [n, sum(lengths)] array
+            n = len(run["steps"])
+            flat = np.fromiter(chain.from_iterable(chain.from_iterable(run["steps"])), np.int64)
+            bounds = np.cumsum(lengths)[:-1].tolist()
+            steps = np.split(flat.reshape(n, sum(lengths)), bounds, axis=1)
             groups.append(
                 {
                     "table": table,
                     "priorities": np.asarray(run["priorities"], np.float64),
                     "episodes": np.asarray(run["episodes"], np.int64),
                     "columns": list(ids),
-                    "steps": [np.asarray([s[c] for s in steps], np.int64) for c in range(len(ids))],
+                    "steps": steps,
                     "squeeze": list(squeeze),
                     "per_step": per_step,
                 }
