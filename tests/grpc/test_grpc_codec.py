@@ -73,6 +73,39 @@ def test_numpy_scalars_come_back_as_numpy_scalars(dtype):
     assert_same(decode(encode(scalar)), scalar)
 
 
+def _bytes_array(values, shape):
+    array = np.empty(len(values), object)
+    array[:] = values
+    return array.reshape(shape)
+
+
+@pytest.mark.parametrize(
+    ("values", "shape"),
+    [
+        ([b"one"], ()),
+        ([], (0,)),
+        ([], (2, 0)),
+        ([b"a", b"", b"\x00\xff"], (3,)),
+        ([b"ab", b"c", "é".encode(), b""], (2, 2)),
+    ],
+    ids=str,
+)
+def test_object_arrays_of_bytes_round_trip(values, shape):
+    """How Reverb holds str and bytes columns: object arrays of bytes."""
+    array = _bytes_array(values, shape)
+    got = decode(encode({"strings": array}))["strings"]
+    assert_same(got, array)
+    assert [type(v) for v in got.reshape(-1)] == [bytes] * len(values)
+    assert not got.flags.writeable
+
+
+def test_object_array_lengths_that_do_not_add_up_are_malformed():
+    message = encode(_bytes_array([b"abc"], (1,)))
+    assert message.count(b'"n":3') == 1
+    with pytest.raises(WireFormatError, match=r"object array of shape \(1,\) has element lengths"):
+        decode(message.replace(b'"n":3', b'"n":4'))
+
+
 def test_nests_and_python_values_round_trip_with_their_types():
     value = {
         "obs": {"camera": np.zeros((2, 4, 4, 3), np.uint8), "joints": np.ones(7, np.float32)},
@@ -129,7 +162,8 @@ def test_any_nest_round_trips(value):
     [
         ({"a": [1, {"b": object()}]}, r"builtins\.object at '/a/1/b'"),
         ({"a": {1: 2}}, r"dict at '/a': its key 1 is a int; dict keys must be str"),
-        ({"x": np.array([object()])}, r"array at '/x': dtype object is not carried"),
+        ({"x": np.array([object()])}, r"object array at '/x': it holds a object"),
+        ({"x": np.array([b"a", "b"], object)}, r"object array at '/x': it holds a str \('b'\)"),
         ({"x": np.zeros(2, [("f", "i4")])}, r"array at '/x': dtype .* is not carried"),
         ({"s": {1, 2}}, r"builtins\.set at '/s'"),
         ({"b": bytearray(b"x")}, r"builtins\.bytearray at '/b'"),

@@ -200,3 +200,44 @@ def test_64_writer_threads_insert_every_item() -> None:
             pool.map(write, range(64))
         got = sorted((int(s.data[0]), int(s.data[1])) for s in _all(client, 640))
     assert got == sorted((i, t) for i in range(64) for t in range(10))
+
+
+def test_steps_of_changing_structures_put_each_field_in_its_own_column() -> None:
+    """The writer reuses the column order of a structure seen at the previous step; a
+    structure that adds, omits or reorders fields still lands each field in its column."""
+    with _server() as server:
+        client = server.localhost_client()
+        with client.trajectory_writer(num_keep_alive_refs=8) as writer:
+            writer.append({"b": np.int32(0)})  # b is column 0
+            writer.append({"a": np.float32(1), "b": np.int32(1)})  # leaves a, b: columns 1, 0
+            writer.append({"b": np.int32(2), "a": np.float32(2)})  # the same structure
+            writer.append({"b": np.int32(3)})  # a omitted: None at step 3
+            writer.append({"a": np.float32(4), "b": np.int32(4)})
+            writer.append({"a": np.float32(5), "b": np.int32(5)})
+            np.testing.assert_array_equal(writer.history["b"][-6:].numpy(), np.arange(6))
+            np.testing.assert_array_equal(writer.history["a"][-2:].numpy(), [4.0, 5.0])
+            np.testing.assert_array_equal(writer.history["a"][1:3].numpy(), [1.0, 2.0])
+            with pytest.raises(ValueError, match="cannot contain any None data references"):
+                writer.history["a"][-3:]
+            with pytest.raises(ValueError, match="cannot contain any None data references"):
+                writer.history["a"][0:2]
+            writer.create_item(
+                "t", 1.0, {"a": writer.history["a"][1:3], "b": writer.history["b"][-1]}
+            )
+        (sample,) = _all(client, 1)
+    np.testing.assert_array_equal(sample.data[0], np.array([1.0, 2.0], np.float32))
+    assert sample.data[1].dtype == np.int32 and int(sample.data[1]) == 5
+
+
+def test_a_column_of_references_of_two_fields_is_refused() -> None:
+    with _server() as server:
+        with server.localhost_client().trajectory_writer(2) as writer:
+            writer.append({"a": np.int32(0), "b": np.int32(1)})
+            writer.append({"a": np.int32(2), "b": np.int32(3)})
+            mixed = reverb.TrajectoryColumn([*writer.history["a"][-1:], *writer.history["b"][-1:]])
+            with pytest.raises(InvalidArgumentError, match=r"Column 0 .* mixes references"):
+                writer.create_item("t", 1.0, [mixed])
+            first_b = writer.history["b"][0]
+            writer.append({"a": np.int32(4), "b": np.int32(5)})  # step 0 expires (keep 2)
+            with pytest.raises(InvalidArgumentError, match=r"column 1: Column contains expired"):
+                writer.create_item("t", 1.0, [writer.history["a"][-1], first_b])

@@ -14,6 +14,8 @@ naming the leaf's path):
 - numpy arrays of kinds bool, int, uint, float, complex, bytes (``S``), unicode (``U``),
   datetime and timedelta, any byte order, any shape (non-contiguous ones are copied);
   numpy scalars come back as numpy scalars;
+- numpy object arrays whose every element is ``bytes`` (how Reverb holds strings): each
+  element's bytes, back to back, with an int64 array of their lengths;
 - ``None``, ``bool``, ``int`` (any size), ``float`` (NaN and infinities too), ``str``,
   ``bytes``.
 
@@ -62,13 +64,35 @@ class _Writer:
         return offset
 
 
+def _bytes_array_node(array: np.ndarray, path: str, writer: _Writer) -> dict[str, Any]:
+    """An object array of bytes: its elements' lengths (int64) and their bytes joined."""
+    flat = array.reshape(-1).tolist()
+    if any(type(item) is not bytes for item in flat):
+        bad = next(item for item in flat if type(item) is not bytes)
+        raise InvalidArgumentTypeError(
+            f"cannot send the numpy object array at {path!r}: it holds a "
+            f"{type(bad).__name__} ({bad!r:.40}); object arrays are carried when every "
+            "element is bytes. Encode str elements (e.g. np.char.encode(a, 'utf-8')) or "
+            "convert the array to a numeric or 'S' dtype."
+        )
+    lengths = np.fromiter(map(len, flat), np.int64, len(flat))
+    data = b"".join(flat)
+    node: dict[str, Any] = {"s": list(array.shape), "n": len(data)}
+    node["l"] = _array_node(lengths, f"{path}/<lengths>", writer)
+    if data:
+        node["o"] = writer.add(data, len(data))
+    return {"y": node}
+
+
 def _array_node(value: np.ndarray | np.generic, path: str, writer: _Writer) -> dict[str, Any]:
     array = np.asarray(value)
+    if array.dtype.kind == "O" and isinstance(value, np.ndarray):
+        return _bytes_array_node(array, path, writer)
     if array.dtype.kind not in _KINDS or array.dtype.fields is not None:
         raise InvalidArgumentTypeError(
             f"cannot send the numpy array at {path!r}: dtype {array.dtype} is not carried "
             "(bool, int, uint, float, complex, bytes 'S', unicode 'U', datetime and timedelta "
-            "are). Convert it, e.g. to a numeric or 'S' array."
+            "are, and object arrays of bytes). Convert it, e.g. to a numeric or 'S' array."
         )
     if not array.flags.c_contiguous:
         array = array.copy(order="C")
@@ -182,6 +206,31 @@ def _array(node: dict[str, Any], reader: _Reader) -> Any:
     return array[()] if "x" in node else array
 
 
+def _bytes_array(node: dict[str, Any], reader: _Reader) -> np.ndarray:
+    shape = tuple(node["s"])
+    lengths = _array(node["l"], reader)
+    if (
+        not isinstance(lengths, np.ndarray)
+        or lengths.dtype != np.int64
+        or lengths.shape != (math.prod(shape),)
+        or min(shape, default=0) < 0
+        or (lengths < 0).any()
+        or int(lengths.sum()) != node["n"]
+    ):
+        raise WireFormatError(
+            f"malformed message: an object array of shape {shape} has element lengths that do "
+            f"not add up to its {node['n']} bytes."
+        )
+    data = bytes(reader.span(node)) if node["n"] else b""
+    ends = np.cumsum(lengths).tolist()
+    starts = [0, *ends][: len(ends)]
+    out = np.empty(len(ends), object)
+    out[:] = [data[a:b] for a, b in zip(starts, ends, strict=True)]
+    out = out.reshape(shape)
+    out.flags.writeable = False
+    return out
+
+
 def _value(node: Any, reader: _Reader) -> Any:
     if type(node) is not dict:
         return node
@@ -193,6 +242,8 @@ def _value(node: Any, reader: _Reader) -> Any:
         return tuple(_value(item, reader) for item in node["t"])
     if "a" in node:
         return _array(node, reader)
+    if "y" in node:
+        return _bytes_array(node["y"], reader)
     if "b" in node:
         return bytes(reader.span({"o": node["b"], "n": node["n"]}))
     if "f" in node:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import datetime
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -26,8 +28,13 @@ MAX_PENDING = 256  # items queued before create_item sends them (and may block)
 MAX_UNSENT = 512  # steps of a column buffered before they are sent without items
 
 
+_PLAIN_KINDS = frozenset("biufc")
+
+
 def to_array(value: Any) -> np.ndarray:
     """A value as the array Reverb stores: str and bytes become object arrays of bytes."""
+    if type(value) is np.ndarray and value.dtype.kind in _PLAIN_KINDS:
+        return value
     array = np.asarray(value)
     if array.dtype.kind == "U":
         return np.char.encode(array, "utf-8").astype(object)
@@ -143,22 +150,28 @@ class WriterStream:
         if self.closed:
             raise InvalidArgumentError("the writer is closed; create a new one.")
         arrays = [None if v is None else to_array(v) for v in flat]
-        cols = [self._column(i) for i in range(len(flat))]
+        if len(self.columns) < len(flat):
+            self._column(len(flat) - 1)
+        cols = self.columns[: len(flat)]
         for col, value in zip(cols, arrays, strict=True):  # validate every value first
-            if value is not None:
+            if value is not None and (value.dtype != col.dtype or value.shape != col.shape):
                 col.check(value)
         refs: list[CellRef | None] = []
+        full = False
         for col, value in zip(cols, arrays, strict=True):
             if value is None:
                 refs.append(None)
                 continue
-            refs.append(CellRef(col, col.next_step, value))
+            step = col.next_step
+            refs.append(CellRef(col, step, value))
             col.unsent.append(value)
-            col.next_step += 1
-            col.alive_from = max(col.alive_from, col.next_step - col.keep)
+            col.next_step = step + 1
+            if step + 1 - col.keep > col.alive_from:
+                col.alive_from = step + 1 - col.keep
+            full = full or len(col.unsent) >= MAX_UNSENT
         if not partial:
             self.episode_steps += 1
-        if any(len(c.unsent) >= MAX_UNSENT for c in cols):
+        if full:
             self._send(None)
         return refs
 
@@ -166,7 +179,7 @@ class WriterStream:
         self,
         table: str,
         priority: float,
-        columns: list[list[CellRef]],
+        columns: Sequence[Sequence[CellRef]],
         squeeze: list[bool],
         per_step: bool = False,
     ) -> None:
@@ -179,25 +192,28 @@ class WriterStream:
                 raise InvalidArgumentError(
                     f"Column {i} of the trajectory is empty; every column needs a reference."
                 )
-            column = refs[0].owner
-            if any(r.owner is not column for r in refs):
-                raise InvalidArgumentError(
-                    f"Column {i} of the trajectory mixes references of different appended "
-                    "fields; recollect.reverb needs each trajectory column to come from one "
-                    "field (slice one history column)."
-                )
-            if any(r.expired for r in refs):
+            column = refs[0]._column
+            column_steps = []
+            for ref in refs:  # one pass: the field of every reference, and its step
+                if ref._column is not column:
+                    raise InvalidArgumentError(
+                        f"Column {i} of the trajectory mixes references of different appended "
+                        "fields; recollect.reverb needs each trajectory column to come from one "
+                        "field (slice one history column)."
+                    )
+                column_steps.append(ref.step)
+            if min(column_steps) < column.alive_from:
                 raise InvalidArgumentError(
                     f"Error in column {i}: Column contains expired data (references older "
                     f"than num_keep_alive_refs={column.keep} steps). Raise num_keep_alive_refs."
                 )
             ids.append(column.index)
-            steps.append([r.step for r in refs])
+            steps.append(column_steps)
         key = (
             table,
             tuple(ids),
-            tuple(len(s) for s in steps),
-            tuple(bool(s) for s in squeeze),
+            tuple(map(len, steps)),
+            tuple(map(bool, squeeze)),
             per_step,
         )
         if not self.runs or self.runs[-1][0] != key:
@@ -213,19 +229,23 @@ class WriterStream:
     def _groups(self, limit: int) -> list[dict[str, Any]]:
         """The first ``limit`` queued items as runs of one layout."""
         groups = []
-        for (table, ids, _lengths, squeeze, per_step), full in self.runs:
+        for (table, ids, lengths, squeeze, per_step), full in self.runs:
             if limit <= 0:
                 break
             run = {k: v[:limit] for k, v in full.items()}
             limit -= len(run["priorities"])
-            steps = run["steps"]
+            # a run's items have one layout: their steps are one [n, sum(lengths)] array
+            n = len(run["steps"])
+            flat = np.fromiter(chain.from_iterable(chain.from_iterable(run["steps"])), np.int64)
+            bounds = np.cumsum(lengths)[:-1].tolist()
+            steps = np.split(flat.reshape(n, sum(lengths)), bounds, axis=1)
             groups.append(
                 {
                     "table": table,
                     "priorities": np.asarray(run["priorities"], np.float64),
                     "episodes": np.asarray(run["episodes"], np.int64),
                     "columns": list(ids),
-                    "steps": [np.asarray([s[c] for s in steps], np.int64) for c in range(len(ids))],
+                    "steps": steps,
                     "squeeze": list(squeeze),
                     "per_step": per_step,
                 }

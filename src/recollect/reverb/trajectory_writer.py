@@ -39,18 +39,19 @@ class TrajectoryColumn:
         squeeze: bool = False,
         path: Any = None,
     ) -> None:
-        if squeeze and len(data_references) != 1:
+        refs = tuple(data_references)
+        if squeeze and len(refs) != 1:
             raise InvalidArgumentError(
                 "Columns must contain exactly one data reference when squeeze set, got "
-                f"{len(data_references)}."
+                f"{len(refs)}."
             )
-        if any(ref is None for ref in data_references):
+        if None in refs:  # CellRef has no __eq__: an identity test per reference
             raise InvalidArgumentError(
                 "TrajectoryColumns cannot contain any None data references: TrajectoryColumn "
-                f"at path {path} got {list(data_references)}. (The field was not appended at "
+                f"at path {path} got {list(refs)}. (The field was not appended at "
                 "every step of the slice.)"
             )
-        self._refs: tuple[CellRef, ...] = tuple(r for r in data_references if r is not None)
+        self._refs: tuple[CellRef, ...] = refs  # type: ignore[assignment]
         self.is_squeezed = squeeze
 
     def __len__(self) -> int:
@@ -142,13 +143,19 @@ class _ColumnHistory:
         return self._refs[i] if i >= 0 else None
 
     def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
+        if type(val) is slice:
+            start, stop, step = val.indices(len(self._refs) + self._offset)
+            first = start - self._offset
+            if step == 1 and first >= 0:  # every index inside the kept references
+                refs = self._refs[first : stop - self._offset]
+                if None not in refs:
+                    return TrajectoryColumn(refs)
         path = (*self._path, val)
         if is_int(val):
             return TrajectoryColumn([self._one(int(val))], squeeze=True, path=path)
         if isinstance(val, slice):
-            return TrajectoryColumn(
-                [self._one(i) for i in range(*val.indices(len(self)))], path=path
-            )
+            start, stop, step = val.indices(len(self))
+            return TrajectoryColumn([self._one(i) for i in range(start, stop, step)], path=path)
         if isinstance(val, list):
             return TrajectoryColumn([self._one(i) for i in val], path=path)
         raise TypeError(f"_ColumnHistory indices must be integers or slices, not {type(val)}")
@@ -159,6 +166,9 @@ class _ColumnHistory:
 
 def _path_text(path: tuple) -> str:
     return str(tuple(path))
+
+
+_SAME: list[int] = []  # marks "leaf i is column i" (a sentinel, compared by identity)
 
 
 class TrajectoryWriter:
@@ -173,6 +183,9 @@ class TrajectoryWriter:
         self._configs: dict[tuple, int] = {}
         self._open = False
         self._history: Any = None  # the history nest, rebuilt when the structure grows
+        # the last appended structure and its leaves' columns (_SAME: leaf i is column i)
+        self._last_treedef: Any = None
+        self._last_order: list[int] | None = None
 
     def __enter__(self) -> TrajectoryWriter:
         return self
@@ -246,6 +259,21 @@ class TrajectoryWriter:
             self._columns.append(_ColumnHistory(path, keep, padding))
         self._structure = _union(self._structure, data)
         self._history = None
+        self._last_treedef = self._last_order = None
+
+    def _flat_by_column(self, data: Any, leaves: list[Any], treedef: Any) -> list[Any]:
+        """``leaves`` placed at their columns (a new structure: its columns are found, new
+        fields get columns, and the order is kept for the next step of this structure)."""
+        paths = optree.treespec_paths(treedef)
+        if any(p not in self._paths for p in paths) or self._structure is None:
+            self._add_paths(data)
+        order = [self._paths[path] for path in paths]
+        self._last_treedef = treedef
+        self._last_order = _SAME if order == list(range(len(self._columns))) else order
+        flat: list[Any] = [None] * len(self._columns)
+        for index, leaf in zip(order, leaves, strict=True):
+            flat[index] = leaf
+        return flat
 
     def append(self, data: Any, *, partial_step: bool = False) -> None:
         """Appends one step (``partial_step``: more fields of it follow in a later call).
@@ -255,12 +283,14 @@ class TrajectoryWriter:
                 ("Tensor of wrong dtype provided for column ('a',)...").
             InvalidArgumentError (a ValueError): a field given twice in one step.
         """
-        paths, leaves, _ = optree.tree_flatten_with_path(data, none_is_leaf=True)
-        if any(p not in self._paths for p in paths) or self._structure is None:
-            self._add_paths(data)
-        flat: list[Any] = [None] * len(self._columns)
-        for path, leaf in zip(paths, leaves, strict=True):
-            flat[self._paths[path]] = leaf
+        leaves, treedef = optree.tree_flatten(data, none_is_leaf=True)
+        if treedef == self._last_treedef and self._last_order is not None:
+            flat = leaves if self._last_order is _SAME else [None] * len(self._columns)
+            if flat is not leaves:
+                for index, leaf in zip(self._last_order, leaves, strict=True):
+                    flat[index] = leaf
+        else:
+            flat = self._flat_by_column(data, leaves, treedef)
         if self._open:
             for i, (column, value) in enumerate(zip(self._columns, flat, strict=True)):
                 if value is not None and not column.can_set_last:
@@ -304,7 +334,10 @@ class TrajectoryWriter:
             if expected is not None:
                 _signature.check_item(table, expected, [(c.dtype, c.shape) for c in flat])
         self._stream.create_item(
-            table, priority, [list(c) for c in flat], [c.is_squeezed for c in flat]
+            table,
+            priority,
+            [c._refs for c in flat],
+            [c.is_squeezed for c in flat],
         )
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
