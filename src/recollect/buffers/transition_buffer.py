@@ -38,6 +38,7 @@ from recollect.buffers.transition_sample import (
 from recollect.buffers.transition_state import (
     KIND,
     checked_frame_stack,
+    checked_storage,
     empty_state,
     prioritized_sampler,
     save_checkpoint,
@@ -75,6 +76,20 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         compression: ``{leaf path: codec}`` of the stored step (``"observation"``,
             ...), as ``ReplayBuffer(compression=...)``: each observation (each
             frame, with ``frame_stack``) is kept compressed.
+        storage: ``"numpy"`` (RAM) or ``"memmap"``: the stored steps live in files
+            of ``directory`` (``.npy`` leaf files; with ``compression``, the
+            compressed values in append-only block files, see
+            :mod:`recollect.storage.compressed_memmap`), so RAM holds the index,
+            the sampler and the final observations of episode ends only.
+        directory: the memmap directory (required with ``storage="memmap"``, only
+            allowed with it); it must be new or empty: the final observations
+            and per-env chains live in RAM, so a TransitionBuffer does not reopen
+            a directory (use :meth:`save` / :meth:`load` to keep one).
+
+    Raises:
+        InvalidArgumentError: a bad argument; ``storage`` other than ``"numpy"``
+            or ``"memmap"``; ``directory`` missing for memmap, given for numpy,
+            not a directory or not empty.
 
     The spec is inferred from the first :meth:`add` (observation and action
     may be nests; dtypes are kept as given, except that an integer or bool
@@ -113,9 +128,12 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         prioritized: Any = False,
         frame_stack: FrameStack | None = None,
         compression: dict[str, Any] | None = None,
+        storage: str = "numpy",
+        directory: str | os.PathLike | None = None,
     ) -> None:
         self._prioritized = prioritized_sampler(prioritized)
         self._compression = compression
+        self._storage = checked_storage(storage, directory)
         self._frame_stack = checked_frame_stack(frame_stack)
         self._capacity = positive_int("capacity", capacity)
         self._num_envs = positive_int("num_envs", num_envs)
@@ -195,6 +213,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
                 sampler=self._prioritized,
                 frame_stack=self._frame_stack,
                 compression=self._compression,
+                storage=self._storage,
             )
         try:
             leaves, nxt = reader.convert(

@@ -84,10 +84,12 @@ class TransitionReader:
         sampler: Prioritized | None,
         frame_stack: FrameStack | None,
         compression: dict[str, Any] | None,
+        storage: dict[str, Any] | None = None,
     ) -> TransitionReader:
         """A reader around a new inner buffer whose spec is inferred from ``example``, the
         ``(observation, action, reward)`` of the first add (see
-        :func:`~recollect.buffers.transition_sample.step_spec`)."""
+        :func:`~recollect.buffers.transition_sample.step_spec`); ``storage``:
+        ``{"storage": "memmap", "directory": path}`` for a memmap buffer."""
         spec = step_spec(*example, num_envs, frame_stack is not None)
         buffer = ReplayBuffer(
             spec,
@@ -98,6 +100,7 @@ class TransitionReader:
             sequence_length=None if sampler is None else 1,
             frame_stacks=None if frame_stack is None else {"observation": frame_stack},
             compression=compression,
+            **(storage or {}),
         )
         return cls(buffer, spec["observation"], num_envs, capacity)
 
