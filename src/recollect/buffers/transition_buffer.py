@@ -76,20 +76,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         compression: ``{leaf path: codec}`` of the stored step (``"observation"``,
             ...), as ``ReplayBuffer(compression=...)``: each observation (each
             frame, with ``frame_stack``) is kept compressed.
-        storage: ``"numpy"`` (RAM) or ``"memmap"``: the stored steps live in files
-            of ``directory`` (``.npy`` leaf files; with ``compression``, the
-            compressed values in append-only block files, see
-            :mod:`recollect.storage.compressed_memmap`), so RAM holds the index,
-            the sampler and the final observations of episode ends only.
-        directory: the memmap directory (required with ``storage="memmap"``, only
-            allowed with it); it must be new or empty: the final observations
-            and per-env chains live in RAM, so a TransitionBuffer does not reopen
-            a directory (use :meth:`save` / :meth:`load` to keep one).
-
-    Raises:
-        InvalidArgumentError: a bad argument; ``storage`` other than ``"numpy"``
-            or ``"memmap"``; ``directory`` missing for memmap, given for numpy,
-            not a directory or not empty.
+        storage, directory: ``"memmap"``: the steps in files of a new or empty ``directory``.
 
     The spec is inferred from the first :meth:`add` (observation and action
     may be nests; dtypes are kept as given, except that an integer or bool
@@ -212,8 +199,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
                 rng=self._rng,
                 sampler=self._prioritized,
                 frame_stack=self._frame_stack,
-                compression=self._compression,
-                storage=self._storage,
+                options={"compression": self._compression, **self._storage},
             )
         try:
             leaves, nxt = reader.convert(
