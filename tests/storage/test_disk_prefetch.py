@@ -96,3 +96,60 @@ def test_extents_of_none_or_one_value(count):
     starts, sizes = extents(offsets, np.array([100][:count], np.int64))
     np.testing.assert_array_equal(starts, [5 * PAGE][:count])
     np.testing.assert_array_equal(sizes, [107][:count])
+
+
+def test_a_sample_reads_ahead_the_leaf_rows_and_index_entries_it_gathers(tmp_path, monkeypatch):
+    """Files of PREFETCH_MIN_FILE or more (0 here): a sample asks for the gathered items of
+    each leaf file and for the index entries of the frames it decodes."""
+    from recollect.storage import disk_arena, memmap
+
+    monkeypatch.setattr(disk_arena, "PREFETCH_MIN_FILE", 0)
+    monkeypatch.setattr(memmap, "PREFETCH_MIN_FILE", 0)
+    asked: list[tuple[object, int, int]] = []
+    real = disk_arena.willneed
+
+    def record(advise, starts, sizes):
+        asked.extend((advise.__self__, s, n) for s, n in zip(starts, sizes, strict=True))
+        real(advise, starts, sizes)
+
+    monkeypatch.setattr(disk_arena, "willneed", record)
+    spec = {
+        "observation": rc.ArraySpec((6, 5, 4), np.uint8),
+        "action": rc.ArraySpec((3,), np.int64),
+        "is_last": rc.ArraySpec((), bool),
+    }
+    buf = rc.ReplayBuffer(
+        spec, 2 * 5000, 2, rng=0, storage="memmap", directory=tmp_path / "buf",
+        sampler=rc.Prioritized(), sequence_length=2,
+        frame_stacks={"observation": rc.FrameStack(4, axis=-1)},
+        compression={"observation": "zstd"},
+    )  # fmt: skip
+    envs = StackingEnvs(2, (6, 5), np.uint8, 4, -1, "reset", 2, 0.05)
+    recorded = {}
+    for t in range(6000):  # wraps: slots differ from times
+        obs, _, is_last = envs.step()
+        now = buf.table.index.t
+        for e in range(2):
+            recorded[int(rc.ids.encode(e, int(now[e])))] = obs[e]
+        action = np.full((2, 3), t, np.int64)
+        buf.add_batch({"observation": obs, "action": action, "is_last": is_last})
+    asked.clear()
+    s = check_sample(buf, recorded, 16, 2)
+    _, rows, times = rc.ids.decode(np.asarray(s.ids))
+    items = rows * 5000 + times % 5000
+
+    def covered(array, item_bytes, flat):
+        base = array.offset % mmap.ALLOCATIONGRANULARITY
+        mine = [(st, n) for h, st, n in asked if h is array._mmap]
+        for i in flat.tolist():
+            o = base + i * item_bytes
+            assert any(st <= o and o + item_bytes <= st + n for st, n in mine), i
+
+    action_leaf = next(a for a in buf.storage._inner.arrays if a.dtype == np.int64)
+    covered(action_leaf, 24, items)
+    (ring,) = buf.storage.compressed_rings().values()
+    store = ring.slots
+    _, offsets, lengths = next(v for v in store._generations.values() if v[0] is store._index.arena)
+    covered(offsets, 8, items)  # the newest frame of each sampled step
+    covered(lengths, 4, items)
+    buf.close()
