@@ -72,12 +72,16 @@ class Pool:
         }
 
 
+#: zstd level of the stored frames (``--level``)
+LEVEL = 1
+
+
 def make(capacity: int, directory: Path | None, **kw) -> rc.ReplayBuffer:
     storage = {"storage": "memmap", "directory": directory} if directory else {}
     return rc.ReplayBuffer(
         spec(), capacity, E, rng=0, sampler=rc.Prioritized(), sequence_length=2,
-        frame_stacks={"observation": rc.FrameStack(4)}, compression={"observation": "zstd"},
-        **storage, **kw,
+        frame_stacks={"observation": rc.FrameStack(4)},
+        compression={"observation": {"name": "zstd", "level": LEVEL}}, **storage, **kw,
     )  # fmt: skip
 
 
@@ -92,17 +96,30 @@ def status() -> dict[str, int]:
     return out
 
 
-def fill(buf: rc.ReplayBuffer, pool: Pool, steps: int, start: int = 0) -> tuple[float, int]:
-    """Adds ``steps // E`` batches; returns (add_batch seconds, peak VmRSS)."""
-    spent, peak = 0.0, 0
+def fill(buf: rc.ReplayBuffer, pool: Pool, steps: int, start: int = 0) -> tuple[np.ndarray, dict]:
+    """Adds ``steps // E`` batches; returns (seconds of each add_batch, peak VmRSS and
+    peak RssAnon, sampled every 4096 calls)."""
+    spent = np.empty(steps // E)
+    peak = {"VmRSS": 0, "RssAnon": 0}
     for t in range(start, start + steps // E):
         b = pool.batch(t)
         t0 = time.perf_counter()
         buf.add_batch(b)
-        spent += time.perf_counter() - t0
+        spent[t - start] = time.perf_counter() - t0
         if t % 4096 == 0:
-            peak = max(peak, status()["VmRSS"])
-    return spent, max(peak, status()["VmRSS"])
+            now = status()
+            peak = {k: max(v, now[k]) for k, v in peak.items()}
+    now = status()
+    return spent, {k: max(v, now[k]) for k, v in peak.items()}
+
+
+def add_rates(spent: np.ndarray) -> str:
+    """Steps/s over all add_batch time, and at the median call (on a shared machine the
+    total includes time the process was descheduled: see the p99 call)."""
+    return (
+        f"{E * len(spent) / spent.sum():,.0f} (median call {np.median(spent) * 1e6:,.0f} us "
+        f"= {E / np.median(spent):,.0f}; p99 {np.quantile(spent, 0.99) * 1e6:,.0f} us)"
+    )
 
 
 def learner_step(buf: rc.ReplayBuffer, rng: np.random.Generator):
@@ -159,8 +176,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1_000_000, help="steps added = capacity")
     p.add_argument("--calls", type=int, default=300, help="learner steps timed per row")
     p.add_argument("--dir", default=None, help="where the buffer directory goes (default: tmp)")
+    p.add_argument("--level", type=int, default=1, help="zstd level of the frames (default 1)")
+    p.add_argument("--no-ram", action="store_true", help="skip the same buffer in RAM")
     p.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
+    global LEVEL
+    LEVEL = a.level
     if a.child:
         child(a.child[0], int(a.child[1]), int(a.child[2]), int(a.child[3]))
         return
@@ -169,8 +190,9 @@ def main() -> None:
     directory = root / "buf"
     pool = Pool()
     rng = np.random.default_rng(1)
-    print(f"scale: {capacity:,} steps (capacity {capacity:,}, 8 envs, stacks of 4, zstd, "
-          f"Prioritized, sequence_length 2)")  # fmt: skip
+    rows: list[tuple[str, str]] = []
+    print(f"scale: {capacity:,} steps (capacity {capacity:,}, 8 envs, stacks of 4, zstd level "
+          f"{LEVEL}, Prioritized, sequence_length 2)")  # fmt: skip
     print(f"frames: {len(GAMES)} games x {RECORDED} steps x {E} envs, cycled; RSS rows are "
           "deltas over the process before the buffer (which holds the recorded pool)")  # fmt: skip
     try:
@@ -187,10 +209,12 @@ def main() -> None:
         d_bytes, live = disk_bytes(directory), store.stored_bytes
         blocks = store.arena.disk_bytes
         rows = [
-            ("disk: add_batch steps/s", f"{capacity / add_s:,.0f}"),
+            ("disk: add_batch steps/s", add_rates(add_s)),
             ("disk: learner step, cache warm (us)", f"{warm * 1e6:,.0f}"),
             ("disk: learner step, cache dropped (us)", f"{cold * 1e6:,.0f}"),
-            ("disk: peak VmRSS adding, delta (MiB)", f"{(peak - rss0['VmRSS']) / 2**20:,.0f}"),
+            ("disk: peak VmRSS / RssAnon adding, delta (MiB)",
+             f"{(peak['VmRSS'] - rss0['VmRSS']) / 2**20:,.0f} / "
+             f"{(peak['RssAnon'] - rss0['RssAnon']) / 2**20:,.0f}"),
             ("disk: VmRSS / RssAnon / RssFile after sampling, delta (MiB)",
              " / ".join(f"{(after[k] - rss0[k]) / 2**20:,.0f}"
                         for k in ("VmRSS", "RssAnon", "RssFile"))),
@@ -205,8 +229,8 @@ def main() -> None:
         # kill -9 after unflushed adds, then recover
         t0 = time.perf_counter()
         subprocess.run(
-            [sys.executable, __file__, "--child", str(directory), str(capacity), "200",
-             str(capacity // E)],
+            [sys.executable, __file__, "--level", str(LEVEL), "--child", str(directory),
+             str(capacity), "200", str(capacity // E)],
             check=False,
         )  # fmt: skip
         child_s = time.perf_counter() - t0
@@ -226,6 +250,8 @@ def main() -> None:
         del back
         gc.collect()
         shutil.rmtree(directory)
+        if a.no_ram:
+            return
         # the same buffer in RAM (compressed)
         rss1 = status()
         ram = make(capacity, None)
@@ -234,7 +260,7 @@ def main() -> None:
         ram_store = compressed_store(ram)
         ram_status = status()
         rows += [
-            ("RAM: add_batch steps/s", f"{capacity / ram_add_s:,.0f}"),
+            ("RAM: add_batch steps/s", add_rates(ram_add_s)),
             ("RAM: learner step (us)", f"{ram_warm * 1e6:,.0f}"),
             ("RAM: arena bytes / live compressed bytes (MiB)",
              f"{ram_store.arena.nbytes / 2**20:,.1f} / {ram_store.stored_bytes / 2**20:,.1f}"),
@@ -249,9 +275,9 @@ def main() -> None:
         ]  # fmt: skip
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    width = max(len(r[0]) for r in rows)
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+        width = max(len(r[0]) for r in rows) if rows else 0
+        for name, value in rows:
+            print(f"{name:<{width}}  {value}")
 
 
 if __name__ == "__main__":

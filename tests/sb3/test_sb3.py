@@ -307,8 +307,12 @@ def test_prioritized_samples_weights_ids_and_priorities_steer_sampling():
 def test_bad_arguments_raise_named_errors():
     space, act = gym.spaces.Box(-1, 1, (5, 4, 3), np.float32), gym.spaces.Discrete(2)
     args = (8, space, act, "cpu")
-    with pytest.raises(InvalidArgumentError, match="storage='memmap' is not available"):
-        recollect.sb3.ReplayBuffer(*args, storage="memmap", directory="x")
+    with pytest.raises(InvalidArgumentError, match="directory` comes with memmap only"):
+        recollect.sb3.ReplayBuffer(*args, storage="memmap")
+    with pytest.raises(InvalidArgumentError, match="got storage='numpy', directory='x'"):
+        recollect.sb3.ReplayBuffer(*args, directory="x")
+    with pytest.raises(InvalidArgumentError, match="got storage='disk'"):
+        recollect.sb3.ReplayBuffer(*args, storage="disk", directory="x")
     with pytest.raises(InvalidArgumentError, match="frame_stack=4 needs an observation"):
         recollect.sb3.ReplayBuffer(*args, frame_stack=4)
     with pytest.raises(InvalidArgumentError, match="not both"):

@@ -38,6 +38,7 @@ from recollect.buffers.transition_sample import (
 from recollect.buffers.transition_state import (
     KIND,
     checked_frame_stack,
+    checked_storage,
     empty_state,
     prioritized_sampler,
     save_checkpoint,
@@ -75,6 +76,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         compression: ``{leaf path: codec}`` of the stored step (``"observation"``,
             ...), as ``ReplayBuffer(compression=...)``: each observation (each
             frame, with ``frame_stack``) is kept compressed.
+        storage, directory: ``"memmap"``: the steps in files of a new or empty ``directory``.
 
     The spec is inferred from the first :meth:`add` (observation and action
     may be nests; dtypes are kept as given, except that an integer or bool
@@ -113,9 +115,12 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         prioritized: Any = False,
         frame_stack: FrameStack | None = None,
         compression: dict[str, Any] | None = None,
+        storage: str = "numpy",
+        directory: str | os.PathLike | None = None,
     ) -> None:
         self._prioritized = prioritized_sampler(prioritized)
         self._compression = compression
+        self._storage = checked_storage(storage, directory)
         self._frame_stack = checked_frame_stack(frame_stack)
         self._capacity = positive_int("capacity", capacity)
         self._num_envs = positive_int("num_envs", num_envs)
@@ -194,7 +199,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
                 rng=self._rng,
                 sampler=self._prioritized,
                 frame_stack=self._frame_stack,
-                compression=self._compression,
+                options={"compression": self._compression, **self._storage},
             )
         try:
             leaves, nxt = reader.convert(

@@ -83,11 +83,11 @@ class TransitionReader:
         rng: RngLike,
         sampler: Prioritized | None,
         frame_stack: FrameStack | None,
-        compression: dict[str, Any] | None,
+        options: dict[str, Any],
     ) -> TransitionReader:
         """A reader around a new inner buffer whose spec is inferred from ``example``, the
-        ``(observation, action, reward)`` of the first add (see
-        :func:`~recollect.buffers.transition_sample.step_spec`)."""
+        ``(observation, action, reward)`` of the first add (see ``step_spec``);
+        ``options``: ReplayBuffer's compression and storage keywords."""
         spec = step_spec(*example, num_envs, frame_stack is not None)
         buffer = ReplayBuffer(
             spec,
@@ -97,7 +97,7 @@ class TransitionReader:
             sampler=sampler,
             sequence_length=None if sampler is None else 1,
             frame_stacks=None if frame_stack is None else {"observation": frame_stack},
-            compression=compression,
+            **options,
         )
         return cls(buffer, spec["observation"], num_envs, capacity)
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,13 @@ from recollect.samplers.prioritized import Prioritized
 from recollect.state.files import Saved, write_checkpoint
 from recollect.state.rng import decode_rng, encode_rng
 from recollect.storage.compression.codecs import json_compression
+from recollect.storage.factory import check_storage
 from recollect.storage.frames.frame_store import FrameStack
 
 __all__ = [
     "KIND",
     "checked_frame_stack",
+    "checked_storage",
     "empty_state",
     "prioritized_sampler",
     "save_checkpoint",
@@ -158,3 +161,31 @@ def checked_frame_stack(frame_stack: Any) -> FrameStack | None:
             f"`frame_stack` must be a recollect.FrameStack or None; got {frame_stack!r}."
         )
     return frame_stack
+
+
+def checked_storage(storage: Any, directory: Any) -> dict[str, Any]:
+    """``{"storage": ..., "directory": ...}`` for the inner ReplayBuffer; ``{}`` for RAM.
+
+    Raises:
+        InvalidArgumentError: ``storage`` not ``"numpy"``/``"memmap"``; ``directory``
+            missing for memmap or given for numpy; a ``directory`` that exists and is
+            not an empty directory (a TransitionBuffer keeps its chains in RAM, so it
+            never reopens one).
+    """
+    check_storage(storage)
+    if (storage == "memmap") != (directory is not None):
+        raise InvalidArgumentError(
+            "`directory` is required with storage='memmap' and only allowed with it; got "
+            f"storage={storage!r}, directory={directory!r}."
+        )
+    if directory is None:
+        return {}
+    path = pathlib.Path(directory)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise InvalidArgumentError(
+            f"TransitionBuffer(storage='memmap') needs a new or empty directory; got "
+            f"directory={str(path)!r}, which {'holds files' if path.is_dir() else 'is a file'}. "
+            "A TransitionBuffer keeps its final observations in RAM and does not reopen a "
+            "directory: use save()/load() to keep one, or pass another directory."
+        )
+    return {"storage": storage, "directory": path}

@@ -86,8 +86,12 @@ class ReplayBuffer(Sb3ReplayBuffer):
         n_step: n-step returns (``sample`` then fills ``discounts`` with
             ``gamma^k``); ``n_steps`` is accepted as SB3's spelling.
         gamma: discount of n-step returns in ``[0, 1]``.
-        storage: ``"numpy"`` (RAM); ``"memmap"`` is not available yet (see Raises).
-        directory: memmap directory; only with ``storage="memmap"``.
+        storage: ``"numpy"`` (RAM) or ``"memmap"``: the transitions live in files
+            of ``directory`` (compressed frames in append-only block files with
+            ``compression``), in the one-copy layout (SB3's arrays are then not
+            available); see ``recollect.TransitionBuffer(storage=...)``.
+        directory: memmap directory, new or empty; required with
+            ``storage="memmap"`` and only allowed with it.
         rng: seed or ``np.random.Generator`` for sampling; None draws a seed
             from numpy's global RNG, which SB3's ``set_random_seed`` seeds.
         compression: a codec (``"zstd"``, ``"lz4"``, ``"zlib"``) for the
@@ -96,8 +100,8 @@ class ReplayBuffer(Sb3ReplayBuffer):
 
     Raises:
         InvalidArgumentError: a bad argument or combination, an int
-            ``frame_stack`` with no first/last axis of that size, or
-            ``storage="memmap"`` (``TransitionBuffer`` has no storage option yet).
+            ``frame_stack`` with no first/last axis of that size, or a memmap
+            ``directory`` that is missing, not empty or given without memmap.
         SpecError: a :class:`recollect.FrameStack` whose axis or size does not
             fit the observation space.
     """
@@ -139,7 +143,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
         self.handle_timeout_termination = bool(handle_timeout_termination)
         self.n_step = n_step_of(n_step, n_steps)
         self.gamma = check_discount(gamma)
-        check_storage(storage, directory)
+        storage_kwargs = check_storage(storage, directory)
         self.storage, self.directory = storage, directory
         self.frame_stack = resolve_frame_stack(frame_stack, observation_space)
         self.stack_starts: StackStarts | None = None
@@ -155,7 +159,10 @@ class ReplayBuffer(Sb3ReplayBuffer):
         #: storage); False: one copy of each observation in a TransitionBuffer.
         #: compressed observations have no array to view: they take the one-copy layout too
         self.sb3_layout = (
-            self.frame_stack is None and not self.optimize_memory_usage and compression is None
+            self.frame_stack is None
+            and not self.optimize_memory_usage
+            and compression is None
+            and not storage_kwargs
         )
         self.compression = compression
         self.transitions: Sb3Arrays | TransitionBuffer
@@ -177,6 +184,7 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 prioritized=self.make_sampler(),
                 frame_stack=self.frame_stack,
                 compression=codecs_of(compression),
+                **storage_kwargs,
             )
         self.attach(self.transitions)
         self.cuts = TrajectoryCuts()

@@ -36,23 +36,19 @@ def codecs_of(compression: Any) -> Any:
     return compression
 
 
-def check_storage(storage: str, directory: Any) -> None:
-    """Accepts ``storage="numpy"`` without a directory.
+def check_storage(storage: str, directory: Any) -> dict[str, Any]:
+    """``TransitionBuffer`` storage keywords: ``{}`` for ``"numpy"`` without a directory,
+    ``{"storage": "memmap", "directory": directory}`` for memmap with one.
 
     Raises:
-        InvalidArgumentError: ``storage="memmap"`` (not available yet) or any
-            other storage or directory.
+        InvalidArgumentError: another storage, a memmap without a directory, or a
+            directory without memmap.
     """
     if storage == "numpy" and directory is None:
-        return
-    if storage == "memmap":
-        raise InvalidArgumentError(
-            "storage='memmap' is not available for recollect.sb3 buffers yet: "
-            "recollect.TransitionBuffer has no storage option. Use storage='numpy' with "
-            "frame_stack= to keep Atari buffers small, or recollect.ReplayBuffer(..., "
-            "storage='memmap') directly."
-        )
+        return {}
+    if storage == "memmap" and directory is not None:
+        return {"storage": storage, "directory": directory}
     raise InvalidArgumentError(
-        f"`storage` must be 'numpy' (or 'memmap', not available yet) and `directory` only "
-        f"comes with memmap; got storage={storage!r}, directory={directory!r}."
+        f"`storage` must be 'numpy' or 'memmap' and `directory` comes with memmap only "
+        f"(required there); got storage={storage!r}, directory={directory!r}."
     )

@@ -21,8 +21,11 @@ them from the offset index when a directory is reopened.
 
 from __future__ import annotations
 
+import mmap
 import os
+from itertools import repeat
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,12 +34,66 @@ from recollect.state.safe_files import create_new
 from recollect.state.space import reserve as reserve_file
 from recollect.storage.arena import PAGE, ByteArena
 
-__all__ = ["GROW_FRACTION", "GROW_MIN_BLOCKS", "DiskArena"]
+__all__ = [
+    "GROW_FRACTION",
+    "GROW_MIN_BLOCKS",
+    "PREFETCH_GAP",
+    "PREFETCH_MIN_FILE",
+    "DiskArena",
+    "extents",
+    "prefetch_items",
+]
 
 #: the file grows by at least this fraction of its size (bounds disk slack to ~1/8)
 GROW_FRACTION = 8
 #: ... and by at least this many blocks
 GROW_MIN_BLOCKS = 4
+#: values closer than this (bytes) are read ahead as one extent (a read of the gap
+#: costs less than another request)
+PREFETCH_GAP = 4 * PAGE
+#: mapped arrays smaller than this are not read ahead item by item: the kernel's
+#: read-around (128 KiB a page fault) soon caches most of such a file
+PREFETCH_MIN_FILE = 16 << 20
+#: MADV_WILLNEED where the platform has it (Linux, macOS), else None
+_WILLNEED = getattr(mmap, "MADV_WILLNEED", None)
+
+
+def willneed(advise: Any, starts: np.ndarray, sizes: np.ndarray) -> None:
+    """``advise(MADV_WILLNEED, start, size)`` for each extent (a map of the C method:
+    no bytecode per extent)."""
+    for _ in map(advise, repeat(_WILLNEED, len(starts)), starts.tolist(), sizes.tolist()):
+        pass
+
+
+def prefetch_items(array: Any, flat: np.ndarray, item_bytes: int) -> None:
+    """Read-ahead of items ``flat`` (flat indices of ``item_bytes`` each) of a mapped array
+    (an ``np.memmap`` of its whole file, as the ``.npy`` files of memmap storage are):
+    one ``madvise(MADV_WILLNEED)`` per coalesced extent, so a cold gather waits for one
+    round of concurrent reads. A no-op for arrays under :data:`PREFETCH_MIN_FILE`, arrays
+    that are not mapped, and platforms without ``madvise``."""
+    handle = getattr(array, "_mmap", None)
+    if handle is None or _WILLNEED is None or array.nbytes < PREFETCH_MIN_FILE or not flat.size:
+        return
+    base = int(getattr(array, "offset", 0)) % mmap.ALLOCATIONGRANULARITY  # where data starts
+    starts = base + flat.reshape(-1).astype(np.int64) * item_bytes
+    willneed(handle.madvise, *extents(starts, np.full(len(starts), item_bytes, np.int64)))
+
+
+def extents(offsets: np.ndarray, lengths: np.ndarray, gap: int = PREFETCH_GAP) -> tuple:
+    """The byte ranges holding values ``(offsets, lengths)``, page-aligned, sorted and
+    coalesced where less than ``gap`` bytes apart: ``(starts, sizes)`` int64 ``[m]``."""
+    aligned = offsets - offsets % PAGE
+    order = np.argsort(aligned)
+    starts = aligned[order]
+    if not len(starts):
+        return starts, starts
+    ends = np.maximum.accumulate((offsets + lengths)[order])  # running end of each run
+    new = np.empty(len(starts), bool)
+    new[0] = True
+    new[1:] = starts[1:] > ends[:-1] + gap
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(starts) - 1)
+    return starts[first], ends[last] - starts[first]
 
 
 class DiskArena(ByteArena):
@@ -85,6 +142,19 @@ class DiskArena(ByteArena):
     def _map(self, blocks: int) -> None:
         self.map = np.memmap(self.path, np.uint8, "r+", shape=(blocks * self.block_bytes,))
         self.data = self.map.view(np.ndarray)  # plain view: faster fancy reads, same pages
+        handle = getattr(self.map, "_mmap", None)  # numpy's mmap object of the file
+        self._advise = None if handle is None or _WILLNEED is None else handle.madvise
+
+    def prefetch(self, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        """Asks the OS to read the pages of values ``(offsets, lengths)`` (int64 ``[n]``),
+        all at once and in the background (``madvise(MADV_WILLNEED)`` over their sorted,
+        coalesced extents), so a cold read waits for one round of concurrent reads
+        instead of one page fault after another. Pages already cached cost a page-cache
+        lookup. A no-op where ``madvise`` is missing."""
+        advise = self._advise
+        if advise is None or not len(offsets):
+            return
+        willneed(advise, *extents(offsets, lengths.astype(np.int64)))
 
     @property
     def disk_bytes(self) -> int:
