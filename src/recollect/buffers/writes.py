@@ -120,6 +120,10 @@ class BufferWriter:
             and type(self._storage) is RingStorage
             and self._num_envs == 1
         )
+        # the unbatched fast path's ring write, bound once (a RingStorage only)
+        self._write_unbatched: Callable[[int, list[np.ndarray]], None] | None = (
+            getattr(storage, "write_unbatched", None) if self._ring_writes else None
+        )
 
     @property
     def flat_spec(self) -> FlatSpec:
@@ -168,14 +172,15 @@ class BufferWriter:
                 "(capacity): its add(s, a, r, s2, terminated, truncated) or append((s, a, r, "
                 "s2, done)); or write the step as a dict."
             )
-        if self._ring_writes:  # one env row in a plain numpy ring: the unbatched fast path
+        write = self._write_unbatched
+        if write is not None:  # one env row in a plain numpy ring: the unbatched fast path
             leaves = self._match_step(step)  # exact dtypes and shapes: nothing to convert
             if leaves is not None:
                 i = self._is_last
                 ended = i is not None and bool(leaves[i])  # a 0-d bool: no [1] array built
                 table = self._table
                 with table.lock:  # one row: always one clock
-                    self._storage.write_unbatched(table.clock % self._max_length, leaves)  # type: ignore[attr-defined]  # RingStorage only (_ring_writes)
+                    write(table.clock % self._max_length, leaves)
                     table.insert_one(ended)
                 return
         elif self._num_envs != 1:
