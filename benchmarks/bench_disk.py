@@ -242,7 +242,7 @@ def main() -> None:
             warnings.simplefilter("ignore", UserWarning)
             back = make(capacity, directory, recover=True)
         reopen_s = time.perf_counter() - t0
-        kept, dropped = back.num_frames(), back.recovered_steps_dropped
+        kept, dropped = back.num_frames(), back.persistence.recovered_steps_dropped
         rows.append(("reopen after kill -9, recover=True (s)",
                      f"{reopen_s:.2f}: {kept:,} steps kept, {dropped:,} dropped "
                      f"(child ran {child_s:.1f} s)"))  # fmt: skip

@@ -143,10 +143,10 @@ def rows(
         if add:
             buf.add_batch(new[k[0]])
 
-    sampler = buf.sampler
+    sampler = buf.reader.sampler
 
     def sampler_step() -> None:
-        d = sampler.sample(BATCH, 1, False, buf.rng, importance_sampling_exponent=0.4)
+        d = sampler.sample(BATCH, 1, False, buf.reader.rng, importance_sampling_exponent=0.4)
         sampler.update_priorities(rc.ids.encode(d.rows, d.times), prios[0])
 
     tree = sampler._tree
@@ -239,7 +239,7 @@ def heap_rows(size: int, calls: int, repeats: int) -> list[tuple[str, tuple[floa
         for _ in range(size // BATCH):
             buf.add_batch(steps)
         if distinct:
-            ids = buf.item_ids().reshape(-1)
+            ids = buf.reader.item_ids().reshape(-1)
             buf.update_priorities(ids, rng.permutation(len(ids)) / len(ids))
         k = [0]
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import recollect as rc
-from recollect.adapters.prefetch import prefetched
+from recollect.adapters.prefetch import as_source, prefetched
 from recollect.buffers.source import Batches, SampleSource
 from recollect.service import Server
 
@@ -71,9 +71,11 @@ def check_batch(obs: np.ndarray, t: np.ndarray, ids: np.ndarray, num_steps: int)
 def test_the_library_sources_and_a_users_class_implement_sample_source() -> None:
     buf = rc.ReplayBuffer(SPEC, 40, 2)
     client = Server({"t": rc.ReplayBuffer(SPEC, 40, 2)}).client()
-    for source in (buf, client.table("t"), CountingSource()):
+    for source in (buf.reader, client.table("t"), CountingSource()):
         assert isinstance(source, SampleSource), type(source).__name__
-    assert not buf.remote and client.table("t").remote
+        assert as_source(source) is source
+    assert as_source(buf) is buf.reader  # what the adapters read a ReplayBuffer through
+    assert not buf.reader.remote and client.table("t").remote
     client.close()
 
 

@@ -17,6 +17,7 @@ from recollect import ids as rc_ids  # noqa: E402
 from recollect.adapters import tf_data  # noqa: E402
 from recollect.adapters.prefetch import sample_concurrent  # noqa: E402
 from recollect.adapters.tf_data import eager as _tf_eager  # noqa: E402
+from recollect.buffers.sampling import BufferReader  # noqa: E402
 from reference import window_ids  # noqa: E402
 
 NUM_ENVS = 3
@@ -86,7 +87,10 @@ def test_single_deterministic_pass_visits_every_window_once_in_order():
             buf, sample_batch_size=batch, num_steps=n, single_deterministic_pass=True
         )
         ids = np.concatenate([np.atleast_1d(info.ids.numpy()) for _, info in ds]).tolist()
-        is_last, lo = buf.gather_all()["is_last"], int(rc_ids.decode(buf.item_ids()[0, 0])[2])
+        is_last, lo = (
+            buf.gather_all()["is_last"],
+            int(rc_ids.decode(buf.reader.item_ids()[0, 0])[2]),
+        )
         assert ids == window_ids(is_last, lo, n, True).tolist()
     ds = tf_data.as_dataset(buf, sample_batch_size=4, num_steps=2, single_deterministic_pass=True)
     assert ds.element_spec[0]["obs"].shape.as_list() == [None, 2, 2, 3]
@@ -136,13 +140,13 @@ def test_iteration_stops_cleanly_when_the_buffer_is_closed():
 def test_parallel_calls_gather_outside_the_lock(monkeypatch):
     local = _filled()
     owned = []
-    original = ReplayBuffer.gather
+    original = BufferReader.gather
 
     def spy(self, draw):
-        owned.append(self.lock._is_owned())
+        owned.append(self.table.lock._is_owned())
         return original(self, draw)
 
-    monkeypatch.setattr(ReplayBuffer, "gather", spy)
+    monkeypatch.setattr(BufferReader, "gather", spy)
     sample_concurrent(local, 8, 2)
     assert owned == [False]
     dataset = tf_data.as_dataset(local, sample_batch_size=8, num_steps=2, num_parallel_calls=4)
@@ -257,7 +261,7 @@ def test_the_fast_iterator_inside_a_tf_function_uses_the_pipeline(buf):
 
     ids = two_batches(it)
     items, info = next(it)  # eager again afterwards
-    stored = set(buf.item_ids().reshape(-1).tolist())
+    stored = set(buf.reader.item_ids().reshape(-1).tolist())
     for batch_ids in [*ids, info.ids]:
         assert batch_ids.shape == (4,) and set(batch_ids.numpy().tolist()) <= stored
     assert items["obs"].dtype == eager_items["obs"].dtype == tf.float32

@@ -170,7 +170,7 @@ def test_two_producer_threads_yield_valid_batches_and_stop_cleanly():
     local = _filled()
     ds = ReplayDataset(local, batch_size=4, num_steps=2, prefetch=3, num_threads=2)
     it = iter(ds)
-    stored = set(local.item_ids().reshape(-1).tolist())
+    stored = set(local.reader.item_ids().reshape(-1).tolist())
     for _ in range(20):
         data, info = next(it)
         assert data["obs"].shape == (4, 2, 3, 2) and data["obs"].dtype == torch.float32

@@ -95,7 +95,7 @@ def twin_buffers(spec: object, prioritized: bool = False) -> tuple[rc.ReplayBuff
 
 def slow_add_batch(buf: rc.ReplayBuffer, steps: object) -> None:
     """add_batch through the full check only."""
-    buf.write_leaves(convert_step(buf.flat_spec, steps, (NUM_ENVS,), "add_batch"))
+    buf.writer.write_leaves(convert_step(buf.writer.flat_spec, steps, (NUM_ENVS,), "add_batch"))
 
 
 @pytest.mark.parametrize("spec_name", sorted(SPECS))
@@ -175,7 +175,7 @@ def test_rejected_input_raises_the_full_checks_error_and_writes_nothing(name):
         assert_same_state(buf.state_dict(), twin.state_dict())
         return
     with pytest.raises(error) as slow_err:
-        convert_step(buf.flat_spec, step, (NUM_ENVS,), "add_batch")
+        convert_step(buf.writer.flat_spec, step, (NUM_ENVS,), "add_batch")
     with pytest.raises(error) as fast_err:
         buf.add_batch(step)
     assert str(fast_err.value) == str(slow_err.value)
@@ -246,4 +246,4 @@ def test_fast_path_with_rows_at_different_clocks_takes_the_general_write():
     fast.add_batch(step)
     slow_add_batch(slow, step)
     assert_same_state(fast.state_dict(), slow.state_dict())
-    assert fast.steps_per_row().tolist() == [1, 2, 1]
+    assert fast.reader.steps_per_row().tolist() == [1, 2, 1]

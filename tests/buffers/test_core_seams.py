@@ -91,9 +91,9 @@ def test_rows_advance_their_own_clocks_and_ids_encode_shard_row_time():
     buf.add_batch(steps[0])
     pick = {k: v[[2, 0]] for k, v in steps[1].items()}
     buf.add_batch(pick, rows=[2, 0])
-    assert buf.steps_per_row().tolist() == [2, 1, 2, 1]
+    assert buf.reader.steps_per_row().tolist() == [2, 1, 2, 1]
     assert buf.table.index.t.tolist() == [2, 1, 2, 1]
-    row2 = buf.gather_row(2)
+    row2 = buf.reader.gather_row(2)
     np.testing.assert_array_equal(row2["action"], rc.ids.encode(2, [0, 1]))
     shard, row, time = rc.ids.decode(buf.sample(64).ids)
     assert set(shard.tolist()) == {0}
@@ -154,7 +154,7 @@ def test_table_draw_gather_and_stale_check_protocol():
     draw = table.draw(8, 2)
     assert draw.table_size == 2 * 3 and len(draw) == 8
     assert not table.is_stale(draw)
-    sample = buf.gather(draw)
+    sample = buf.reader.gather(draw)
     np.testing.assert_array_equal(sample.ids, draw.ids)
     np.testing.assert_array_equal(sample.times_sampled, draw.times_sampled)
     buf.add_batch({"x": np.array([4, 104])})  # overwrites nothing yet (4 of 4 slots: t=0 goes)
@@ -206,7 +206,7 @@ def test_user_samplers_are_resolved_by_registered_name(tmp_path):
         buf.add({"x": t})
     buf.save(tmp_path / "ck")
     restored = rc.ReplayBuffer.load(tmp_path / "ck")
-    assert isinstance(restored.sampler, Reversed) and restored.sampler.tag == "y"
+    assert isinstance(restored.reader.sampler, Reversed) and restored.reader.sampler.tag == "y"
     assert restored.sample(1).data["x"].tolist() == [4]
 
 

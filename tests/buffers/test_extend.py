@@ -72,10 +72,10 @@ def test_extend_equals_a_loop_of_add_batch(num_envs, max_length, kind, stack, wr
             if stack:  # the older frame of a stack is the previous step's newest
                 step["frames"] = steps["frames"][:, j]
             slow.add_batch(step, rows=rows)
-    assert fast.steps_per_row().tolist() == slow.steps_per_row().tolist()
+    assert fast.reader.steps_per_row().tolist() == slow.reader.steps_per_row().tolist()
     assert fast.table.index.t.tolist() == slow.table.index.t.tolist()
     for row in range(num_envs):
-        a, b = fast.gather_row(row), slow.gather_row(row)
+        a, b = fast.reader.gather_row(row), slow.reader.gather_row(row)
         for key in a:
             np.testing.assert_array_equal(a[key], b[key])
     for n in (1, 2):
@@ -102,8 +102,8 @@ def test_extend_validates_the_whole_block_first():
     assert buf.num_frames() == 0
     buf.extend(good)
     buf.extend(block(1, 30, 100, np.zeros((1, 30), bool)), rows=[1])  # wraps row 1 several times
-    assert buf.steps_per_row().tolist() == [5, 20]
-    assert buf.gather_row(1)["action"].tolist() == list(range(110, 130))
+    assert buf.reader.steps_per_row().tolist() == [5, 20]
+    assert buf.reader.gather_row(1)["action"].tolist() == list(range(110, 130))
 
 
 @settings(max_examples=100, deadline=None)
@@ -151,7 +151,7 @@ def test_prioritized_block_hook_equals_one_step_at_a_time(num_envs, max_length, 
         fast.extend(steps, rows=rows)
         for j in range(count):
             slow.add_batch(optree.tree_map(lambda x, j=j: x[:, j], steps), rows=rows)
-        a, b = fast.sampler.state_dict(), slow.sampler.state_dict()
+        a, b = fast.reader.sampler.state_dict(), slow.reader.sampler.state_dict()
         assert a.keys() == b.keys()
         valid = b["start"] >= 0  # raw priorities (alpha 0) of invalid slots are unused
         for key in a:

@@ -71,7 +71,7 @@ def test_single_env_add_and_gather_all_oldest_first():
     all_steps = buf.gather_all()
     assert all_steps["action"].tolist() == [[2, 3, 4]]
     assert all_steps["small"].shape == (1, 3, 2)
-    assert buf.item_ids().tolist() == [[2, 3, 4]]
+    assert buf.reader.item_ids().tolist() == [[2, 3, 4]]
 
 
 def test_windows_never_span_the_write_position_after_wraparound():
@@ -106,13 +106,13 @@ def test_no_is_last_leaf_means_tf_agents_behaviour():
         batch = steps(t, 2)
         del batch["is_last"]
         buf.add_batch(batch)
-    assert not buf.episode_aware
+    assert not buf.writer.episode_aware
     assert set(buf.sample(300, num_steps=3).ids.tolist()) == set(rc.ids.encode([0, 1], 0).tolist())
 
 
 def test_ids_are_never_reused_across_clear():
     buf = filled(count=3)
-    old = set(buf.item_ids().ravel().tolist())
+    old = set(buf.reader.item_ids().ravel().tolist())
     buf.clear()
     assert len(buf) == 0 and buf.gather_all()["action"].shape == (4, 0)
     with pytest.raises(NotEnoughDataError):

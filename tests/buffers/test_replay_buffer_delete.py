@@ -23,7 +23,7 @@ def filled(sampler=None, items: int = 8, capacity: int = 8, **kw) -> rc.ReplayBu
 @pytest.mark.parametrize("sampler", [None, rc.Prioritized(0.6), rc.MaxHeap(), rc.Fifo(), rc.Lifo()])
 def test_a_deleted_window_is_never_sampled_again(sampler):
     buf = filled(sampler)
-    ids = buf.item_ids().reshape(-1)
+    ids = buf.reader.item_ids().reshape(-1)
     assert buf.delete(ids[[0, 3, 7]]) == 0
     info = buf.info()
     assert info.size == 5 and info.deletes == 3
@@ -37,7 +37,7 @@ def test_a_deleted_window_is_never_sampled_again(sampler):
 
 def test_stale_unknown_and_foreign_ids_are_skipped_and_counted():
     buf = filled(items=12)  # capacity 8: times 0-3 overwritten
-    ids = buf.item_ids().reshape(-1)
+    ids = buf.reader.item_ids().reshape(-1)
     stale = id_layout.encode(0, 1)
     future = id_layout.encode(0, 40)
     other_shard = id_layout.encode(0, 9, 3)
@@ -68,7 +68,7 @@ def test_bad_ids_are_refused_and_nothing_is_deleted():
 
 def test_prioritized_delete_drops_the_window_from_the_priority_sum():
     buf = filled(rc.Prioritized(1.0, 0.0))
-    ids = buf.item_ids().reshape(-1)
+    ids = buf.reader.item_ids().reshape(-1)
     buf.update_priorities(ids, np.arange(1.0, 9.0))
     buf.delete(ids[[7]])
     assert buf.table.sampling_weight()[0] == pytest.approx(sum(range(1, 8)))
@@ -79,7 +79,7 @@ def test_prioritized_delete_drops_the_window_from_the_priority_sum():
 def test_a_delete_blocks_a_sample_as_in_reverb():
     buf = filled(items=3, rate_limiter=rc.MinSize(3))
     buf.sample(1, timeout=0)
-    buf.delete(buf.item_ids().reshape(-1)[:1])
+    buf.delete(buf.reader.item_ids().reshape(-1)[:1])
     with pytest.raises(rc.errors.RateLimiterTimeout):
         buf.sample(1, timeout=0)
 
@@ -91,7 +91,7 @@ def test_a_delete_unblocks_an_insert_as_in_reverb():
         buf.add({"x": i})
     with pytest.raises(rc.errors.RateLimiterTimeout):
         buf.add({"x": 3}, timeout=0)  # full and the balance is past max_diff
-    buf.delete(buf.item_ids().reshape(-1)[:1])
+    buf.delete(buf.reader.item_ids().reshape(-1)[:1])
     buf.add({"x": 3}, timeout=0)  # size 2 + 1 <= 3: filling up again
 
 
@@ -101,7 +101,7 @@ def test_client_delete_routes_ids_to_their_shards():
     for shard in server.shards["t"]:
         for i in range(4):
             shard.buffer.add_batch({"x": np.full(2, i)})
-    ids = np.concatenate([s.buffer.item_ids().reshape(-1) for s in server.shards["t"]])
+    ids = np.concatenate([s.buffer.reader.item_ids().reshape(-1) for s in server.shards["t"]])
     foreign = id_layout.encode(0, 0, 9)
     assert client.delete("t", np.r_[ids[::2], foreign]) == 1
     info = client.info("t")

@@ -247,7 +247,7 @@ class ReplayBufferMachine(RuleBasedStateMachine):
         self._check_sample(s, valid, num_steps, batch_size)
 
     def _positive(self, valid: list) -> bool:
-        eps = self.buf.sampler.epsilon
+        eps = self.buf.reader.sampler.epsilon
         return sum((self.priorities[w] + eps) ** 0.7 for w in valid) > 0
 
     def _check_sample(self, s: rc.Sample, valid: list, num_steps: int | None, batch: int) -> None:
@@ -260,16 +260,18 @@ class ReplayBufferMachine(RuleBasedStateMachine):
             order = valid if self.kind == "fifo" else valid[::-1]
             assert drawn == [order[0]] * batch  # Reverb: the first window, once per item
         else:
-            eps = self.buf.sampler.epsilon
+            eps = self.buf.reader.sampler.epsilon
             values = {w: (self.priorities[w] + eps) ** 0.7 for w in valid}
             total = sum(values.values())
             want = [values[w] / total for w in drawn]
             np.testing.assert_allclose(s.probabilities, want, rtol=1e-9)
             want_p = [self.priorities[w] for w in drawn]
             np.testing.assert_allclose(s.priorities, want_p, rtol=1e-9, atol=1e-9)
-            w = (len(valid) * np.array(want)) ** -self.buf.sampler.importance_sampling_exponent
+            w = (
+                len(valid) * np.array(want)
+            ) ** -self.buf.reader.sampler.importance_sampling_exponent
             p_min = min(v for v in values.values() if v > 0) / total  # buffer-wide (cpprb)
-            beta = self.buf.sampler.importance_sampling_exponent
+            beta = self.buf.reader.sampler.importance_sampling_exponent
             np.testing.assert_allclose(s.weights, w / (len(valid) * p_min) ** -beta, rtol=1e-9)
         assert s.table_size == len(valid)
         if self.track:
@@ -297,9 +299,9 @@ class ReplayBufferMachine(RuleBasedStateMachine):
         if not hasattr(self, "buf"):
             return
         assert self.buf.num_frames() == len(self.buf) == self.ref.num_frames()
-        assert self.buf.steps_per_row().tolist() == self.ref.counts()
+        assert self.buf.reader.steps_per_row().tolist() == self.ref.counts()
         for row in range(self.ref.num_envs):
-            got = self.flat.treedef.flatten_up_to(self.buf.gather_row(row))
+            got = self.flat.treedef.flatten_up_to(self.buf.reader.gather_row(row))
             want = self.ref.row_leaves(row, len(got))
             for leaf, spec in zip(got, self.flat.leaves, strict=True):
                 assert leaf.shape[0] == self.ref.counts()[row] and leaf.dtype == spec.dtype
@@ -307,12 +309,14 @@ class ReplayBufferMachine(RuleBasedStateMachine):
                 for g, w in zip(got, want, strict=True):
                     np.testing.assert_array_equal(g, w)
         if len(set(self.ref.counts())) == 1:
-            np.testing.assert_array_equal(self.buf.item_ids(), self.ref.item_ids())
+            np.testing.assert_array_equal(self.buf.reader.item_ids(), self.ref.item_ids())
         else:
             with pytest.raises(InvalidArgumentError, match="different numbers of steps"):
-                self.buf.item_ids()
+                self.buf.reader.item_ids()
         if self.kind == "prioritized":
-            assert self.buf.sampler.num_valid == len(self.ref.windows(self.seq, self.episodic))
+            assert self.buf.reader.sampler.num_valid == len(
+                self.ref.windows(self.seq, self.episodic)
+            )
 
     @precondition(lambda self: hasattr(self, "buf"))
     @invariant()

@@ -133,7 +133,7 @@ def fill(
     if restored:
         buf.save(tmp_path / "ck")
         buf = rc.ReplayBuffer.load(tmp_path / "ck")
-        assert type(buf.sampler) is type(SAMPLERS[name]())
+        assert type(buf.reader.sampler) is type(SAMPLERS[name]())
     write(buf, ref, SECOND, path)
     return buf, ref
 
@@ -229,7 +229,7 @@ def test_prioritized_sampling_of_single_steps_without_is_last():
     for t in range(40):
         buf.add(step(0, t, False))
     sample = buf.sample(8)
-    assert sample.table_size == 40 and not buf.sampler.episode_aware
+    assert sample.table_size == 40 and not buf.reader.sampler.episode_aware
     np.testing.assert_array_equal(sample.data["observation"], sample.ids)  # row 0: id == t
     np.testing.assert_allclose(sample.probabilities, 1 / 40)
 
@@ -241,9 +241,9 @@ def test_a_checkpointed_episode_flag_never_overrides_the_tables(stored):
     for aware in (False, True):
         buf, ref = make("prioritized", aware, 2, 1), Reference(1, aware)
         write(buf, ref, range(12), "add")
-        state = {**buf.sampler.state_dict(), "episode_aware": stored}
-        buf.sampler.load_state_dict(state)
-        assert buf.sampler.episode_aware is aware
+        state = {**buf.reader.sampler.state_dict(), "episode_aware": stored}
+        buf.reader.sampler.load_state_dict(state)
+        assert buf.reader.sampler.episode_aware is aware
         windows = ref.windows(2)
         sample = buf.sample(32)
         assert set(sample.ids.tolist()) <= set(ids_of(windows).tolist())

@@ -13,7 +13,7 @@ SPEC = {"x": rc.ArraySpec((2,), np.int64)}
 
 
 def reader_over(buf: rc.ReplayBuffer) -> StoredReader:
-    return StoredReader(buf.flat_spec, buf.table, buf.storage)
+    return StoredReader(buf.writer.flat_spec, buf.table, buf.storage)
 
 
 def written(num_envs: int, capacity: int, steps: int) -> rc.ReplayBuffer:

@@ -46,7 +46,7 @@ def test_import_restores_every_step_of_every_episode(tmp_path):
     assert result.exit_code == 0, result.output
     assert "30 steps" in result.output
     buf = rc.load_buffer(tmp_path / "replay-buffer")
-    stored = buf.gather_row(0)
+    stored = buf.reader.gather_row(0)
     episodes = written_episodes()
     assert buf.num_frames() == 30 == sum(len(e) for e in episodes.values())
     for episode in range(3):  # oldest first, 10 steps each
@@ -67,7 +67,7 @@ def test_import_names_a_table():
     )
     buf = from_reverb(OURS / "checkpoint", table="queue")
     assert buf.num_frames() == 4
-    got = buf.gather_row(0)["x"]
+    got = buf.reader.gather_row(0)["x"]
     assert got.tobytes().hex() == "".join(i["data"][0]["hex"] for i in want["items"])
 
 

@@ -71,7 +71,7 @@ def test_pong_frame_stacks_are_exact():
             obs[e] = envs[e].reset()[0]
         first = last
     assert starts > NUM_ENVS  # several episodes were stored
-    all_obs, ids = buf.gather_all()["observation"], buf.item_ids()
+    all_obs, ids = buf.gather_all()["observation"], buf.reader.item_ids()
     for e in range(NUM_ENVS):
         for j in range(ids.shape[1]):
             np.testing.assert_array_equal(all_obs[e, j], recorded[int(ids[e, j])])

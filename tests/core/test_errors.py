@@ -50,7 +50,7 @@ def buf() -> rc.ReplayBuffer:
 def snapshot(b: rc.ReplayBuffer) -> tuple:
     import optree
 
-    return optree.tree_leaves(b.gather_all()), b.num_frames(), b.item_ids()
+    return optree.tree_leaves(b.gather_all()), b.num_frames(), b.reader.item_ids()
 
 
 def assert_unchanged(before: tuple, after: tuple) -> None:
@@ -232,7 +232,7 @@ def test_rejected_add_batch_changes_nothing(buf, corrupt):
     assert_unchanged(before, snapshot(buf))
     assert (buf.table.index.t == t).all()
     buf.add_batch(batch(value=5))  # the next good batch gets the next id
-    assert buf.item_ids()[:, -1].tolist() == rc.ids.encode([0, 1], t).tolist()
+    assert buf.reader.item_ids()[:, -1].tolist() == rc.ids.encode([0, 1], t).tolist()
 
 
 def test_within_episode_true_needs_is_last():

@@ -107,8 +107,8 @@ def check(name: str, loaded: Any) -> None:
     index = loaded.table.index
     assert index.t.tolist() == [t, t] and index.t_clear.tolist() == [t_clear, t_clear]
     assert loaded.num_frames() == 2 * stored
-    assert loaded.sequence_length == 2
-    assert loaded.rng.bit_generator.state == np.random.default_rng(SEED).bit_generator.state
+    assert loaded.reader.sequence_length == 2
+    assert loaded.reader.rng.bit_generator.state == np.random.default_rng(SEED).bit_generator.state
     assert type(loaded.data_spec["info"]).__name__ == "Info"
     assert loaded.data_spec["info"]._fields == ("a", "b")
     times = range(t - stored, t)
@@ -119,7 +119,7 @@ def check(name: str, loaded: Any) -> None:
         assert e.dtype == g.dtype
         np.testing.assert_array_equal(e, g)
     ids = rc.ids.encode(np.arange(2)[:, None], np.arange(t - stored, t)[None, :])
-    np.testing.assert_array_equal(loaded.item_ids(), ids)
+    np.testing.assert_array_equal(loaded.reader.item_ids(), ids)
     assert loaded.sample(4, 2).data["action"].shape == (4, 2)
 
 

@@ -209,4 +209,4 @@ def test_sampler_instances_are_copied_for_every_buffer():
     manager = rc.ReplayBufferManager(rlds_spec(), capacity=10, sampler=sampler)
     first, _ = manager.create_replay_buffer()
     second, _ = manager.create_replay_buffer()
-    assert first.sampler is not second.sampler and first.sampler is not sampler
+    assert first.reader.sampler is not second.reader.sampler and first.reader.sampler is not sampler

@@ -24,13 +24,9 @@ LIMIT = 500
 #: modules over LIMIT lines, each with the reason it stays one module
 ALLOWED_LARGE: dict[str, str] = {}
 #: mixins still to be made collaborators (shrink only)
-PENDING_MIXINS: set[str] = {
-    "BufferWrites",
-    "BufferSampling",
-    "BufferState",
-}
+PENDING_MIXINS: set[str] = set()
 #: classes still aliasing ``self`` to reach their host's members (shrink only)
-PENDING_SELF_ALIASES = {"LocalSource", "BufferSource"}
+PENDING_SELF_ALIASES: set[str] = set()
 _FIELD_BASES = {"NamedTuple", "TypedDict", "Protocol", "Generic", "Enum", "IntEnum"}
 
 

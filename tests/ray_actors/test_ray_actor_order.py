@@ -61,7 +61,7 @@ def test_chunks_arriving_out_of_order_are_stored_in_sent_order(arrival: list[int
     futures = arrive(actor, [("extend", lease, chunk(k), None, k) for k in arrival])
     assert [f.result(10) for f in futures] == [ENVS * CHUNK] * len(arrival)
     for row in rows:
-        stored = actor.shard.buffer.gather_row(int(row))
+        stored = actor.shard.buffer.reader.gather_row(int(row))
         np.testing.assert_array_equal(stored["seq"], np.arange(len(arrival) * CHUNK))
         np.testing.assert_array_equal(stored["obs"][:, 2], stored["seq"])
 

@@ -59,7 +59,7 @@ def test_chunks_are_stored_in_the_order_sent_like_a_local_extend(served) -> None
     # answers read out of order are each chunk's own
     assert [answer(channel, n) for n in reversed(numbers)] == [ENVS * T] * 6
     for row in range(ENVS):
-        got, want = shard.buffer.gather_row(row), reference.gather_row(row)
+        got, want = shard.buffer.reader.gather_row(row), reference.reader.gather_row(row)
         np.testing.assert_array_equal(got["seq"], np.arange(6 * T))
         np.testing.assert_array_equal(got["obs"], want["obs"])
     channel.close()
@@ -122,7 +122,7 @@ def test_a_chunk_cut_short_by_a_dying_writer_stores_nothing(served) -> None:
     assert len(shard.buffer) == 0
     channel = ChunkChannel(listener.address, listener.token)
     assert answer(channel, send(channel, lease_id, chunk(1), None)) == ENVS * T
-    np.testing.assert_array_equal(shard.buffer.gather_row(0)["seq"], np.arange(T, 2 * T))
+    np.testing.assert_array_equal(shard.buffer.reader.gather_row(0)["seq"], np.arange(T, 2 * T))
     channel.close()
 
 

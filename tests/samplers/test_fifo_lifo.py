@@ -67,7 +67,7 @@ def test_fifo_and_lifo_match_brute_force_order(case, within_episode):
             order = order[::-1]
         expected = order[np.arange(batch) % len(order)]
         # the sampler's order: sample(k) is the first k windows (cyclic past N)
-        w = buf.sampler.sample(batch, num_steps, within_episode, buf.rng)
+        w = buf.reader.sampler.sample(batch, num_steps, within_episode, buf.reader.rng)
         np.testing.assert_array_equal(rc.ids.encode(w.rows, w.times), expected)
         # a buffer's batch is one selection per item, as Reverb: the first window b times
         s = buf.sample(batch, num_steps, within_episode=within_episode)
@@ -85,12 +85,12 @@ def ids_of(pairs: list[tuple[int, int]]) -> list[int]:
 def test_fifo_queue_example_and_no_rng_use():
     buf = rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Fifo(), rng=0)
     fill(buf, [[False, False]] * 3 + [[True, False]] + [[False, False]] * 2)
-    state = buf.rng.bit_generator.state
+    state = buf.reader.rng.bit_generator.state
     # stored times 0..5 (max_length 4 -> times 2..5); row 0 ends an episode at t=3
     oldest = ids_of([(2, 0), (2, 1), (3, 1), (4, 0), (4, 1)])
     assert buf.sample(5, 2).ids.tolist() == oldest[:1] * 5  # Reverb: the top item b times
     assert buf.sample(5, 2).ids.tolist() == oldest[:1] * 5  # sampling removes nothing
-    assert buf.rng.bit_generator.state == state
+    assert buf.reader.rng.bit_generator.state == state
     queue = rc.ReplayBuffer(SPEC, 8, 2, sampler=rc.Fifo(), rng=0, max_times_sampled=1)
     fill(queue, [[False, False]] * 3 + [[True, False]] + [[False, False]] * 2)
     assert queue.sample(5, 2).ids.tolist() == oldest  # each window once, in order

@@ -42,14 +42,14 @@ def make_buffer(capacity=40, num_envs=2, seq=2, steps=50, seed=0, spec=SPEC, **k
 
 def valid_ids(buf) -> np.ndarray:
     """All valid window ids, from the window index (the uniform sampler's ground truth)."""
-    seg = buf.table.index.segments(buf.sampler.sequence_length, buf.episode_aware)
+    seg = buf.table.index.segments(buf.reader.sampler.sequence_length, buf.writer.episode_aware)
     rows, times = seg.enumerate()
     return np.sort(rc.ids.encode(rows, times))
 
 
 def tree_values_by_id(buf, ids: np.ndarray) -> np.ndarray:
     _, rows, times = rc.ids.decode(ids)
-    return buf.sampler._tree[rows * buf.max_length + times % buf.max_length]
+    return buf.reader.sampler._tree[rows * buf.writer.max_length + times % buf.writer.max_length]
 
 
 def test_sampling_frequencies_match_priorities_chi_square():
@@ -89,11 +89,11 @@ def test_weights_match_formula(beta):
     s = buf.sample(64, importance_sampling_exponent=beta)
     n = len(ids)
     w = (n * s.probabilities) ** -beta
-    values = buf.sampler._tree.values  # (p + eps)^alpha; P_min = min / total
+    values = buf.reader.sampler._tree.values  # (p + eps)^alpha; P_min = min / total
     p_min = values[values > 0].min() / values.sum()
     np.testing.assert_allclose(s.weights, w / (n * p_min) ** -beta, rtol=1e-12)
     assert s.weights.dtype == np.float64 and s.weights.max() <= 1.0
-    assert buf.sampler.num_valid == n
+    assert buf.reader.sampler.num_valid == n
 
 
 def test_stale_ids_are_skipped_and_counted():
@@ -102,34 +102,34 @@ def test_stale_ids_are_skipped_and_counted():
     rng = np.random.default_rng(3)
     for _ in range(10):  # overwrite every stored step
         buf.add_batch(make_step(rng, 2))
-    before = buf.sampler._tree.values.copy()
+    before = buf.reader.sampler._tree.values.copy()
     live = valid_ids(buf)[:3]
     ids = np.concatenate([old, live, [-5]])
     skipped = buf.update_priorities(ids, np.full(len(ids), 3.0))
     assert skipped == len(old) + 1
-    changed = np.flatnonzero(buf.sampler._tree.values != before)
+    changed = np.flatnonzero(buf.reader.sampler._tree.values != before)
     assert len(changed) == len(live)
-    assert buf.sampler.max_priority == 3.0
+    assert buf.reader.sampler.max_priority == 3.0
 
 
 @pytest.mark.parametrize("unissued", [10**9, 123456789, (1 << 40) * 2])  # time, time, row 2
 def test_ids_never_issued_raise_naming_them_and_change_nothing(unissued):
     buf = make_buffer(capacity=20, num_envs=2, seq=2, steps=15)
     live = valid_ids(buf)[:3]
-    before = buf.sampler._tree.values.copy()
+    before = buf.reader.sampler._tree.values.copy()
     ids = np.concatenate([live, [unissued]])
     with pytest.raises(
         InvalidArgumentError, match=rf"ids \[{unissued}\] \(1 of 4\) were never issued"
     ):
         buf.update_priorities(ids, np.full(len(ids), 3.0))
-    np.testing.assert_array_equal(buf.sampler._tree.values, before)
+    np.testing.assert_array_equal(buf.reader.sampler._tree.values, before)
 
 
 def test_cleared_windows_are_stale():
     buf = make_buffer(capacity=20, num_envs=2, seq=2, steps=15)
     ids = buf.sample(4).ids
     buf.clear()
-    assert buf.sampler._tree.total == 0.0
+    assert buf.reader.sampler._tree.total == 0.0
     assert buf.update_priorities(ids, np.ones(4)) == 4
     assert buf.update_priorities([-2, -1, -3], np.ones(3)) == 3
 
@@ -138,12 +138,12 @@ def test_new_windows_get_max_priority():
     alpha, eps = 0.5, 1e-6
     spec = {k: v for k, v in SPEC.items() if k != "is_last"}
     buf = make_buffer(capacity=30, num_envs=1, seq=2, steps=5, spec=spec, priority_exponent=alpha)
-    assert buf.sampler.max_priority == 1.0
+    assert buf.reader.sampler.max_priority == 1.0
     ids = valid_ids(buf)
     np.testing.assert_allclose(tree_values_by_id(buf, ids), (1.0 + eps) ** alpha)
     buf.update_priorities(ids[:2], np.array([7.0, 2.0]))
     buf.update_priorities(ids[2:3], np.array([0.5]))  # max is a running max
-    assert buf.sampler.max_priority == 7.0
+    assert buf.reader.sampler.max_priority == 7.0
     step = make_step(np.random.default_rng(0), 1)
     buf.add_batch({k: step[k] for k in spec})
     newest = valid_ids(buf)[-1]
@@ -183,8 +183,8 @@ def test_invalid_windows_always_have_zero_priority(history):
         _, rows, times = rc.ids.decode(valid)
         expected = np.zeros(num_envs * max_length, bool)
         expected[rows * max_length + times % max_length] = True
-        np.testing.assert_array_equal(buf.sampler._tree.values > 0, expected)
-        assert buf.sampler.num_valid == len(valid)
+        np.testing.assert_array_equal(buf.reader.sampler._tree.values > 0, expected)
+        assert buf.reader.sampler.num_valid == len(valid)
         if len(valid):
             assert np.isin(buf.sample(16).ids, valid).all()
 
@@ -199,12 +199,12 @@ def test_invalid_windows_always_have_zero_priority(history):
 )
 def test_bad_priorities_raise_and_change_nothing(priorities, match):
     buf = make_buffer()
-    before = buf.sampler._tree.values.copy()
+    before = buf.reader.sampler._tree.values.copy()
     ids = valid_ids(buf)[:2]
     with pytest.raises(InvalidArgumentError, match=match):
         buf.update_priorities(ids, priorities)
-    np.testing.assert_array_equal(buf.sampler._tree.values, before)
-    assert buf.sampler.max_priority == 1.0
+    np.testing.assert_array_equal(buf.reader.sampler._tree.values, before)
+    assert buf.reader.sampler.max_priority == 1.0
 
 
 def test_argument_errors():
@@ -240,10 +240,10 @@ def test_state_dict_round_trip_continues_identically():
     buf = make_buffer(capacity=40, num_envs=2, seq=2, steps=33)
     ids = valid_ids(buf)
     buf.update_priorities(ids, np.random.default_rng(2).random(len(ids)))
-    state = buf.sampler.state_dict()
+    state = buf.reader.sampler.state_dict()
     assert all(isinstance(v, np.ndarray | int | float) for v in state.values())
     twin = make_buffer(capacity=40, num_envs=2, seq=2, steps=33)
-    twin.sampler.load_state_dict(state)
+    twin.reader.sampler.load_state_dict(state)
     twin._rng = np.random.default_rng(9)
     buf._rng = np.random.default_rng(9)
     a, b = buf.sample(50), twin.sample(50)
@@ -257,7 +257,9 @@ def test_checkpoint_restores_priorities(tmp_path):
     buf.update_priorities(ids, np.random.default_rng(2).random(len(ids)))
     buf.save(tmp_path / "ckpt")
     restored = rc.ReplayBuffer.load(tmp_path / "ckpt")
-    np.testing.assert_array_equal(restored.sampler._tree.values, buf.sampler._tree.values)
+    np.testing.assert_array_equal(
+        restored.reader.sampler._tree.values, buf.reader.sampler._tree.values
+    )
     np.testing.assert_array_equal(restored.sample(20).ids, buf.sample(20).ids)
 
 
@@ -271,7 +273,7 @@ def test_transition_buffer_prioritized():
     w = (tb.num_frames() * s.probabilities) ** -1.0
     np.testing.assert_allclose(s.weights, w / w.max())
     assert tb.update_priorities(s.ids, np.arange(16.0)) == 0
-    assert tb.replay_buffer.sampler.max_priority == 15.0
+    assert tb.replay_buffer.reader.sampler.max_priority == 15.0
     uniform = rc.TransitionBuffer(10)
     uniform.add(np.zeros(2, np.float32), 0, 1.0, np.ones(2, np.float32), False)
     with pytest.raises(InvalidArgumentError, match="needs a prioritized buffer"):
@@ -301,21 +303,21 @@ def test_all_zero_priorities_with_epsilon_zero_raise_not_enough_data():
 
 def test_priorities_whose_sum_overflows_raise_and_change_nothing():
     buf = make_buffer(priority_exponent=1.0)
-    before = buf.sampler._tree.values.copy()
+    before = buf.reader.sampler._tree.values.copy()
     ids = valid_ids(buf)[:3]
     with pytest.raises(InvalidArgumentError, match=r"priority 1e\+308 overflows: \(p \+ epsilon"):
         buf.update_priorities(ids, [1e308, 1e308, 1e308])
-    np.testing.assert_array_equal(buf.sampler._tree.values, before)
-    assert buf.sampler.max_priority == 1.0
+    np.testing.assert_array_equal(buf.reader.sampler._tree.values, before)
+    assert buf.reader.sampler.max_priority == 1.0
 
 
 def test_priorities_whose_power_overflows_raise_and_change_nothing():
     buf = make_buffer(priority_exponent=2.0)
-    before = buf.sampler._tree.values.copy()
+    before = buf.reader.sampler._tree.values.copy()
     ids = valid_ids(buf)[:2]
     with pytest.raises(InvalidArgumentError, match=r"priority 1e\+200 overflows.*alpha=2\.0"):
         buf.update_priorities(ids, [1.0, 1e200])
-    np.testing.assert_array_equal(buf.sampler._tree.values, before)
+    np.testing.assert_array_equal(buf.reader.sampler._tree.values, before)
 
 
 def test_updating_no_priorities_returns_zero_skipped():
@@ -364,7 +366,7 @@ def test_valid_flags_give_the_start_times_a_start_array_would(history):
         _, rows, times = rc.ids.decode(valid)
         expected = np.full(num_envs * max_length, -1, np.int64)
         expected[rows * max_length + times % max_length] = times
-        np.testing.assert_array_equal(buf.sampler.state_dict()["start"], expected)
+        np.testing.assert_array_equal(buf.reader.sampler.state_dict()["start"], expected)
         assert buf.update_priorities(valid, np.ones(len(valid))) == 0
         older = rc.ids.encode(rows, times - max_length)[times >= max_length]
         newer = rc.ids.encode(rows, times + max_length)

@@ -37,7 +37,7 @@ def step(t: int, num_envs: int = 4) -> dict:
 
 def checked(buf: rc.ReplayBuffer) -> rc.ReplayBuffer:
     """``buf`` made to forget its draws, so that every update takes the checked path."""
-    sampler = buf.sampler
+    sampler = buf.reader.sampler
     sample = sampler.sample
 
     def forgetting(*args, **kwargs):
@@ -69,8 +69,10 @@ def test_fast_path_equals_the_checked_path(between):
                 buf.update_priorities(ids[:5], priorities[:5] + 1)
             skips.append(buf.update_priorities(ids, priorities))
         assert skips[0] == skips[1]
-        np.testing.assert_array_equal(fast.sampler._tree.values, slow.sampler._tree.values)
-        assert fast.sampler.max_priority == slow.sampler.max_priority
+        np.testing.assert_array_equal(
+            fast.reader.sampler._tree.values, slow.reader.sampler._tree.values
+        )
+        assert fast.reader.sampler.max_priority == slow.reader.sampler.max_priority
     if between in ("add", "delete"):
         assert fast.info().size == slow.info().size
 
@@ -79,7 +81,7 @@ def test_ids_of_the_last_draw_after_a_write_are_checked_and_stale_ones_skipped()
     buf = make(capacity=16, num_envs=4)  # 4 slots per row: one add overwrites a window a row
     s = buf.sample(64)
     buf.add_batch(step(99))
-    gone = np.isin(s.ids, buf.item_ids().reshape(-1), invert=True)
+    gone = np.isin(s.ids, buf.reader.item_ids().reshape(-1), invert=True)
     assert gone.any()
     assert buf.update_priorities(s.ids, np.ones(64)) == int(gone.sum())
 
@@ -91,7 +93,9 @@ def test_an_id_changed_in_place_is_not_taken_for_the_drawn_one():
         ids = s.ids
         ids[0] = ids[1] if ids[1] != ids[0] else ids[2]  # the caller edits the returned array
         buf.update_priorities(ids, np.arange(8.0) + 2)
-    np.testing.assert_array_equal(fast.sampler._tree.values, slow.sampler._tree.values)
+    np.testing.assert_array_equal(
+        fast.reader.sampler._tree.values, slow.reader.sampler._tree.values
+    )
 
 
 def test_shard_ids_of_the_last_draw():
@@ -99,9 +103,11 @@ def test_shard_ids_of_the_last_draw():
     for buf in (fast, slow):
         s = buf.sample(16)
         shard_ids = s.ids | (3 << SHARD_SHIFT)
-        assert buf.sampler.update_priorities(shard_ids, np.full(16, 2.0), shard=3) == 0
-        assert buf.sampler.update_priorities(s.ids, np.full(16, 5.0), shard=3) == 16
-    np.testing.assert_array_equal(fast.sampler._tree.values, slow.sampler._tree.values)
+        assert buf.reader.sampler.update_priorities(shard_ids, np.full(16, 2.0), shard=3) == 0
+        assert buf.reader.sampler.update_priorities(s.ids, np.full(16, 5.0), shard=3) == 16
+    np.testing.assert_array_equal(
+        fast.reader.sampler._tree.values, slow.reader.sampler._tree.values
+    )
 
 
 @pytest.mark.parametrize(
@@ -116,18 +122,18 @@ def test_shard_ids_of_the_last_draw():
 def test_bad_priorities_for_the_drawn_ids_raise_the_same_errors(priorities, match):
     buf = make(alpha=1.0)  # alpha 1: 8 priorities of 1e308 overflow the sum
     s = buf.sample(8)
-    before = buf.sampler._tree.values.copy()
+    before = buf.reader.sampler._tree.values.copy()
     with pytest.raises(InvalidArgumentError, match=match):
         buf.update_priorities(s.ids, priorities)
-    np.testing.assert_array_equal(buf.sampler._tree.values, before)
+    np.testing.assert_array_equal(buf.reader.sampler._tree.values, before)
 
 
 def test_a_restored_state_forgets_the_draw():
     buf = make()
-    state = buf.sampler.state_dict()
+    state = buf.reader.sampler.state_dict()
     s = buf.sample(8)
-    buf.sampler.load_state_dict(state)
-    assert buf.sampler._drawn is None
+    buf.reader.sampler.load_state_dict(state)
+    assert buf.reader.sampler._drawn is None
     buf.update_priorities(s.ids, np.ones(8))  # still valid: the checked path updates them
     buf.clear()
-    assert buf.sampler._drawn is None
+    assert buf.reader.sampler._drawn is None

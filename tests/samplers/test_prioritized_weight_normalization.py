@@ -19,7 +19,7 @@ def hundred(mode: str, epsilon: float = 0.0) -> rc.ReplayBuffer:
     buf = rc.ReplayBuffer(SPEC, 100, sampler=sampler, sequence_length=1, rng=0)
     for i in range(100):
         buf.add({"x": i})
-    buf.update_priorities(buf.item_ids().reshape(-1), np.r_[0.01, np.ones(99)])
+    buf.update_priorities(buf.reader.item_ids().reshape(-1), np.r_[0.01, np.ones(99)])
     return buf
 
 
@@ -47,7 +47,7 @@ def test_weights_follow_the_formula_with_the_smallest_stored_priority():
     rng = np.random.default_rng(0)
     buf = hundred("buffer", 1e-3)
     p = rng.uniform(0.0, 5.0, 100)
-    buf.update_priorities(buf.item_ids().reshape(-1), p)
+    buf.update_priorities(buf.reader.item_ids().reshape(-1), p)
     s = buf.sample(64, importance_sampling_exponent=0.7)
     values = (p + 1e-3) ** 1.0
     n, p_min = 100, values.min() / values.sum()
@@ -58,16 +58,16 @@ def test_weights_follow_the_formula_with_the_smallest_stored_priority():
 
 def test_weights_follow_the_minimum_when_it_rises_or_is_overwritten():
     buf = hundred("buffer")  # item 0: priority 0.01, items 1-99: 1 (alpha 1, epsilon 0)
-    ids = buf.item_ids().reshape(-1)
+    ids = buf.reader.item_ids().reshape(-1)
     buf.update_priorities(ids[1:2], [0.02])
     buf.update_priorities(ids[:1], [0.5])  # the minimum rises: 0.02 is the smallest now
-    assert buf.sampler.min_sampling_value() == 0.02
+    assert buf.reader.sampler.min_sampling_value() == 0.02
     s = buf.sample(64, importance_sampling_exponent=0.5)
     values = s.probabilities * (0.5 + 0.02 + 98)
     np.testing.assert_allclose(s.weights, (values / 0.02) ** -0.5, rtol=1e-10)
     buf.add({"x": 100})
     buf.add({"x": 101})  # the ring overwrites items 0 and 1: every priority is 1 again
-    assert buf.sampler.min_sampling_value() == 1.0
+    assert buf.reader.sampler.min_sampling_value() == 1.0
     np.testing.assert_allclose(buf.sample(64, importance_sampling_exponent=0.5).weights, 1.0)
 
 
@@ -80,11 +80,13 @@ def test_rule_and_minimum_survive_a_checkpoint(tmp_path):
     buf = hundred("buffer")
     buf.save(tmp_path / "per")
     restored = rc.ReplayBuffer.load(tmp_path / "per")
-    assert restored.sampler.weight_normalization == "buffer"
-    assert restored.sampler.min_sampling_value() == pytest.approx(0.01)
+    assert restored.reader.sampler.weight_normalization == "buffer"
+    assert restored.reader.sampler.min_sampling_value() == pytest.approx(0.01)
     s = batch_without_the_low_item(restored)
     np.testing.assert_allclose(s.weights, 0.1, rtol=1e-12)
-    assert rc.ReplayBuffer.load(tmp_path / "per").sampler.get_config()["weight_normalization"]
+    assert rc.ReplayBuffer.load(tmp_path / "per").reader.sampler.get_config()[
+        "weight_normalization"
+    ]
 
 
 def test_buffer_weights_over_four_shards_use_the_global_smallest_priority():
@@ -95,7 +97,7 @@ def test_buffer_weights_over_four_shards_use_the_global_smallest_priority():
     for shard in server.shards["t"]:
         for i in range(8):
             shard.buffer.add_batch({"x": np.full(2, i)})
-    ids = np.concatenate([s.buffer.item_ids().reshape(-1) for s in server.shards["t"]])
+    ids = np.concatenate([s.buffer.reader.item_ids().reshape(-1) for s in server.shards["t"]])
     p = np.ones(len(ids))
     p[0] = 0.01  # on shard 0 only
     client.update_priorities("t", ids, p, wait=True)
@@ -172,7 +174,7 @@ def test_buffer_weights_from_one_shard_in_several_batches(limiter):
     shard = server.shards["t"][0].buffer
     for i in range(100):
         shard.add({"x": i})
-    ids = shard.item_ids().reshape(-1)
+    ids = shard.reader.item_ids().reshape(-1)
     client.update_priorities("t", ids, np.r_[0.01, np.ones(99)], wait=True)
     for s in client.sample_batches("t", 8, 3, importance_sampling_exponent=0.5):
         low = s.ids == ids[0]

@@ -86,7 +86,7 @@ def test_uniform_single_steps_without_episode_leaf():
     for t in range(61):
         buf.add_batch({"x": np.full((4, 3), t, np.uint8)})
     ids = np.concatenate([buf.sample(1000).ids for _ in range(50)])
-    stored = buf.item_ids().ravel()
+    stored = buf.reader.item_ids().ravel()
     assert np.isin(ids, stored).all()
     counts = np.array([(ids == i).sum() for i in stored])
     assert chisquare(counts).pvalue > P_MIN

@@ -103,11 +103,11 @@ def test_one_env_sb3_layout_uses_the_one_row_writer():
         10, BOX4, gym.spaces.Discrete(2), "cpu", handle_timeout_termination=False, rng=0
     )
     core = buf.transitions.replay_buffer
-    assert buf.write_leaves is not core.write_leaves  # the one-row writer
+    assert buf.write_leaves is not core.writer.write_leaves  # the one-row writer
     two = recollect.sb3.ReplayBuffer(
         10, BOX4, gym.spaces.Discrete(2), "cpu", n_envs=2, handle_timeout_termination=False
     )
-    assert two.write_leaves == two.transitions.replay_buffer.write_leaves  # several rows
+    assert two.write_leaves == two.transitions.replay_buffer.writer.write_leaves  # several rows
 
 
 def test_one_row_writer_records_each_step_in_the_table():

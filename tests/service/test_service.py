@@ -50,7 +50,7 @@ def test_writer_stores_what_a_local_add_batch_stores() -> None:
     assert writer.rows.tolist() == [0, 1, 2, 3]
     assert len(served) == len(reference) == 120
     for row in range(4):
-        got, want = served.gather_row(row), reference.gather_row(row)
+        got, want = served.reader.gather_row(row), reference.reader.gather_row(row)
         np.testing.assert_array_equal(got["obs"], want["obs"])
         np.testing.assert_array_equal(got["is_last"], want["is_last"])
 
@@ -61,7 +61,7 @@ def test_add_of_a_single_env_writer_and_its_refusal_with_several() -> None:
     one = client.writer("t", 1, chunk_length=2)
     one.add({"obs": np.ones(3, np.float32), "is_last": False})
     one.add({"obs": np.ones(3, np.float32), "is_last": True})
-    assert buf.steps_per_row().tolist() == [2, 0]
+    assert buf.reader.steps_per_row().tolist() == [2, 0]
     two = client.writer("t", 1)
     assert two.rows.tolist() == [1]
     with pytest.raises(InvalidArgumentError, match="free row"):
@@ -175,7 +175,7 @@ def _stored_leaf(server: Server, leaf: str):
     for shard in server.shards["t"]:
         buf = shard.buffer
         for row in range(buf.num_envs):
-            rows[shard.index, row] = (buf.table.index.lo[row], buf.gather_row(row)[leaf])
+            rows[shard.index, row] = (buf.table.index.lo[row], buf.reader.gather_row(row)[leaf])
 
     def stored(ids: np.ndarray) -> np.ndarray:
         shards, row_of, times = rc.ids.decode(ids)

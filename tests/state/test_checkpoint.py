@@ -54,7 +54,7 @@ def leaves(tree) -> list:
 
 def assert_same_contents(a: rc.ReplayBuffer, b: rc.ReplayBuffer) -> None:
     assert a.num_frames() == b.num_frames()
-    np.testing.assert_array_equal(a.item_ids(), b.item_ids())
+    np.testing.assert_array_equal(a.reader.item_ids(), b.reader.item_ids())
     for x, y in zip(leaves(a.gather_all()), leaves(b.gather_all()), strict=True):
         assert x.dtype == y.dtype
         np.testing.assert_array_equal(x, y)
@@ -102,10 +102,10 @@ def test_round_trip_prioritized_keeps_priorities_and_sample_sequence(tmp_path):
     buf.update_priorities(s.ids, np.linspace(0.1, 5.0, 8))
     buf.save(tmp_path / "ck")
     restored = rc.ReplayBuffer.load(tmp_path / "ck")
-    assert type(restored.sampler) is rc.Prioritized
-    assert restored.sampler.priority_exponent == pytest.approx(0.7)
+    assert type(restored.reader.sampler) is rc.Prioritized
+    assert restored.reader.sampler.priority_exponent == pytest.approx(0.7)
     assert_same_contents(buf, restored)
-    state_a, state_b = buf.sampler.state_dict(), restored.sampler.state_dict()
+    state_a, state_b = buf.reader.sampler.state_dict(), restored.reader.sampler.state_dict()
     for key in state_a:
         np.testing.assert_array_equal(state_a[key], state_b[key])
     for target in (buf, restored):
@@ -135,7 +135,7 @@ def test_round_trip_holds_after_any_sequence_of_operations(num_envs, max_length,
         buf.save(Path(tmp) / "ck")
         restored = rc.ReplayBuffer.load(Path(tmp) / "ck")
     assert_same_contents(buf, restored)
-    assert restored.rng.bit_generator.state == buf.rng.bit_generator.state
+    assert restored.reader.rng.bit_generator.state == buf.reader.rng.bit_generator.state
     if buf.num_frames():
         assert_same_samples(buf, restored, calls=((3, None),))
 

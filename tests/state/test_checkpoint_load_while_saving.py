@@ -29,7 +29,7 @@ def check_consistent(buf: rc.ReplayBuffer) -> int:
     index = buf.table.index
     for row in range(buf.num_envs):
         times = np.arange(index.lo[row], index.hi[row])
-        np.testing.assert_array_equal(buf.gather_row(row)["obs"][:, 0], times)
+        np.testing.assert_array_equal(buf.reader.gather_row(row)["obs"][:, 0], times)
     return int(index.t.max())
 
 

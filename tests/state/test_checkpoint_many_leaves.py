@@ -31,7 +31,7 @@ def steps(value: float, num_envs: int) -> dict:
 def assert_same(a: rc.ReplayBuffer, b: rc.ReplayBuffer) -> None:
     assert len(a) == len(b)
     for row in range(a.num_envs):
-        x, y = a.gather_row(row), b.gather_row(row)
+        x, y = a.reader.gather_row(row), b.reader.gather_row(row)
         for name in SPEC["observation"]:
             np.testing.assert_array_equal(x["observation"][name], y["observation"][name])
 

@@ -78,7 +78,7 @@ def test_a_kill_during_cleanup_leaves_nothing_the_next_save_keeps(tmp_path):
         assert run.returncode in (0, -signal.SIGKILL), run.stderr
         killed += run.returncode == -signal.SIGKILL
         restored = rc.ReplayBuffer.load(path)  # the new checkpoint is in place
-        np.testing.assert_array_equal(restored.gather_row(0)["leaf_0"][-1], [1, 1])
+        np.testing.assert_array_equal(restored.reader.gather_row(0)["leaf_0"][-1], [1, 1])
         buf = rc.ReplayBuffer.from_config(restored.config())
         buf.save(path)  # the next successful save cleans up what the killed one left
         assert sorted(p.name for p in root.iterdir()) == ["replay"], kill_at

@@ -139,7 +139,7 @@ def test_sigkill_during_adds_always_reopens_with_recover(tmp_path, monkeypatch):
             warnings.simplefilter("ignore", UserWarning)
             buf = h["make"](directory, recover=True)
         _check(buf, h)
-        if buf.table.index.count(2, buf.episode_aware):
+        if buf.table.index.count(2, buf.writer.episode_aware):
             s = buf.sample(16, 2)
             buf.update_priorities(s.ids, np.full(len(s.ids), 2.0))
         counts.append(int(buf.table.index.t.sum()))

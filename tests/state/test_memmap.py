@@ -73,14 +73,14 @@ def test_reopening_restores_data_counters_and_windows(tmp_path, explicit_flush):
     buf = rc.ReplayBuffer(SPEC, 12, 2, rng=1, storage="memmap", directory=tmp_path)
     for step in _steps(2, 15):
         buf.add_batch(step)
-    expected = buf.gather_all(), buf.item_ids(), buf.table.index.count(2, True)
+    expected = buf.gather_all(), buf.reader.item_ids(), buf.table.index.count(2, True)
     if explicit_flush:
         buf.flush()
     del buf
     gc.collect()  # the finalizer flushes a buffer that is collected
     again = rc.ReplayBuffer(SPEC, 12, 2, rng=1, storage="memmap", directory=tmp_path)
     _assert_tree_equal(again.gather_all(), expected[0])
-    np.testing.assert_array_equal(again.item_ids(), expected[1])
+    np.testing.assert_array_equal(again.reader.item_ids(), expected[1])
     assert again.table.index.count(2, True) == expected[2]
     s = again.sample(32, 2)
     assert not s.data["is_last"][:, 0].any()  # episode ends restored: windows stay inside
@@ -114,12 +114,12 @@ def test_reopening_restores_prioritized_state(tmp_path):
         buf.add_batch(step)
     s = buf.sample(8)
     buf.update_priorities(s.ids, np.arange(1.0, 9.0))
-    state = buf.sampler.state_dict()
+    state = buf.reader.sampler.state_dict()
     buf.flush()
     del buf
     gc.collect()
     again = rc.ReplayBuffer(SPEC, 12, 2, rng=3, sampler=rc.Prioritized(), **kw)
-    _assert_tree_equal(again.sampler.state_dict(), state)
+    _assert_tree_equal(again.reader.sampler.state_dict(), state)
 
 
 def test_reopening_a_directory_written_after_flush_is_refused(tmp_path):
@@ -167,7 +167,7 @@ def test_clear_survives_reopen(tmp_path):
     gc.collect()
     again = rc.ReplayBuffer(SPEC, 8, 2, storage="memmap", directory=tmp_path)
     assert again.num_frames() == 0
-    assert again.item_ids().shape == (2, 0)
+    assert again.reader.item_ids().shape == (2, 0)
 
 
 def test_reopening_with_another_sequence_length_is_refused(tmp_path):

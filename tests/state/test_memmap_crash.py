@@ -52,7 +52,7 @@ def _step(t):
 def _check_consistent(buf) -> None:
     """Every stored step holds its own time: no slot from another time was restored."""
     for row in range(buf.num_envs):
-        data = buf.gather_row(row)
+        data = buf.reader.gather_row(row)
         times = np.arange(buf.table.index.lo[row], buf.table.index.hi[row])
         np.testing.assert_array_equal(data["n"], times)
         np.testing.assert_array_equal(data["obs"], np.repeat(times[:, None], 5, 1))
@@ -154,12 +154,12 @@ def test_recover_reopens_a_dirty_directory_at_its_last_flush(tmp_path):
         _reopen(tmp_path)
     with pytest.warns(UserWarning, match=r"last flushed state, 20 step\(s\) dropped"):
         again = _reopen(tmp_path, recover=True)
-    assert again.recovered_steps_dropped == 20  # 2 rows x (5 unflushed + 5 overwritten)
+    assert again.persistence.recovered_steps_dropped == 20  # 2 rows x (5 unflushed + 5 overwritten)
     np.testing.assert_array_equal(again.table.index.lo, [13, 13])
     np.testing.assert_array_equal(again.table.index.hi, [40, 40])
     _check_consistent(again)
     assert (again.sample(64).ids & 0xFFFFFFFFFF >= 13).all()
-    assert again.sampler.num_valid == 2 * 26
+    assert again.reader.sampler.num_valid == 2 * 26
     assert buf is not None
 
 
@@ -169,7 +169,7 @@ def test_recover_of_a_clean_directory_drops_nothing(tmp_path):
         buf.add_batch(_step([t, t]))
     buf.flush()
     again = _reopen(tmp_path, recover=True)
-    assert again.recovered_steps_dropped == 0
+    assert again.persistence.recovered_steps_dropped == 0
     assert again.num_frames() == 10
     assert buf is not None
 

@@ -65,7 +65,7 @@ def check_all(buf, recorded):
     if not stored:
         return
     all_obs = buf.gather_all()["observation"]
-    ids = buf.item_ids()
+    ids = buf.reader.item_ids()
     for e in range(buf.num_envs):
         for j in range(stored):
             np.testing.assert_array_equal(all_obs[e, j], recorded[int(ids[e, j])])
@@ -99,7 +99,7 @@ def test_samples_equal_env_observations_through_wraparound_deletes_and_reopen(
                 buf.close()
                 buf = make(directory, *args)
                 check_all(buf, recorded)
-            if t == delete_at and buf.table.index.count(2, buf.episode_aware):
+            if t == delete_at and buf.table.index.count(2, buf.writer.episode_aware):
                 s = buf.sample(2)
                 buf.delete(s.ids[:1])
                 deleted.add(int(s.ids[0]))
@@ -107,7 +107,7 @@ def test_samples_equal_env_observations_through_wraparound_deletes_and_reopen(
                 priorities[int(s.ids[1])] = 5.0
             add(buf, envs, recorded, markers, t)
         check_all(buf, recorded)
-        if buf.table.index.count(2, buf.episode_aware) > len(deleted):
+        if buf.table.index.count(2, buf.writer.episode_aware) > len(deleted):
             s = check_sample(buf, recorded, 16, 2)
             assert not deleted & {int(i) for i in s.ids}
             for i, p in zip(s.ids, s.priorities, strict=True):
@@ -189,7 +189,7 @@ def test_checkpoint_keeps_compressed_bytes_and_restores_exactly(tmp_path, into):
         compression={"observation": "zstd"}, **kw,
     )  # fmt: skip
     other.load_state_dict(rc.ReplayBuffer.load(tmp_path / "ckpt").state_dict())
-    np.testing.assert_array_equal(other.item_ids(), buf.item_ids())
+    np.testing.assert_array_equal(other.reader.item_ids(), buf.reader.item_ids())
     check_all(other, recorded)
     mine = store_of(buf).state_dict()
     theirs = store_of(other).state_dict()
@@ -225,11 +225,11 @@ def test_full_disk_raises_before_anything_is_written(tmp_path, monkeypatch):
     with pytest.raises(DiskFullError, match=r"compressed-frames_2-g0.blocks needs \d+ bytes"):
         for _ in range(4096):
             buf.add_batch(step())
-    ids, data = buf.item_ids(), buf.gather_all()
+    ids, data = buf.reader.item_ids(), buf.gather_all()
     assert blocks.disk_bytes == size
     with pytest.raises(DiskFullError):
         buf.add_batch(step())
-    np.testing.assert_array_equal(buf.item_ids(), ids)
+    np.testing.assert_array_equal(buf.reader.item_ids(), ids)
     np.testing.assert_array_equal(buf.gather_all()["observation"], data["observation"])
     monkeypatch.setattr(os, "posix_fallocate", real)
     buf.add_batch(step())

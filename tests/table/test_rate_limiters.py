@@ -292,7 +292,7 @@ def test_sample_to_insert_ratio_holds_under_four_writers_and_two_samplers():
     errors: list[BaseException] = []
 
     def check() -> None:
-        with buf.lock:
+        with buf.writer.lock:
             info = buf.info()
             diff = info.inserts * 8 - info.samples
             if info.inserts >= 1000 and not (7800 <= diff <= 8200):

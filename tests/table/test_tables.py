@@ -140,7 +140,7 @@ class TableMachine(RuleBasedStateMachine):
         """Continue with a buffer restored from this one's config and state."""
         restored = rc.ReplayBuffer.from_config(self.buf.config(), rng=0)
         restored.load_state_dict(self.buf.state_dict())
-        restored.table.rng = self.buf.rng
+        restored.table.rng = self.buf.reader.rng
         self.buf = restored
 
     @invariant()
@@ -197,8 +197,8 @@ def test_heaps_need_sequence_length_and_refuse_bad_arguments():
 def test_heap_config_round_trips():
     buf = rc.ReplayBuffer(SPEC, 10, sampler=rc.MinHeap(2.5), sequence_length=2)
     again = rc.ReplayBuffer.from_config(buf.config())
-    assert isinstance(again.sampler, rc.MinHeap)
-    assert again.sampler.get_config() == {"initial_priority": 2.5}
+    assert isinstance(again.reader.sampler, rc.MinHeap)
+    assert again.reader.sampler.get_config() == {"initial_priority": 2.5}
 
 
 def test_readme_rate_limiter_block_runs_after_the_quick_start():

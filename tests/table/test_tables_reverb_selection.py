@@ -29,7 +29,7 @@ def table(sampler: rc.Sampler, items: int = 8, max_times: int = 0, **kw) -> rc.R
 
 
 def ids_of(buf: rc.ReplayBuffer) -> np.ndarray:
-    return buf.item_ids().reshape(-1)
+    return buf.reader.item_ids().reshape(-1)
 
 
 # -- item 1: max_times_sampled per item ------------------------------------------------
@@ -58,11 +58,11 @@ def test_a_window_is_never_delivered_more_than_max_times_within_a_batch():
 
 def test_a_batch_larger_than_the_allowance_raises_and_draws_nothing():
     buf = table(rc.Uniform(), items=3, max_times=2)
-    state = buf.rng.bit_generator.state
+    state = buf.reader.rng.bit_generator.state
     with pytest.raises(rc.errors.NotEnoughDataError, match=r"allow fewer .*max_times_sampled=2"):
         buf.sample(7)
     assert buf.info().samples == 0 and buf.info().size == 3
-    assert buf.rng.bit_generator.state == state
+    assert buf.reader.rng.bit_generator.state == state
 
 
 def _pair_counts(make, trials: int, items: int) -> np.ndarray:

@@ -30,6 +30,7 @@ import numpy as np
 
 from recollect.adapters.prefetch import (
     Batches,
+    as_source,
     check_batches_per_request,
     check_max_in_flight,
     check_prefetch,
@@ -173,7 +174,7 @@ class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
         prefetch, num_threads = check_prefetch(prefetch), check_threads(num_threads)
         check_max_in_flight(max_in_flight)
         check_batches_per_request(batches_per_request)
-        self._prefetcher: Batches = buffer.stream(
+        self._prefetcher: Batches = as_source(buffer).stream(
             batch_size,
             num_steps,
             convert=functools.partial(_convert, _Placer(device)),

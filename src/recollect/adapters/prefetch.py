@@ -41,6 +41,7 @@ __all__ = [
     "Batches",
     "Prefetcher",
     "SampleSource",
+    "as_source",
     "buffer_closed",
     "check_batches_per_request",
     "check_max_in_flight",
@@ -54,6 +55,14 @@ __all__ = [
 ]
 
 
+def as_source(buffer: Any) -> Any:
+    """The :class:`SampleSource` readers read ``buffer`` through: a
+    :class:`~recollect.ReplayBuffer`'s ``reader``, else ``buffer`` itself (a
+    :class:`~recollect.TransitionBuffer`, a served table's handle, a user's own source)."""
+    reader = getattr(buffer, "reader", None)
+    return reader if isinstance(reader, SampleSource) else buffer
+
+
 def buffer_closed(buffer: Any) -> bool:
     """Whether ``buffer`` says it is closed (``buffer.closed``; False when it has no such flag)."""
     return bool(getattr(buffer, "closed", False))
@@ -61,7 +70,7 @@ def buffer_closed(buffer: Any) -> bool:
 
 def flat_spec_of(buffer: Any) -> FlatSpec:
     """The buffer's flattened spec (``flat_spec``, or built from ``data_spec``)."""
-    flat = getattr(buffer, "flat_spec", None)
+    flat = getattr(as_source(buffer), "flat_spec", None)
     return flat if isinstance(flat, FlatSpec) else FlatSpec(buffer.data_spec)
 
 
@@ -79,7 +88,7 @@ def draw_concurrent(
     equals ``buffer.sample(b, n)`` (same result distribution, shapes and
     errors); see :meth:`recollect.buffers.source.SampleSource.draw`.
     """
-    return source.draw(batch_size, num_steps)
+    return as_source(source).draw(batch_size, num_steps)
 
 
 def sample_concurrent(source: SampleSource, batch_size: int, num_steps: int | None) -> Any:
@@ -87,4 +96,4 @@ def sample_concurrent(source: SampleSource, batch_size: int, num_steps: int | No
 
     See :func:`draw_concurrent`; several threads may call this at once.
     """
-    return source.draw(batch_size, num_steps)()
+    return as_source(source).draw(batch_size, num_steps)()

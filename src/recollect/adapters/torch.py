@@ -22,6 +22,7 @@ import optree
 
 from recollect.adapters.prefetch import (
     Batches,
+    as_source,
     check_batches_per_request,
     check_max_in_flight,
     check_prefetch,
@@ -193,7 +194,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
             )
         if self._closed.is_set():
             return iter(())
-        stream = self.buffer.stream(
+        stream = as_source(self.buffer).stream(
             self.batch_size,
             self.num_steps,
             convert=self._convert,

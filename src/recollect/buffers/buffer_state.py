@@ -1,27 +1,43 @@
-"""Saving and restoring a :class:`~recollect.ReplayBuffer`: its configuration, its state
-dict and the checkpoint directory (format 1 and 2; see :mod:`recollect.state.manifest`)."""
+"""Saving and restoring a :class:`~recollect.ReplayBuffer`: its :class:`BufferPersistence`
+(``buffer.persistence``: configuration, state dict, checkpoint directory in format 1 and 2,
+see :mod:`recollect.state.manifest`, memmap flushes), and building a buffer from a
+configuration or a saved state (:func:`build_from_config`, :func:`restore_saved`)."""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
+from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.saveable import check_saveable
 from recollect.errors import CheckpointError, RecollectError
 from recollect.samplers.base import Sampler, registered_sampler
-from recollect.state.files import Saved, load_consistent, write_checkpoint
-from recollect.state.manifest import rebuild_spec
+from recollect.specs import FlatSpec
+from recollect.state.files import Saved, write_checkpoint
+from recollect.state.manifest import describe_spec, rebuild_spec
+from recollect.storage.base import Storage
+from recollect.storage.factory import bool_scalar
 from recollect.storage.frames.frame_store import FrameStack
-from recollect.table.rate_limiters import rate_limiter_from_config
+from recollect.table import Table
+from recollect.table.rate_limiters import RateLimiter, rate_limiter_from_config
 
-if TYPE_CHECKING:
-    from recollect.specs import FlatSpec
-    from recollect.storage.base import Storage
-    from recollect.table import Table
+__all__ = [
+    "KIND",
+    "BufferPersistence",
+    "buffer_config",
+    "build_from_config",
+    "frame_stacks_config",
+    "json_safe",
+    "restore_saved",
+    "sampler_config",
+]
 
-__all__ = ["BufferState", "frame_stacks_config", "json_safe", "sampler_config"]
+#: the checkpoint kind of a ReplayBuffer (``Saved.kind``, the manifest's ``kind``)
+KIND = "ReplayBuffer"
+T = TypeVar("T")
 
 
 def frame_stacks_config(frame_stacks: dict[str, Any] | None) -> dict[str, Any]:
@@ -38,17 +54,71 @@ def frame_stacks_from_config(config: dict[str, Any]) -> dict[str, FrameStack] | 
     return stacks or None
 
 
-class BufferState:
-    """Configuration, state dict and checkpoints of :class:`~recollect.ReplayBuffer` (a mixin)."""
+def buffer_config(
+    flat: FlatSpec,
+    table: Table,
+    frame_stacks: dict[str, Any] | None,
+    sampler: Sampler | None,
+    rate_limiter: RateLimiter | None,
+    codecs: dict[int, Any],
+    track_times_sampled: bool,
+) -> dict[str, Any]:
+    """The JSON-able construction arguments of a :class:`~recollect.ReplayBuffer` over
+    ``table`` (its ``config()``): spec, geometry, frame stacks, sampler, rate limiter,
+    compression codecs (``{leaf index: codec}``), ``track_times_sampled`` as asked."""
+    config: dict[str, Any] = {
+        "spec": describe_spec(flat.spec),
+        "capacity": table.num_envs * table.max_length,
+        "num_envs": table.num_envs,
+        "frame_stacks": frame_stacks_config(frame_stacks),
+        "sequence_length": table.sequence_length,
+        "sampler": {"type": table.sampler.name, "config": sampler_config(sampler)},
+        "shard": table.shard,
+        "track_times_sampled": bool(track_times_sampled),
+    }
+    if rate_limiter is not None:
+        config["rate_limiter"] = {
+            "type": rate_limiter.name,
+            "config": json_safe(rate_limiter.get_config()),
+        }
+    if table.max_times_sampled:
+        config["max_times_sampled"] = table.max_times_sampled
+    if codecs:
+        config["compression"] = {flat.paths[i]: c.config() for i, c in codecs.items()}
+    return config
 
-    kind: ClassVar[str] = "ReplayBuffer"
-    _flat: FlatSpec
-    _num_envs: int
-    _max_length: int
-    _is_last: int | None
-    _table: Table
-    _storage: Storage
-    _config: dict[str, Any]
+
+class BufferPersistence:
+    """Configuration, state dict, checkpoints and memmap flushes of a
+    :class:`~recollect.ReplayBuffer` over its table and storage (``buffer.persistence``).
+
+    Args:
+        flat: the buffer's flattened spec.
+        table: the buffer's table.
+        storage: the buffer's storage.
+        config: the buffer's JSON-able construction arguments.
+        persist: the memmap directory's state (reopened, flushed), or None (RAM storage).
+        build: the buffer class, which :meth:`from_saved` builds.
+    """
+
+    def __init__(
+        self,
+        flat: FlatSpec,
+        table: Table,
+        storage: Storage,
+        config: dict[str, Any],
+        persist: MemmapState | None = None,
+        build: Callable[..., Any] | None = None,
+    ) -> None:
+        self._flat = flat
+        self._table = table
+        self._storage = storage
+        self._config = config
+        self._persist = persist
+        self._build = build
+        self._num_envs = table.num_envs
+        self._max_length = table.max_length
+        self._is_last = bool_scalar(flat, "is_last")
 
     def config(self) -> dict[str, Any]:
         """JSON-able construction arguments (spec, geometry, sampler, frame stacks)."""
@@ -57,7 +127,7 @@ class BufferState:
     def state_dict(self) -> dict[str, Any]:
         """``{"storage": ..., "table": ...}``: every array and value that restores the buffer.
 
-        Storage arrays are the live arrays (no copies); hold :attr:`lock` while
+        Storage arrays are the live arrays (no copies); hold ``table.lock`` while
         reading them if writers may run.
         """
         with self._table.lock:
@@ -125,7 +195,7 @@ class BufferState:
         self.check_saveable()
         with self._table.lock:
             return write_checkpoint(
-                path, self.kind, self.config(), self.state_dict(), self.stored_layout()
+                path, KIND, self.config(), self.state_dict(), self.stored_layout()
             )
 
     def check_saveable(self) -> None:
@@ -138,73 +208,80 @@ class BufferState:
         index = self._table.index
         return _layout(index.lo, index.hi, self._max_length)
 
-    @classmethod
-    def from_config(cls, config: dict[str, Any], **kwargs: Any) -> Self:
-        """An empty buffer built from :meth:`config` output (``kwargs`` override arguments).
+    @property
+    def recovered_steps_dropped(self) -> int:
+        """Steps a ``recover=True`` reopen dropped (0 when nothing was recovered)."""
+        return 0 if self._persist is None else self._persist.steps_dropped
 
-        Raises:
-            CheckpointError: the configuration is malformed or names an unknown sampler.
-        """
-        try:
-            sampler_cls = registered_sampler(config["sampler"]["type"])
-            sampler = sampler_cls(**config["sampler"]["config"])
-            build: Any = cls  # a ReplayBuffer subclass (this mixin has no constructor)
-            buffer: Self = build(
-                rebuild_spec(config["spec"]),
-                config["capacity"],
-                config["num_envs"],
-                sampler=sampler,
-                sequence_length=config.get("sequence_length"),
-                frame_stacks=frame_stacks_from_config(config.get("frame_stacks") or {}),
-                shard=config.get("shard", 0),
-                track_times_sampled=config.get("track_times_sampled", False),
-                **{
-                    "rate_limiter": rate_limiter_from_config(config.get("rate_limiter")),
-                    "max_times_sampled": config.get("max_times_sampled", 0),
-                    "compression": config.get("compression"),
-                    **kwargs,
-                },
-            )
-        except (CheckpointError, MemoryError):
-            raise
-        except (RecollectError, KeyError, TypeError) as err:
-            raise CheckpointError(
-                f"inconsistent buffer description ({err}); the manifest's config was edited or "
-                "damaged. Restore it from a backup."
-            ) from err
-        return buffer
+    def flush(self) -> None:
+        """Memmap storage: writes data, clocks and sampler state to ``directory`` (else no-op)."""
+        if self._persist is not None:
+            self._persist.flush(self._storage, self._table, self._table.lock)
 
-    @classmethod
-    def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Self:
-        """Rebuilds a buffer from a state directory (:func:`recollect.state.files.read_state`).
+    def from_saved(self, saved: Saved, *, mmap: bool = False) -> Any:
+        """A new buffer of this buffer's class rebuilt from a state directory
+        (:func:`restore_saved`).
 
         Raises:
             CheckpointError: another kind, a malformed configuration or state.
         """
-        if saved.kind != cls.kind:
-            raise CheckpointError(
-                f"{saved.where}: holds a {saved.kind}, not a {cls.kind}; load it with "
-                f"recollect.{saved.kind}.load."
-            )
-        state = saved.state
-        if "layout" not in state and saved.manifest.get("layout") is not None:
-            state = {**state, "layout": saved.manifest["layout"]}
-        return _restore(cls, saved.config, state, saved.where, mmap)
+        if self._build is None:
+            raise CheckpointError("this persistence was built without a buffer class to restore.")
+        return restore_saved(self._build, saved, mmap=mmap)
 
-    @classmethod
-    def load(cls, path: str | os.PathLike, *, mmap: bool = False) -> Self:
-        """Restores a buffer written by :meth:`save` (format 1 and 2).
 
-        Args:
-            path: the checkpoint directory.
-            mmap: map full leaf files copy-on-write instead of reading them
-                (the checkpoint files are never modified).
+def build_from_config(cls: Callable[..., T], config: dict[str, Any], **kwargs: Any) -> T:
+    """An empty buffer ``cls(...)`` built from ``config()`` output (``kwargs`` override
+    arguments).
 
-        Raises:
-            CheckpointError: missing or damaged files, a newer format version,
-                or a checkpoint of another buffer kind.
-        """
-        return load_consistent(path, lambda saved: cls.from_saved(saved, mmap=mmap))
+    Raises:
+        CheckpointError: the configuration is malformed or names an unknown sampler.
+    """
+    try:
+        sampler_cls = registered_sampler(config["sampler"]["type"])
+        sampler = sampler_cls(**config["sampler"]["config"])
+        buffer = cls(
+            rebuild_spec(config["spec"]),
+            config["capacity"],
+            config["num_envs"],
+            sampler=sampler,
+            sequence_length=config.get("sequence_length"),
+            frame_stacks=frame_stacks_from_config(config.get("frame_stacks") or {}),
+            shard=config.get("shard", 0),
+            track_times_sampled=config.get("track_times_sampled", False),
+            **{
+                "rate_limiter": rate_limiter_from_config(config.get("rate_limiter")),
+                "max_times_sampled": config.get("max_times_sampled", 0),
+                "compression": config.get("compression"),
+                **kwargs,
+            },
+        )
+    except (CheckpointError, MemoryError):
+        raise
+    except (RecollectError, KeyError, TypeError) as err:
+        raise CheckpointError(
+            f"inconsistent buffer description ({err}); the manifest's config was edited or "
+            "damaged. Restore it from a backup."
+        ) from err
+    return buffer
+
+
+def restore_saved(cls: Callable[..., T], saved: Saved, *, mmap: bool = False) -> T:
+    """Rebuilds a buffer ``cls(...)`` (a :class:`~recollect.ReplayBuffer` class) from a state
+    directory (:func:`recollect.state.files.read_state`).
+
+    Raises:
+        CheckpointError: another kind, a malformed configuration or state.
+    """
+    if saved.kind != KIND:
+        raise CheckpointError(
+            f"{saved.where}: holds a {saved.kind}, not a {KIND}; load it with "
+            f"recollect.{saved.kind}.load."
+        )
+    state = saved.state
+    if "layout" not in state and saved.manifest.get("layout") is not None:
+        state = {**state, "layout": saved.manifest["layout"]}
+    return _restore(cls, saved.config, state, saved.where, mmap)
 
 
 def _layout(lo: np.ndarray, hi: np.ndarray, max_length: int) -> dict[str, int]:
@@ -215,9 +292,9 @@ def _layout(lo: np.ndarray, hi: np.ndarray, max_length: int) -> dict[str, int]:
     return {"slot_offset": 0, "stored_steps": max_length}
 
 
-def _restore(cls: Any, config: Any, state: Any, where: str, mmap: bool) -> Any:
+def _restore(cls: Callable[..., T], config: Any, state: Any, where: str, mmap: bool) -> T:
     try:
-        buffer = cls.from_config(config, force=mmap)
+        buffer: Any = build_from_config(cls, config, force=mmap)
     except CheckpointError as err:
         raise CheckpointError(f"{where}: {err}") from err
     try:

@@ -14,13 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from recollect.buffers import ReplayBuffer, TransitionBuffer
+from recollect.buffers.replay_buffer import buffer_from_saved
 from recollect.errors import CheckpointError
 from recollect.state.files import load_consistent
 from recollect.state.manifest import FORMAT_VERSION
 
 __all__ = ["FORMAT_VERSION", "load_buffer", "save_buffer"]
 
-KINDS: dict[str, Any] = {"ReplayBuffer": ReplayBuffer, "TransitionBuffer": TransitionBuffer}
+#: ``{checkpoint kind: restore(saved, mmap=...)}``
+KINDS: dict[str, Any] = {
+    "ReplayBuffer": buffer_from_saved,
+    "TransitionBuffer": TransitionBuffer.from_saved,
+}
 
 
 def save_buffer(buffer: Any, path: str | os.PathLike) -> Path:
@@ -72,7 +77,7 @@ def _build(saved: Any, mmap: bool, kind: str | None) -> Any:
             f"{saved.where}: holds a {saved.kind}, not a {kind}; load it "
             f"with recollect.{saved.kind}.load."
         )
-    cls = KINDS.get(saved.kind)
-    if cls is None:
+    restore = KINDS.get(saved.kind)
+    if restore is None:
         raise CheckpointError(f"{saved.where}: unknown checkpoint kind {saved.kind!r}.")
-    return cls.from_saved(saved, mmap=mmap)
+    return restore(saved, mmap=mmap)

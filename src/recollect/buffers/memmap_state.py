@@ -191,7 +191,7 @@ class MemmapState:
                 warnings.warn(
                     f"memmap directory {self.directory} was not flushed after its last writes; "
                     f"reopened at its last flushed state, {self.steps_dropped} step(s) dropped "
-                    "(buf.recovered_steps_dropped).",
+                    "(buf.persistence.recovered_steps_dropped).",
                     UserWarning,
                     stacklevel=4,
                 )

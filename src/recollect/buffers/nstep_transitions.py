@@ -56,7 +56,7 @@ def n_step_fields(
     ``next_observation`` (flat list of observation leaves ``[B, ...]``).
     """
     buffer = tbuf.replay_buffer
-    flat, length = buffer.flat_spec, buffer.max_length
+    flat, length = buffer.writer.flat_spec, buffer.writer.max_length
     steps = times[:, None] + np.arange(n)  # [B, n]
     slots = steps % length
     leaf_ids = [flat.index(name) for name in ("reward", "terminated", "truncated")]

@@ -1,54 +1,55 @@
-"""ReplayBuffer: a table (window index + sampler) over a storage, behind one facade.
+"""ReplayBuffer: a table (window index + sampler) over a storage, behind one thin front.
 
-This module builds the buffer and holds its properties and lifecycle; writes
-(:mod:`.writes`), sampling (:mod:`.sampling`), checkpoints (:mod:`.buffer_state`)
-come from mixins, stored reads from a :class:`.StoredReader` it holds; TF-Agents' ``get_next``
+This module builds the buffer and its collaborators, over its one
+:class:`~recollect.table.Table` and storage: ``writer``
+(:class:`~recollect.buffers.writes.BufferWriter`, every write), ``reader``
+(:class:`~recollect.buffers.sampling.BufferReader`, the buffer's
+:class:`~recollect.buffers.source.SampleSource`) and ``persistence``
+(:class:`~recollect.buffers.buffer_state.BufferPersistence`: state, checkpoints, memmap
+flushes). Names that moved to a collaborator still resolve on the buffer, with a
+DeprecationWarning (:data:`~recollect.buffers.wrong_class.MOVED`). TF-Agents' ``get_next``
 lives in :mod:`recollect.tf_agents.reads`.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
-import numpy as np
+import os
+from typing import Any, Self
 
 from recollect.arguments import positive_int
 from recollect.buffers.buffer_state import (
-    BufferState,
-    frame_stacks_config,
-    json_safe,
-    sampler_config,
+    BufferPersistence,
+    buffer_config,
+    build_from_config,
+    restore_saved,
 )
 from recollect.buffers.memmap_state import MemmapState
-from recollect.buffers.sampling import BufferSampling
-from recollect.buffers.source_reads import BufferSource
-from recollect.buffers.stored_reads import StoredReader
-from recollect.buffers.writes import BufferWrites
-from recollect.buffers.wrong_class import OtherClassMethod
+from recollect.buffers.sample import Sample
+from recollect.buffers.sampling import BufferReader
+from recollect.buffers.writes import BufferWriter, episode_end_leaf
+from recollect.buffers.wrong_class import OtherClassMethod, moved_name
 from recollect.errors import (
     InvalidArgumentError,
-    SpecError,
 )
 from recollect.memory import check_memory, estimate_memory
 from recollect.samplers.base import Sampler
 from recollect.specs import FlatSpec
-from recollect.state.manifest import describe_spec
+from recollect.state.files import Saved, load_consistent
 from recollect.storage.base import Storage
 from recollect.storage.factory import (
-    bool_scalar,
     make_storage,
     resolve_compression,
 )
 from recollect.storage.frames.frame_store import resolve_frame_stacks
 from recollect.storage.gather import Gatherer
-from recollect.table import Table
+from recollect.table import Table, TableInfo
 from recollect.table.rate_limiters import RateLimiter
 from recollect.table.table import RngLike
 
-__all__ = ["ReplayBuffer", "RngLike"]
+__all__ = ["ReplayBuffer", "RngLike", "buffer_from_saved"]
 
 
-class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
+class ReplayBuffer:
     """A replay buffer of ``num_envs`` rows, each a ring of ``capacity // num_envs`` steps.
 
     ``add_batch`` appends one step to every row; ``sample`` draws windows of
@@ -96,7 +97,7 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
             so off by default (``times_sampled`` is then None).
         recover: memmap only: reopen a ``directory`` that was written after its
             last flush (the process was killed) at its last flushed state, with
-            a ``UserWarning``; :attr:`recovered_steps_dropped` says how many steps
+            a ``UserWarning``; ``persistence.recovered_steps_dropped`` says how many steps
             were lost (written since that flush, or flushed but overwritten since).
         rate_limiter: a :class:`~recollect.RateLimiter` (``rc.MinSize(n)``,
             ``rc.SampleToInsertRatio(...)``, ``rc.Queue(n)``, ...): ``add_batch``
@@ -126,9 +127,22 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
         ...                "is_last": np.zeros(4, bool)})
         >>> buf.num_frames()
         4
+
+    Attributes:
+        writer: the :class:`~recollect.buffers.writes.BufferWriter`: every write
+            (``write_leaves`` of validated flat leaves, ``lock``, ``flat_spec``,
+            ``max_length``, ``episode_aware``).
+        reader: the :class:`~recollect.buffers.sampling.BufferReader`, the
+            :class:`~recollect.buffers.source.SampleSource` adapters read (``draw``,
+            ``gather``, ``stream``, ``time_steps``, ``sampler``, ``rng``,
+            ``sequence_length``, ``item_ids``, ``gather_row``, ``steps_per_row``).
+        persistence: the :class:`~recollect.buffers.buffer_state.BufferPersistence`
+            (``check_saveable``, ``stored_layout``, ``recovered_steps_dropped``,
+            ``from_saved``).
+        table: the :class:`~recollect.table.Table` (window index, sampler, RNG, lock).
+        storage: the :class:`~recollect.storage.base.Storage` holding the stored bytes.
     """
 
-    kind: ClassVar[str] = "ReplayBuffer"
     #: TF-Agents' ``as_dataset`` is an adapter's: reading it names the call to make.
     as_dataset = OtherClassMethod(
         "ReplayBuffer has no as_dataset (a TF-Agents buffer method): use "
@@ -169,11 +183,10 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
         self._capacity = capacity
         self._num_envs = num_envs
         self._max_length = capacity // num_envs
-        self._is_last = self._find_is_last()
-        self._closed = False
+        self._is_last = episode_end_leaf(self._flat)
         resolve_frame_stacks(self._flat, frame_stacks)  # validates before anything is built
         codecs = resolve_compression(self._flat, compression, storage)
-        self._table = Table(
+        self._table = self.table = Table(
             num_envs,
             self._max_length,
             sampler=sampler,
@@ -186,26 +199,15 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
             rate_limiter=rate_limiter,
             max_times_sampled=max_times_sampled,
         )
-        self._config = {
-            "spec": describe_spec(self._flat.spec),
-            "capacity": capacity,
-            "num_envs": num_envs,
-            "frame_stacks": frame_stacks_config(frame_stacks),
-            "sequence_length": self._table.sequence_length,
-            "sampler": {"type": self._table.sampler.name, "config": sampler_config(sampler)},
-            "shard": shard,
-            "track_times_sampled": bool(track_times_sampled),
-        }
-        if rate_limiter is not None:
-            self._config["rate_limiter"] = {
-                "type": rate_limiter.name,
-                "config": json_safe(rate_limiter.get_config()),
-            }
-        if max_times_sampled:
-            self._config["max_times_sampled"] = self._table.max_times_sampled
-        if codecs:
-            paths = self._flat.paths
-            self._config["compression"] = {paths[i]: c.config() for i, c in codecs.items()}
+        self._config: dict[str, Any] = buffer_config(
+            self._flat,
+            self._table,
+            frame_stacks,
+            sampler,
+            rate_limiter,
+            codecs,
+            track_times_sampled,
+        )
         check_memory(
             estimate_memory(
                 self._flat.spec,
@@ -237,52 +239,186 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
             if self._persist is not None:  # a full disk leaves no half-created directory
                 self._persist.discard_created()
             raise
-        self._stored = StoredReader(self._flat, self._table, self._storage)
-        self._setup_writes(bool(codecs))
+        self.storage: Storage = self._storage
+        self.writer: BufferWriter = BufferWriter(
+            self._flat, self._table, self._storage, self._persist, compressed=bool(codecs)
+        )
+        self.reader: BufferReader = BufferReader(self._flat, self._table, self._storage)
+        self.persistence: BufferPersistence = BufferPersistence(
+            self._flat, self._table, self._storage, self._config, self._persist, type(self)
+        )
+        # the hot paths, bound once: ``buf.add_batch`` finds the writer's bound method in the
+        # instance dict (it wins over the class's function of the same name and signature,
+        # kept for docs and typing), so a call costs no extra frame; the class's methods
+        # delegate the same way for anyone calling ``ReplayBuffer.add_batch(buf, ...)``
+        vars(self).update(
+            add=self.writer.add, add_batch=self.writer.add_batch, sample=self.reader.sample
+        )
         if self._persist is not None:
             try:
                 self._persist.attach(self._storage, self._table, self._table.lock, self)
             except BaseException:
-                del self._storage  # unmap before the files are removed
-                self._persist.discard_created()
+                persist = self._persist
+                vars(self).clear()  # unmap first: drop every reference to the storage
+                persist.discard_created()
                 raise
 
-    def _find_is_last(self) -> int | None:
-        i = bool_scalar(self._flat, "is_last")
-        if "is_last" in self._flat.paths and i is None:
-            leaf = self._flat.leaves[self._flat.index("is_last")]
-            raise SpecError(
-                f"data_spec leaf 'is_last' marks episode ends and must be a bool scalar; "
-                f"got shape {leaf.shape}, dtype {leaf.dtype}. Rename it to opt out of "
-                "episode-aware sampling."
-            )
-        return i
+    # -- writes ---------------------------------------------------------------
+    def add(self, step: Any, *transition: Any, timeout: float | None = None) -> None:
+        """Appends one step (a nest matching the spec, no env dim); only when ``num_envs == 1``.
 
-    # -- properties -------------------------------------------------------
+        See :meth:`BufferWriter.add <recollect.buffers.writes.BufferWriter.add>` (arguments
+        and errors).
+        """
+        self.writer.add(step, *transition, timeout=timeout)
+
+    def add_batch(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
+        """Appends one step to every env row, or to the env rows ``rows`` only.
+
+        ``steps``: a nest matching the spec, every leaf with leading dim ``num_envs``
+        (``len(rows)`` with ``rows``, distinct row indices); each row has its own clock.
+        Values are cast only when safe; the whole batch is validated before anything is
+        written. ``timeout``: seconds to wait on the rate limiter (None: forever, 0: never).
+        Errors (SpecError, ShapeError, DTypeError, CastError, InvalidArgumentError,
+        RateLimiterTimeout, StateError) in full: :meth:`BufferWriter.add_batch
+        <recollect.buffers.writes.BufferWriter.add_batch>`.
+        """
+        self.writer.add_batch(steps, rows, timeout=timeout)
+
+    def extend(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
+        """Appends ``T`` consecutive steps to every env row, or to the rows ``rows`` only
+        (leaves ``[num_envs, T, *shape]``); equals ``T`` calls of :meth:`add_batch`.
+
+        See :meth:`BufferWriter.extend <recollect.buffers.writes.BufferWriter.extend>`
+        (arguments and errors).
+        """
+        self.writer.extend(steps, rows, timeout=timeout)
+
+    # -- sampling ---------------------------------------------------------------
+    def sample(
+        self,
+        batch_size: int,
+        num_steps: int | None = None,
+        *,
+        within_episode: bool | None = None,
+        timeout: float | None = None,
+        **sampler_options: Any,
+    ) -> Sample:
+        """Draws ``batch_size`` windows of ``num_steps`` consecutive steps of one row.
+
+        ``num_steps=None`` gives one step per item and no time axis (or, when the buffer
+        fixes ``sequence_length`` > 1, windows of that length); ``within_episode``
+        overrides episode-aware mode; ``timeout``: seconds to wait on the rate limiter
+        (None: forever, 0: never); ``sampler_options`` go to the sampler. Returns a
+        :class:`Sample` (``data`` leaves ``[batch_size, num_steps, *shape]``, ``ids``
+        int64, ``probabilities`` float64, ...). Arguments, fields and errors
+        (InvalidArgumentError, NotEnoughDataError, RateLimiterTimeout, StateError) in
+        full: :meth:`BufferReader.sample <recollect.buffers.sampling.BufferReader.sample>`.
+        """
+        return self.reader.sample(
+            batch_size,
+            num_steps,
+            within_episode=within_episode,
+            timeout=timeout,
+            **sampler_options,
+        )
+
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        """Sets the priorities of the windows starting at ``ids`` (prioritized samplers).
+
+        Returns:
+            The number of ids skipped because their steps were overwritten.
+
+        Raises:
+            InvalidArgumentError: the sampler does not use priorities, or bad
+                priorities (NaN, inf, negative, overflowing); nothing is changed.
+        """
+        return self._table.update_priorities(ids, priorities)
+
+    def delete(self, ids: Any) -> int:
+        """Deletes the windows starting at ``ids`` (int ``[K]``: ``Sample.ids``,
+        ``reader.item_ids()``); Reverb's ``mutate_priorities`` deletes.
+
+        A deleted window is never sampled again; ``info().size`` drops, ``info().deletes``
+        counts it, a rate limiter sees the smaller size. The steps stay stored. Returns the
+        number of ids skipped (overwritten, not a complete window, of another shard, or
+        deleted already).
+
+        Raises:
+            InvalidArgumentError: ``ids`` is not 1-D integers; nothing is deleted.
+        """
+        return self._table.delete(ids)
+
+    def info(self) -> TableInfo:
+        """Size, counters, rate limiter and sampler of the buffer's table (:class:`TableInfo`)."""
+        return self._table.info(self._config["sampler"]["config"])
+
+    # -- state ------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """JSON-able construction arguments (spec, geometry, sampler, frame stacks)."""
+        return self.persistence.config()
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"storage": ..., "table": ...}``: every array and value that restores the buffer.
+
+        Storage arrays are the live arrays (no copies); hold ``table.lock`` while
+        reading them if writers may run.
+        """
+        return self.persistence.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any], *, allow_map: bool = False) -> None:
+        """Restores :meth:`state_dict` output of a buffer with the same :meth:`config`
+        (``allow_map``: full saved ring columns may be memory-mapped copy-on-write).
+
+        Raises:
+            CheckpointError: the state does not fit this buffer.
+        """
+        self.persistence.load_state_dict(state, allow_map=allow_map)
+
+    def save(self, path: str | os.PathLike) -> Any:
+        """Writes a checkpoint directory, atomically (see :mod:`recollect.state.manifest`);
+        returns its absolute path. Writers are blocked while the buffer is saved.
+
+        Raises:
+            CheckpointError: ``path`` is a non-empty directory that is not a checkpoint, or
+                the checkpoint could not be loaded (see ``persistence.check_saveable``).
+            OSError: the disk is full or not writable (the old checkpoint stays).
+        """
+        return self.persistence.save(path)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], **kwargs: Any) -> Self:
+        """An empty buffer built from :meth:`config` output (``kwargs`` override arguments).
+
+        Raises:
+            CheckpointError: the configuration is malformed or names an unknown sampler.
+        """
+        return build_from_config(cls, config, **kwargs)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, mmap: bool = False) -> Self:
+        """Restores a buffer written by :meth:`save` (format 1 and 2).
+
+        Args:
+            path: the checkpoint directory.
+            mmap: map full leaf files copy-on-write instead of reading them
+                (the checkpoint files are never modified).
+
+        Raises:
+            CheckpointError: missing or damaged files, a newer format version,
+                or a checkpoint of another buffer kind.
+        """
+        return load_consistent(path, lambda saved: restore_saved(cls, saved, mmap=mmap))
+
+    def flush(self) -> None:
+        """Memmap storage: writes data, clocks and sampler state to ``directory`` (else no-op)."""
+        self.persistence.flush()
+
+    # -- properties -------------------------------------------------------------
     @property
     def data_spec(self) -> Any:
         """The spec of one step (a nest of :class:`~recollect.ArraySpec`)."""
         return self._flat.spec
-
-    @property
-    def flat_spec(self) -> FlatSpec:
-        """The flattened spec: leaf paths, shapes and dtypes in storage order."""
-        return self._flat
-
-    @property
-    def table(self) -> Table:
-        """The :class:`~recollect.table.Table`: window index, sampler, RNG and lock."""
-        return self._table
-
-    @property
-    def storage(self) -> Storage:
-        """The :class:`~recollect.storage.base.Storage` holding the stored bytes."""
-        return self._storage
-
-    @property
-    def lock(self) -> Any:
-        """The table's re-entrant lock; hold it to make several calls one atomic step."""
-        return self._table.lock
 
     @property
     def capacity(self) -> int:
@@ -291,33 +427,8 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
 
     @property
     def num_envs(self) -> int:
-        """Number of env rows."""
+        """Number of env rows (each holds ``writer.max_length`` steps)."""
         return self._num_envs
-
-    @property
-    def max_length(self) -> int:
-        """Steps per env row (``capacity // num_envs``)."""
-        return self._max_length
-
-    @property
-    def sequence_length(self) -> int | None:
-        """The fixed window length, or None."""
-        return self._table.sequence_length
-
-    @property
-    def episode_aware(self) -> bool:
-        """Whether the spec has a top-level ``is_last`` leaf."""
-        return self._is_last is not None
-
-    @property
-    def sampler(self) -> Sampler:
-        """The sampler deciding which windows come back."""
-        return self._table.sampler
-
-    @property
-    def rng(self) -> np.random.Generator:
-        """The generator all sampling draws from."""
-        return self._table.rng
 
     @property
     def nbytes(self) -> int:
@@ -331,10 +442,14 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
         """Steps currently stored, over all rows."""
         return self._table.num_stored
 
-    def steps_per_row(self) -> np.ndarray:
-        """int64 ``[num_envs]``: steps currently stored in each row."""
-        with self._table.lock:
-            return self._table.index.stored.copy()
+    def gather_all(self) -> Any:
+        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.
+
+        Raises:
+            InvalidArgumentError: rows hold different numbers of steps (rows
+                written with ``add_batch(..., rows=...)``); use ``reader.gather_row``.
+        """
+        return self.reader.gather_all()
 
     def __len__(self) -> int:
         return self.num_frames()
@@ -343,19 +458,10 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
         return (
             f"ReplayBuffer(capacity={self._capacity}, num_envs={self._num_envs}, "
             f"stored={self.num_frames()}, leaves={self._flat.paths}, "
-            f"sampler={type(self.sampler).__name__})"
+            f"sampler={type(self._table.sampler).__name__})"
         )
 
-    @property
-    def recovered_steps_dropped(self) -> int:
-        """Steps a ``recover=True`` reopen dropped (0 when nothing was recovered)."""
-        return 0 if self._persist is None else self._persist.steps_dropped
-
-    def flush(self) -> None:
-        """Memmap storage: writes data, clocks and sampler state to ``directory`` (else no-op)."""
-        if self._persist is not None:
-            self._persist.flush(self._storage, self._table, self._table.lock)
-
+    # -- lifecycle --------------------------------------------------------------
     def clear(self) -> None:
         """Forgets every stored step. Ids keep increasing (never reused)."""
         self._table.clear()
@@ -368,32 +474,26 @@ class ReplayBuffer(BufferWrites, BufferSampling, BufferState, BufferSource):
         their iteration cleanly, and inserts and samples waiting on the rate
         limiter raise StateError. Stored data stays readable and writable.
         """
-        self._closed = True
         self._table.close()
-        self.flush()
+        self.persistence.flush()
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._closed
+        return self._table.closed
 
-    def gather_all(self) -> Any:
-        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.
 
-        Raises:
-            InvalidArgumentError: rows hold different numbers of steps (rows
-                written with ``add_batch(..., rows=...)``); use ``gather_row``.
-        """
-        return self._stored.gather_stored()
+# set after the class body, so that type checkers still report the moved names (mypy then
+# finds every caller of an old path)
+setattr(ReplayBuffer, "__getattr__", moved_name)  # noqa: B010
 
-    def gather_row(self, row: int) -> Any:
-        """All stored steps of env row ``row``: leaves ``[steps, *shape]``, oldest first."""
-        return self._stored.gather_row(row)
 
-    def item_ids(self) -> np.ndarray:
-        """Ids of all stored steps, int64 ``[num_envs, steps_per_row]``, oldest first.
+def buffer_from_saved(saved: Saved, *, mmap: bool = False) -> ReplayBuffer:
+    """Rebuilds a :class:`ReplayBuffer` from a state directory
+    (:func:`recollect.state.files.read_state`); ``buffer.persistence.from_saved`` builds one
+    of the buffer's own class.
 
-        Raises:
-            InvalidArgumentError: rows hold different numbers of steps.
-        """
-        return self._stored.item_ids()
+    Raises:
+        CheckpointError: another kind, a malformed configuration or state.
+    """
+    return restore_saved(ReplayBuffer, saved, mmap=mmap)

@@ -1,31 +1,95 @@
-"""Sampling a :class:`~recollect.ReplayBuffer`: ``sample`` (draw then gather), ``gather``
-of a table draw, and the changes a learner makes to what it sampled (priority updates,
-deletes) with the table's info report.
+"""Reading a :class:`~recollect.ReplayBuffer`: its :class:`BufferReader` (``buf.reader``),
+the buffer's :class:`~recollect.buffers.source.SampleSource`: ``sample`` (draw then gather),
+``gather`` of a table draw, ``draw`` (draw now under the table lock, gather later outside it),
+``stream`` (prefetch threads), and every stored step (``gather_all``, ``gather_row``,
+``item_ids``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+import numpy as np
+
+from recollect.buffers.prefetcher import draw_waiting
 from recollect.buffers.sample import Sample
+from recollect.buffers.source_reads import stream_local
+from recollect.buffers.stored_reads import StoredReader
+from recollect.samplers.base import Sampler
+from recollect.specs import FlatSpec
+from recollect.storage.base import Storage
+from recollect.table import Draw, Table
 
-if TYPE_CHECKING:
-    from recollect.specs import FlatSpec
-    from recollect.storage.base import Storage
-    from recollect.table import Draw, Table, TableInfo
-
-__all__ = ["BufferSampling"]
+__all__ = ["BufferReader"]
 
 
-class BufferSampling:
-    """``sample``, ``gather``, ``update_priorities``, ``delete`` and ``info`` of
-    :class:`~recollect.ReplayBuffer` (a mixin)."""
+class BufferReader:
+    """The reads of a :class:`~recollect.ReplayBuffer` over its table and storage
+    (``buf.reader``): a :class:`~recollect.buffers.source.SampleSource` that the adapters
+    (``recollect.torch``, ``recollect.tf_data``, ``recollect.jax``), the manager and the
+    drop-in modules read through.
 
-    _flat: FlatSpec
-    _max_length: int
-    _table: Table
-    _storage: Storage
-    _config: dict[str, Any]
+    A draw is made under the table lock and gathered outside it (numpy releases the
+    GIL), so readers on several threads gather at once.
+
+    Args:
+        flat: the buffer's flattened spec.
+        table: the buffer's table (window index, sampler, RNG, lock).
+        storage: the buffer's storage.
+    """
+
+    #: samples are made in this process (a served table's handle says True)
+    remote = False
+    #: the checkpoint kind of the buffer read (``Saved.kind``, the manifest's ``kind``)
+    kind = "ReplayBuffer"
+
+    def __init__(self, flat: FlatSpec, table: Table, storage: Storage) -> None:
+        self._flat = flat
+        self._table = table
+        self._storage = storage
+        self._max_length = table.max_length
+        self._stored = StoredReader(flat, table, storage)
+
+    @property
+    def flat_spec(self) -> FlatSpec:
+        """The flattened spec: leaf paths, shapes and dtypes in storage order."""
+        return self._flat
+
+    @property
+    def data_spec(self) -> Any:
+        """The spec of one step (a nest of :class:`~recollect.ArraySpec`)."""
+        return self._flat.spec
+
+    @property
+    def table(self) -> Table:
+        """The :class:`~recollect.table.Table`: window index, sampler, RNG and lock."""
+        return self._table
+
+    @property
+    def storage(self) -> Storage:
+        """The :class:`~recollect.storage.base.Storage` holding the stored bytes."""
+        return self._storage
+
+    @property
+    def sampler(self) -> Sampler:
+        """The sampler deciding which windows come back."""
+        return self._table.sampler
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The generator all sampling draws from."""
+        return self._table.rng
+
+    @property
+    def sequence_length(self) -> int | None:
+        """The fixed window length, or None."""
+        return self._table.sequence_length
+
+    @property
+    def closed(self) -> bool:
+        """Whether the buffer was closed: readers' iterations then end."""
+        return self._table.closed
 
     def sample(
         self,
@@ -98,39 +162,67 @@ class BufferSampling:
             draw.table_size,
         )
 
-    def update_priorities(self, ids: Any, priorities: Any) -> int:
-        """Sets the priorities of the windows starting at ``ids`` (prioritized samplers).
-
-        Returns:
-            The number of ids skipped because their steps were overwritten.
+    def time_steps(self, num_steps: int | None) -> int | None:
+        """``num_steps``, or for None the fixed ``sequence_length`` when it is > 1.
 
         Raises:
-            InvalidArgumentError: the sampler does not use priorities, or bad
-                priorities (NaN, inf, negative, overflowing); nothing is changed.
+            InvalidArgumentError: ``num_steps`` > ``max_length`` (or < 1).
         """
-        return self._table.update_priorities(ids, priorities)
+        table = self._table
+        table.resolve_window(num_steps)
+        if num_steps is not None:
+            return num_steps
+        fixed = table.sequence_length
+        return fixed if fixed is not None and fixed > 1 else None
 
-    def delete(self, ids: Any) -> int:
-        """Deletes the windows starting at ``ids`` (Reverb: ``mutate_priorities`` deletes).
+    def draw(self, batch_size: int, num_steps: int | None) -> Callable[[], Sample]:
+        """Draws the windows now, under the table lock; ``finish()`` gathers them.
 
-        A deleted window is never sampled again; ``info().size`` drops and
-        ``info().deletes`` counts it; a rate limiter sees the smaller size (a
-        delete can let an insert through and block a sample, as in Reverb). The
-        steps stay stored (windows starting elsewhere may still contain them).
+        ``draw(b, n)()`` equals ``sample(b, n)``: same result distribution,
+        shapes and errors. Draws made one after another consume the rng in
+        that order wherever ``finish`` then runs; ``finish`` gathers outside
+        the lock and, when ``table.is_stale(draw)`` says a write overwrote a
+        drawn step meanwhile, samples again with the lock held (no retry
+        loop). On a prefetch thread a rate-limited draw waits in slices and
+        ends with StateError when the prefetcher is closed.
+        """
+        table = self._table
+        drawn: Draw = draw_waiting(table, batch_size, num_steps)
 
-        Args:
-            ids: int ``[K]`` window ids (``Sample.ids``, ``item_ids()``).
+        def finish() -> Sample:
+            sample = self.gather(drawn)
+            if table.is_stale(drawn):
+                sample = self.sample(batch_size, num_steps)
+            return sample
 
-        Returns:
-            The number of ids skipped, as :meth:`update_priorities` counts them:
-            overwritten, not (yet) a complete window, of another shard, or
-            deleted already.
+        return finish
+
+    #: ``num_threads`` prefetch threads keeping ``prefetch`` batches ``convert(sample)`` ready
+    #: (:func:`~recollect.buffers.source_reads.stream_local`)
+    stream = stream_local
+
+    def gather_all(self) -> Any:
+        """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.
 
         Raises:
-            InvalidArgumentError: ``ids`` is not 1-D integers; nothing is deleted.
+            InvalidArgumentError: rows hold different numbers of steps (rows
+                written with ``add_batch(..., rows=...)``); use ``gather_row``.
         """
-        return self._table.delete(ids)
+        return self._stored.gather_stored()
 
-    def info(self) -> TableInfo:
-        """Size, counters, rate limiter and sampler of the buffer's table (:class:`TableInfo`)."""
-        return self._table.info(self._config["sampler"]["config"])
+    def gather_row(self, row: int) -> Any:
+        """All stored steps of env row ``row``: leaves ``[steps, *shape]``, oldest first."""
+        return self._stored.gather_row(row)
+
+    def item_ids(self) -> np.ndarray:
+        """Ids of all stored steps, int64 ``[num_envs, steps_per_row]``, oldest first.
+
+        Raises:
+            InvalidArgumentError: rows hold different numbers of steps.
+        """
+        return self._stored.item_ids()
+
+    def steps_per_row(self) -> np.ndarray:
+        """int64 ``[num_envs]``: steps currently stored in each row."""
+        with self._table.lock:
+            return self._table.index.stored.copy()

@@ -1,8 +1,9 @@
 """SampleSource: the one interface every reader (adapters, manager, streams) samples through.
 
-A local :class:`~recollect.ReplayBuffer` (or
-:class:`~recollect.TransitionBuffer`) and a served table's
-:class:`~recollect.service.TableHandle` both implement it, structurally: the
+A local :class:`~recollect.ReplayBuffer`'s ``reader`` (a
+:class:`~recollect.buffers.sampling.BufferReader`; the adapters read a buffer through it,
+:func:`recollect.adapters.prefetch.as_source`), a :class:`~recollect.TransitionBuffer` and
+a served table's :class:`~recollect.service.TableHandle` all implement it, structurally: the
 readers call these members and never ask which kind of source they hold. A
 user's own class with these members works with every adapter too.
 

@@ -211,7 +211,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
                 if self._prioritized is not None:
                     self._prioritized = cast(Prioritized, self._prioritized.copy())
             raise
-        with reader.replay_buffer.lock:
+        with reader.replay_buffer.writer.lock:
             reader.write(leaves, nxt)
 
     def add_batched(self, *transition: Any) -> None:
@@ -397,7 +397,7 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         ``(observation, action, reward, next_observation, terminated, truncated)`` (copies),
         read without a gather (``buf[i]``'s path); None with frame stacks or compressed
         leaves (then use :meth:`sample_at`). ``(row, time)`` must be stored (no check);
-        hold ``replay_buffer.lock`` while other threads add."""
+        hold ``replay_buffer.writer.lock`` while other threads add."""
         return self._read().item_at(row, time)
 
     def chain_breaks(self, rows: np.ndarray, slots: np.ndarray) -> np.ndarray:
@@ -466,8 +466,8 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         Raises:
             CheckpointError: the chain state does not match the buffer's spec.
         """
-        if isinstance(buffer.sampler, Prioritized):
-            self._prioritized = buffer.sampler
+        if isinstance(buffer.reader.sampler, Prioritized):
+            self._prioritized = buffer.reader.sampler
         self._reader = TransitionReader.restored(buffer, chain, self._num_envs, self._capacity)
         self._sequence.form = item_form
 

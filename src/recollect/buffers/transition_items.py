@@ -252,7 +252,7 @@ class TransitionSequence:
         if isinstance(index, slice):
             if len(self.buffer) == 0:
                 return []
-            with self.buffer.replay_buffer.lock:
+            with self.buffer.replay_buffer.writer.lock:
                 oldest, clock = self._span()
                 positions = np.arange((clock - oldest) * self.buffer.num_envs)[index]
                 return self._read(positions, oldest)
@@ -263,7 +263,7 @@ class TransitionSequence:
                 f"TransitionBuffer indices must be ints or slices; got {type(index).__name__}."
             ) from None
         try:
-            lock = self.buffer.replay_buffer.lock
+            lock = self.buffer.replay_buffer.writer.lock
         except NotEnoughDataError:  # nothing added yet
             raise IndexError(f"TransitionBuffer index {i} out of range: it is empty.") from None
         with lock:
@@ -289,7 +289,7 @@ class TransitionSequence:
         """
         if len(self.buffer) == 0:
             return
-        lock, envs = self.buffer.replay_buffer.lock, self.buffer.num_envs
+        lock, envs = self.buffer.replay_buffer.writer.lock, self.buffer.num_envs
         with lock:
             t, end = self._span()
         while t < end:

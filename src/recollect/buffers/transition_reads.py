@@ -51,7 +51,7 @@ class TransitionReader:
         self.replay_buffer = buffer
         self.num_envs = num_envs
         self.obs_flat = FlatSpec(obs_spec)
-        paths = buffer.flat_spec.paths
+        paths = buffer.writer.flat_spec.paths
         self.obs_leaf_ids = [
             i for i, p in enumerate(paths) if p == "observation" or p.startswith("observation/")
         ]
@@ -62,10 +62,10 @@ class TransitionReader:
             for s, d in zip(self.obs_flat.shapes, self.obs_flat.dtypes, strict=True)
         ]
         self.has_pending = np.zeros(num_envs, bool)
-        self.final_ref = np.full((num_envs, buffer.max_length), -1, np.int64)
+        self.final_ref = np.full((num_envs, buffer.writer.max_length), -1, np.int64)
         self.finals = FinalObservations(self.obs_flat, capacity + num_envs)
         # input of the exact dtypes and shapes (with the env dim) skips convert_step
-        self.match_step = exact_matcher(buffer.flat_spec, (num_envs,))
+        self.match_step = exact_matcher(buffer.writer.flat_spec, (num_envs,))
         self.match_next = exact_matcher(self.obs_flat, (num_envs,))
         #: ``(shape, dtype)`` of an exact next observation when the observation is one array
         self.next_exact = None
@@ -157,7 +157,7 @@ class TransitionReader:
             next_observation = _add_dim(next_observation)
         if self.first_id is not None:
             step["is_first"] = np.zeros(lead, bool)  # set from the chain below
-        leaves = convert_step(self.replay_buffer.flat_spec, step, lead, "add")
+        leaves = convert_step(self.replay_buffer.writer.flat_spec, step, lead, "add")
         nxt = convert_step(self.obs_flat, next_observation, lead, "add next_observation")
         return leaves, nxt
 
@@ -190,7 +190,7 @@ class TransitionReader:
             step["is_first"] = np.zeros(lead, bool)  # set from the chain in write()
         leaves = self.match_step(step)
         if leaves is None:
-            leaves = convert_step(self.replay_buffer.flat_spec, step, lead, "add")
+            leaves = convert_step(self.replay_buffer.writer.flat_spec, step, lead, "add")
         exact = self.next_exact
         if (
             exact is not None
@@ -208,7 +208,7 @@ class TransitionReader:
         """``TransitionBuffer.add_batched`` once the spec is known: converts (exact values
         as they are), then writes under the buffer lock on the calling thread."""
         leaves, nxt = self.convert_batched(*transition)
-        with self.replay_buffer.lock:
+        with self.replay_buffer.writer.lock:
             self.write(leaves, nxt)
 
     def write(self, leaves: list[np.ndarray], nxt: list[np.ndarray]) -> None:
@@ -218,7 +218,7 @@ class TransitionReader:
         t = buffer.table.next_steps(None)[0]  # an int while every row shares one clock
         if type(t) is not int:  # per-row clocks (all equal here: every add writes each row)
             t = int(t[0])
-        slot = t % buffer.max_length
+        slot = t % buffer.writer.max_length
         chained = self._link_previous([leaves[i] for i in self.obs_leaf_ids], t)
         if self.first_id is not None:
             leaves[self.first_id] = ~chained
@@ -248,16 +248,16 @@ class TransitionReader:
                 chained &= (_row_bytes(current) == _row_bytes(pending)).all(axis=1)
         broken = np.flatnonzero(self.has_pending & ~chained)
         prev_t = t - 1
-        new_lo = max(int(buffer.table.cleared_before[0]), t + 1 - buffer.max_length)
+        new_lo = max(int(buffer.table.cleared_before[0]), t + 1 - buffer.writer.max_length)
         if len(broken) == 0 or prev_t < new_lo:
             return chained
         refs = self.finals.append([p[broken] for p in self.pending], prev_t, new_lo)
-        self.final_ref[broken, prev_t % buffer.max_length] = refs
+        self.final_ref[broken, prev_t % buffer.writer.max_length] = refs
         return chained
 
     def clear(self) -> None:
         """Forgets every transition (the pending next observations stay)."""
-        with self.replay_buffer.lock:
+        with self.replay_buffer.writer.lock:
             self.replay_buffer.clear()
             self.finals.clear()
 
@@ -274,13 +274,13 @@ class TransitionReader:
         buffer = self.replay_buffer
         options = {}
         if importance_sampling_exponent is not None:
-            if not isinstance(buffer.sampler, Prioritized):
+            if not isinstance(buffer.reader.sampler, Prioritized):
                 raise InvalidArgumentError(
                     "importance_sampling_exponent needs a prioritized buffer; construct "
                     "TransitionBuffer(..., prioritized=True)."
                 )
             options["importance_sampling_exponent"] = importance_sampling_exponent
-        with buffer.lock:
+        with buffer.writer.lock:
             draw = buffer.table.draw(
                 batch_size, 1, within_episode=False, time_axis=False, **options
             )
@@ -296,9 +296,9 @@ class TransitionReader:
         rows = np.asarray(rows, np.int64).reshape(-1)
         times = np.asarray(times, np.int64).reshape(-1)
         buffer = self.replay_buffer
-        with buffer.lock:
+        with buffer.writer.lock:
             clock = self.clock()
-            lo = max(int(buffer.table.cleared_before[0]), clock - buffer.max_length)
+            lo = max(int(buffer.table.cleared_before[0]), clock - buffer.writer.max_length)
             bad = (rows < 0) | (rows >= self.num_envs) | (times < lo) | (times >= clock)
             if rows.shape != times.shape or bad.any():
                 raise InvalidArgumentError(
@@ -316,11 +316,11 @@ class TransitionReader:
         if gamma is None:
             leaves, next_obs = self._gather_transitions(rows, times)
         else:
-            slots = times % buffer.max_length
+            slots = times % buffer.writer.max_length
             leaves = buffer.storage.gather(rows, slots, times=times)
             fields = n_step_fields(self, rows, times, n, gamma)
             next_obs = fields.pop("next_observation")
-        data = buffer.flat_spec.unflatten(leaves)
+        data = buffer.writer.flat_spec.unflatten(leaves)
         if gamma is not None:
             data.update(fields)
         ones = np.ones(len(rows))
@@ -347,12 +347,12 @@ class TransitionReader:
         the two contiguous results.
         """
         buffer = self.replay_buffer
-        length, obs_ids, storage = buffer.max_length, self.obs_leaf_ids, buffer.storage
+        length, obs_ids, storage = buffer.writer.max_length, self.obs_leaf_ids, buffer.storage
         both_rows = np.concatenate([rows, rows])
         both_times = np.concatenate([times, times + 1])
         both = storage.gather(both_rows, both_times % length, times=both_times, leaf_ids=obs_ids)
         other_ids = self.other_leaf_ids
-        leaves: list[Any] = [None] * len(buffer.flat_spec.paths)
+        leaves: list[Any] = [None] * len(buffer.writer.flat_spec.paths)
         others = storage.gather(rows, times % length, times=times, leaf_ids=other_ids)
         for i, leaf in zip(other_ids, others, strict=True):
             leaves[i] = leaf
@@ -375,7 +375,7 @@ class TransitionReader:
         The caller holds the buffer lock.
         """
         buffer = self.replay_buffer
-        length = buffer.max_length
+        length = buffer.writer.max_length
         if out is None:
             following = times + 1
             out = buffer.storage.gather(
@@ -403,7 +403,7 @@ class TransitionReader:
         storage = buffer.storage
         if type(storage) is not RingStorage:
             return None
-        arrays, length = storage.arrays, buffer.max_length
+        arrays, length = storage.arrays, buffer.writer.max_length
         slot = time % length
         leaves = [copy_value(a[row, slot]) for a in arrays]
         ref = int(self.final_ref[row, slot])
@@ -414,7 +414,7 @@ class TransitionReader:
         else:
             following = (time + 1) % length
             nxt = [arrays[i][row, following].copy() for i in self.obs_leaf_ids]
-        data = buffer.flat_spec.unflatten(leaves)
+        data = buffer.writer.flat_spec.unflatten(leaves)
         return (
             data["observation"],
             data["action"],
@@ -451,7 +451,7 @@ class TransitionReader:
             CheckpointError: the chain state does not match the observation spec.
         """
         num_envs = self.num_envs
-        ref = np.full((num_envs, self.replay_buffer.max_length, 1), -1, np.int64)
+        ref = np.full((num_envs, self.replay_buffer.writer.max_length, 1), -1, np.int64)
         source = chain["columns"]["final_ref"]
         if hasattr(source, "read_into"):
             source.read_into(ref)

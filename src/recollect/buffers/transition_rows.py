@@ -20,17 +20,17 @@ __all__ = ["copy_value", "first_rows", "same_bytes", "step_writer"]
 
 def step_writer(buffer: ReplayBuffer, num_envs: int) -> Callable[[list[np.ndarray]], None]:
     """``write(leaves)`` of one step of every row (``[num_envs, ...]`` leaves, checked):
-    ``buffer.write_leaves``; or, with one row in a plain RAM ring without rate limiter
+    ``buffer.writer.write_leaves``; or, with one row in a plain RAM ring without rate limiter
     or episode index, the same write made shorter: each leaf into its slot of the row's
     ``[max_length, ...]`` view (``RingStorage.write_unbatched``), then
     ``Table.insert_one``, under the table lock on the calling thread."""
     storage, table = buffer.storage, buffer.table
     plain = type(storage) is RingStorage and table.rate_limiter is None
-    if num_envs != 1 or not plain or buffer.episode_aware:
-        return buffer.write_leaves
+    if num_envs != 1 or not plain or buffer.writer.episode_aware:
+        return buffer.writer.write_leaves
     single = cast(RingStorage, storage).write_unbatched  # type checked above
     insert, lock = table.insert_one, table.lock
-    length = buffer.max_length
+    length = buffer.writer.max_length
 
     def write_one(leaves: list[np.ndarray]) -> None:
         with lock:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
+from recollect.buffers.replay_buffer import RngLike, buffer_from_saved
 from recollect.buffers.transition_items import ItemForm
 from recollect.buffers.transition_reads import TransitionReader
 from recollect.errors import CheckpointError, InvalidArgumentError
@@ -77,9 +77,9 @@ def save_checkpoint(
     if reader is None:
         return write_checkpoint(path, KIND, config, state())
     buffer = reader.replay_buffer
-    buffer.check_saveable()
-    with buffer.lock:
-        return write_checkpoint(path, KIND, config, state(), buffer.stored_layout())
+    buffer.persistence.check_saveable()
+    with buffer.writer.lock:
+        return write_checkpoint(path, KIND, config, state(), buffer.persistence.stored_layout())
 
 
 def transitions_from_saved(cls: Any, saved: Saved, *, mmap: bool = False) -> Any:
@@ -117,7 +117,7 @@ def transitions_from_saved(cls: Any, saved: Saved, *, mmap: bool = False) -> Any
         raise CheckpointError(f"{where}: invalid TransitionBuffer options: {err}") from err
     if config.get("replay") is None:
         return tb
-    buffer = ReplayBuffer.from_saved(
+    buffer = buffer_from_saved(
         Saved("ReplayBuffer", config["replay"], state["replay"], saved.manifest, where),
         mmap=mmap,
     )

@@ -20,22 +20,37 @@ half-written.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeError
-from recollect.storage.factory import block_storage, prepare_writes
+from recollect.buffers.memmap_state import MemmapState
+from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeError, SpecError
+from recollect.specs import FlatSpec
+from recollect.storage.base import Storage
+from recollect.storage.factory import block_storage, bool_scalar, prepare_writes
 from recollect.storage.ring import RingStorage
+from recollect.table import Table
 from recollect.validation import check_structure, convert_step, exact_matcher
 
-if TYPE_CHECKING:
-    from recollect.buffers.memmap_state import MemmapState
-    from recollect.specs import FlatSpec
-    from recollect.storage.base import Storage
-    from recollect.table import Table
+__all__ = ["BufferWriter", "check_rows", "episode_end_leaf"]
 
-__all__ = ["BufferWrites", "check_rows"]
+
+def episode_end_leaf(flat: FlatSpec) -> int | None:
+    """Index of the top-level bool scalar ``is_last`` leaf (episode-aware mode), or None.
+
+    Raises:
+        SpecError: an ``is_last`` leaf that is not a bool scalar.
+    """
+    i = bool_scalar(flat, "is_last")
+    if "is_last" in flat.paths and i is None:
+        leaf = flat.leaves[flat.index("is_last")]
+        raise SpecError(
+            f"data_spec leaf 'is_last' marks episode ends and must be a bool scalar; "
+            f"got shape {leaf.shape}, dtype {leaf.dtype}. Rename it to opt out of "
+            "episode-aware sampling."
+        )
+    return i
 
 
 def check_rows(rows: Any, num_envs: int) -> np.ndarray:
@@ -62,25 +77,37 @@ def check_rows(rows: Any, num_envs: int) -> np.ndarray:
     return array
 
 
-class BufferWrites:
-    """The write methods of :class:`~recollect.ReplayBuffer` (a mixin; see the module doc).
+class BufferWriter:
+    """The one writer of a :class:`~recollect.ReplayBuffer` (``buffer.writer``; see the module
+    doc): validates steps and writes them to the buffer's storage and table.
 
-    The buffer sets the attributes below, then calls :meth:`_setup_writes`.
+    Args:
+        flat: the buffer's flattened spec.
+        table: the buffer's table (clocks, window index, lock, rate limiter).
+        storage: the buffer's storage.
+        persist: the memmap bookkeeping (marks storage dirty before a write), or None.
+        compressed: whether some leaves are compressed (compressed outside the lock).
     """
 
-    _flat: FlatSpec
-    _num_envs: int
-    _max_length: int
-    _is_last: int | None
-    _table: Table
-    _storage: Storage
-    _persist: MemmapState | None
-
-    def _setup_writes(self, compressed: bool) -> None:
-        """Chooses the converters and the short paths once the storage is built."""
+    def __init__(
+        self,
+        flat: FlatSpec,
+        table: Table,
+        storage: Storage,
+        persist: MemmapState | None = None,
+        *,
+        compressed: bool = False,
+    ) -> None:
+        self._flat = flat
+        self._table = table
+        self._storage = storage
+        self._persist = persist
+        self._num_envs = table.num_envs
+        self._max_length = table.max_length
+        self._is_last = bool_scalar(flat, "is_last")
         # compressed leaves are compressed before the table lock is taken
         self._prepare: Callable[[list[np.ndarray]], list[np.ndarray]] | None = (
-            prepare_writes(self._storage) if compressed else None
+            prepare_writes(storage) if compressed else None
         )
         # input that needs no conversion (exact dtypes and shapes) skips convert_step
         self._match_batch = exact_matcher(self._flat, (self._num_envs,))
@@ -93,6 +120,36 @@ class BufferWrites:
             and type(self._storage) is RingStorage
             and self._num_envs == 1
         )
+        # the unbatched fast path's ring write, bound once (a RingStorage only)
+        self._write_unbatched: Callable[[int, list[np.ndarray]], None] | None = (
+            getattr(storage, "write_unbatched", None) if self._ring_writes else None
+        )
+
+    @property
+    def flat_spec(self) -> FlatSpec:
+        """The flattened spec steps are converted to: leaf paths, shapes and dtypes in storage
+        order."""
+        return self._flat
+
+    @property
+    def lock(self) -> Any:
+        """The table's re-entrant lock; hold it to make several calls one atomic step."""
+        return self._table.lock
+
+    @property
+    def max_length(self) -> int:
+        """Steps per env row (``capacity // num_envs``)."""
+        return self._max_length
+
+    @property
+    def num_envs(self) -> int:
+        """Number of env rows (the leading dim of ``write_leaves`` leaves without ``rows``)."""
+        return self._num_envs
+
+    @property
+    def episode_aware(self) -> bool:
+        """Whether the spec has a top-level bool ``is_last`` leaf (episode ends recorded)."""
+        return self._is_last is not None
 
     def add(self, step: Any, *transition: Any, timeout: float | None = None) -> None:
         """Appends one step (a nest matching the spec, no env dim); only when ``num_envs == 1``.
@@ -115,14 +172,15 @@ class BufferWrites:
                 "(capacity): its add(s, a, r, s2, terminated, truncated) or append((s, a, r, "
                 "s2, done)); or write the step as a dict."
             )
-        if self._ring_writes:  # one env row in a plain numpy ring: the unbatched fast path
+        write = self._write_unbatched
+        if write is not None:  # one env row in a plain numpy ring: the unbatched fast path
             leaves = self._match_step(step)  # exact dtypes and shapes: nothing to convert
             if leaves is not None:
                 i = self._is_last
                 ended = i is not None and bool(leaves[i])  # a 0-d bool: no [1] array built
                 table = self._table
                 with table.lock:  # one row: always one clock
-                    self._storage.write_unbatched(table.clock % self._max_length, leaves)  # type: ignore[attr-defined]  # RingStorage only (_ring_writes)
+                    write(table.clock % self._max_length, leaves)
                     table.insert_one(ended)
                 return
         elif self._num_envs != 1:

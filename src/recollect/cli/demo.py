@@ -29,7 +29,7 @@ def buffer_summary(buffer: Any) -> dict[str, Any]:
     """
     from recollect.cli.inspect import episode_stats  # here: keeps the commands' import order
 
-    flat = buffer.flat_spec
+    flat = buffer.writer.flat_spec
     returns = episode_stats(flat, flat.treedef.flatten_up_to(buffer.gather_all()))["returns"]
     return {
         "steps_stored": int(buffer.num_frames()),

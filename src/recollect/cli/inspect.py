@@ -171,8 +171,8 @@ def _report(path: str, loaded: Any, memmap: dict[str, Any] | None, output: Path 
     buffer = getattr(loaded, "replay_buffer", loaded) if loaded.num_frames() else loaded
     if not hasattr(buffer, "gather_all"):  # an empty TransitionBuffer
         return f"{path}: empty {type(loaded).__name__} (capacity {loaded.capacity})"
-    flat = buffer.flat_spec
-    data = buffer.flat_spec.treedef.flatten_up_to(buffer.gather_all())
+    flat = buffer.writer.flat_spec
+    data = flat.treedef.flatten_up_to(buffer.gather_all())
     stats = episode_stats(flat, data)
     actions = _leaf(flat, data, "action")
     is_last = _leaf(flat, data, "is_last")
@@ -183,7 +183,7 @@ def _report(path: str, loaded: Any, memmap: dict[str, Any] | None, output: Path 
     if output is not None:
         _plot(stats, actions, output)
     kind = type(loaded).__name__ if memmap is None else f"memmap {type(loaded).__name__}"
-    sampler = type(buffer.sampler).__name__
+    sampler = type(buffer.reader.sampler).__name__
     rows = f"{buffer.num_envs} env row{'s' if buffer.num_envs != 1 else ''}"
     lines = [
         f"checkpoint   {path}",

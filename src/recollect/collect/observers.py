@@ -66,7 +66,7 @@ class Observer:
 
     def __init__(self, buffer: Any) -> None:
         self._buffer = buffer
-        self._flat = buffer.flat_spec
+        self._flat = getattr(buffer, "writer", buffer).flat_spec  # a ReplayBuffer's writer
         self.num_steps = 0
         self._closed = False
 

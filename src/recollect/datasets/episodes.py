@@ -200,7 +200,7 @@ def _stored_episodes(buf: Any) -> tuple[list[Any], int]:
     episodes: list[Any] = []
     skipped = 0
     for row in range(buf.num_envs):
-        one_row = optree.tree_map(lambda x: x[None], buf.gather_row(row))
+        one_row = optree.tree_map(lambda x: x[None], buf.reader.gather_row(row))
         for row_episodes, row_skipped in split_rows(flat, one_row):
             episodes.extend(row_episodes)
             skipped += row_skipped

@@ -401,7 +401,8 @@ class ReplayBufferManager:
         """
         buffer = self.replay_buffer  # raises when there is none
         if num_steps is None:
-            num_steps = self._sequence_length or getattr(buffer, "sequence_length", None)
+            source = getattr(buffer, "reader", buffer)  # a ReplayBuffer's reader, or a handle
+            num_steps = self._sequence_length or getattr(source, "sequence_length", None)
         if framework == "auto":
             framework = "tf" if importlib.util.find_spec("tensorflow") is not None else "numpy"
         if framework == "numpy":

@@ -83,7 +83,7 @@ def check_checkpoint_matches(
         InvalidArgumentError: the spec (its nest structure or its leaves), a given
             value or the sampler's class differs (the message names it and what to do).
     """
-    differ = None if data_spec is None else leaves_differ(data_spec, buffer.flat_spec)
+    differ = None if data_spec is None else leaves_differ(data_spec, buffer.writer.flat_spec)
     if differ is not None:
         raise InvalidArgumentError(
             f"the checkpoint in {directory} {differ}. "
@@ -92,7 +92,7 @@ def check_checkpoint_matches(
     stored = {
         "capacity": buffer.capacity,
         "num_envs": buffer.num_envs,
-        "sequence_length": buffer.sequence_length,
+        "sequence_length": buffer.reader.sequence_length,
     }
     for name, wanted in given.items():
         if wanted is not None and wanted != stored[name]:
@@ -101,9 +101,9 @@ def check_checkpoint_matches(
                 f"was given {name}={wanted}. Drop the argument (or pass {name}={stored[name]}) "
                 "to continue the checkpoint, or create a new buffer elsewhere."
             )
-    if sampler is not None and type(sampler) is not type(buffer.sampler):
+    if sampler is not None and type(sampler) is not type(buffer.reader.sampler):
         raise InvalidArgumentError(
-            f"the checkpoint in {directory} has a {type(buffer.sampler).__name__} "
+            f"the checkpoint in {directory} has a {type(buffer.reader.sampler).__name__} "
             f"sampler; the manager was given a {type(sampler).__name__}. A loaded buffer "
             "keeps its sampler and its state: drop the sampler argument or create a new "
             "buffer elsewhere."

@@ -19,6 +19,7 @@ from typing import Any, cast
 import numpy as np
 
 from recollect.buffers import ReplayBuffer as CoreReplayBuffer
+from recollect.buffers.replay_buffer import buffer_from_saved
 from recollect.errors import CheckpointError
 from recollect.samplers import Prioritized
 from recollect.specs import ArraySpec
@@ -81,8 +82,8 @@ class Sb3Arrays:
                 sequence_length=None if sampler is None else 1,
             )
         self.replay_buffer = buffer
-        self.buffer_size, self.n_envs = buffer.max_length, buffer.num_envs
-        paths = buffer.flat_spec.paths
+        self.buffer_size, self.n_envs = buffer.writer.max_length, buffer.num_envs
+        paths = buffer.writer.flat_spec.paths
         self.store_timeouts = "timeouts" in paths
         self.side_timeouts = None
         if not self.store_timeouts:
@@ -159,7 +160,7 @@ class Sb3Arrays:
         leaves = [
             values[field] if key is None else values[field][key] for field, key in self.order
         ]  # without a timeouts leaf, values["timeouts"] is not read
-        self.replay_buffer.write_leaves(leaves)
+        self.replay_buffer.writer.write_leaves(leaves)
 
     def write_step(
         self, obs: Any, next_obs: Any, action: Any, reward: Any, done: Any, timeout: Any
@@ -177,9 +178,9 @@ class Sb3Arrays:
                 }
             )
         elif self.store_timeouts:  # leaves in flat (sorted field) order, see __init__
-            self.replay_buffer.write_leaves([action, done, next_obs, obs, reward, timeout])
+            self.replay_buffer.writer.write_leaves([action, done, next_obs, obs, reward, timeout])
         else:
-            self.replay_buffer.write_leaves([action, done, next_obs, obs, reward])
+            self.replay_buffer.writer.write_leaves([action, done, next_obs, obs, reward])
 
     def step_writer(self) -> Callable[[list[np.ndarray]], None]:
         """``write(leaves)`` of one step of every env (leaves in flat order, ``[n_envs, ...]``,
@@ -191,21 +192,21 @@ class Sb3Arrays:
         thread under the table lock."""
         buffer = self.replay_buffer
         storage, table = buffer.storage, buffer.table
-        shapes = buffer.flat_spec.shapes  # action, dones, next obs, obs, rewards
+        shapes = buffer.writer.flat_spec.shapes  # action, dones, next obs, obs, rewards
         fits = (
             self.n_envs == 1
             and type(storage) is RingStorage
             and table.rate_limiter is None
-            and not buffer.episode_aware
+            and not buffer.writer.episode_aware
             and not self.dict_obs
             and not self.store_timeouts
             and all(shapes[i] != () for i in (0, 2, 3))  # [1, *shape] into [*shape]
         )
         if not fits:
-            return buffer.write_leaves
+            return buffer.writer.write_leaves
         single = cast(RingStorage, storage).write_unbatched  # type checked above
         insert, lock = table.insert_one, table.lock
-        length = buffer.max_length
+        length = buffer.writer.max_length
 
         def write_one(leaves: list[np.ndarray]) -> None:
             action, done, next_obs, obs, reward = leaves
@@ -240,12 +241,12 @@ class Sb3Arrays:
     def from_saved(cls, saved: Saved, *, mmap: bool = False) -> Sb3Arrays:
         """Restores the core buffer's ``config()`` and ``state_dict()`` held in ``saved``
         (a pickled SB3 buffer's storage, see :mod:`recollect.sb3.persistence`); ``mmap``
-        as ``ReplayBuffer.from_saved``.
+        as ``recollect.buffers.replay_buffer.buffer_from_saved``.
 
         Raises:
             CheckpointError: a malformed state, or a buffer without SB3's fields.
         """
-        return cls.wrap(CoreReplayBuffer.from_saved(saved, mmap=mmap), saved.where)
+        return cls.wrap(buffer_from_saved(saved, mmap=mmap), saved.where)
 
     @classmethod
     def wrap(cls, buffer: CoreReplayBuffer, where: str) -> Sb3Arrays:
@@ -257,7 +258,7 @@ class Sb3Arrays:
         spec = buffer.data_spec
         if not isinstance(spec, dict) or set(spec) | {"timeouts"} != set(FIELDS):
             raise CheckpointError(f"{where}: not the SB3 arrays of a recollect.sb3 buffer.")
-        return cls(buffer.max_length, buffer.num_envs, buffer=buffer)
+        return cls(buffer.writer.max_length, buffer.num_envs, buffer=buffer)
 
 
 def field_of(leaf: dict[str, Any], index: int) -> tuple[str, str | None]:

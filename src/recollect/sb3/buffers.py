@@ -359,7 +359,9 @@ class ReplayBuffer(Sb3ReplayBuffer):
         upper = self.buffer_size if self.full else self.pos
         if upper == 0:
             raise NotEnoughDataError("the replay buffer is empty; add() transitions first.")
-        flat = self.transitions.replay_buffer.rng.integers(0, upper * self.n_envs, batch_size)
+        flat = self.transitions.replay_buffer.reader.rng.integers(
+            0, upper * self.n_envs, batch_size
+        )
         return np.divmod(flat, self.n_envs)
 
     def sample(self, batch_size: int, env: Any = None) -> Any:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from recollect.arguments import is_int
-from recollect.buffers import TransitionBuffer
+from recollect.buffers import ReplayBuffer, TransitionBuffer
 from recollect.errors import CheckpointError
 from recollect.state.files import Saved
 
@@ -60,7 +60,8 @@ def storage_state(storage: Any) -> dict[str, Any]:
 
     Pickle them while no ``add`` runs (SB3 saves between steps).
     """
-    return {"kind": storage.kind, "config": storage.config(), "state": storage.state_dict()}
+    kind = storage.reader.kind if isinstance(storage, ReplayBuffer) else storage.kind
+    return {"kind": kind, "config": storage.config(), "state": storage.state_dict()}
 
 
 def storage_from_state(saved: dict[str, Any], load: Callable[..., Any]) -> Any:

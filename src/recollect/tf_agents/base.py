@@ -47,7 +47,7 @@ class BufferModule(tf.Module):
         # held outside tf.Module's attribute tracking, which would wrap dicts and lists
         self._spec_box = types.SimpleNamespace(spec=data_spec)
         self._buffer = ReplayBuffer(data_spec, capacity, num_envs=num_envs, rng=rng)
-        self._flat: FlatSpec = self._buffer.flat_spec
+        self._flat: FlatSpec = self._buffer.writer.flat_spec
         self._capacity_int = capacity
         # tf.train.Checkpoint / common.Checkpointer save and restore this (recollect's state
         # format inside a PythonState: data, positions, episode ends, sampling rng).

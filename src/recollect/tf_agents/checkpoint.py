@@ -55,7 +55,7 @@ def _decode(node: Any, arrays: Mapping[str, np.ndarray]) -> Any:
 def encode_state(buffer: ReplayBuffer) -> bytes:
     """The buffer's state as bytes: an ``.npz`` of its arrays and a JSON tree (no pickle)."""
     arrays: list[np.ndarray] = []
-    with buffer.lock:
+    with buffer.writer.lock:
         tree = _encode(buffer.state_dict(), arrays)
         arrays = [np.array(a, copy=True) for a in arrays]  # a consistent copy under the lock
     meta = {"format": _FORMAT, "config": to_json(buffer.config()), "state": tree}

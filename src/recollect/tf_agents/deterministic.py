@@ -124,7 +124,7 @@ def deterministic_pass(
         ``empty_error(message)``: nothing is stored when the iterator is created.
         NotEnoughDataError: a listed window was overwritten or cleared before it was read.
     """
-    flat, table = buffer.flat_spec, buffer.table
+    flat, table = buffer.writer.flat_spec, buffer.table
 
     def windows_numpy() -> list[np.ndarray]:
         with table.lock:
@@ -150,7 +150,7 @@ def deterministic_pass(
                 )
             probs = np.ones(len(rows))
             draw = table.make_draw(rows, times, probs, int(length), num_steps is not None)
-            sample = buffer.gather(draw)
+            sample = buffer.reader.gather(draw)
         ids = sample.ids if num_steps is None else sample.ids[:, None] + np.arange(int(length))
         out = cast(list[np.ndarray], [*flat.treedef.flatten_up_to(sample.data), ids])
         return [x[0] for x in out] if sample_batch_size is None else out

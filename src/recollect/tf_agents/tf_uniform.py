@@ -178,9 +178,9 @@ class TFUniformReplayBuffer(BufferModule):
                 ``tf.errors.InvalidArgumentError`` (inside ``tf.function``
                 TensorFlow raises that class with this message).
         """
-        tf_data.check_args(self._buffer, sample_batch_size, num_steps)
+        tf_data.check_args(self._buffer.reader, sample_batch_size, num_steps)
         fn = tf_data.make_sample_fn(
-            self._buffer, sample_batch_size, num_steps, False, wrap_error=empty_error
+            self._buffer.reader, sample_batch_size, num_steps, False, wrap_error=empty_error
         )
         items, info, _ = fn(tf.constant(0, tf.int64))
         if num_steps is not None and not time_stacked:

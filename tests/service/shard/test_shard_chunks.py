@@ -45,7 +45,7 @@ def test_chunks_store_what_a_local_extend_of_the_same_steps_stores(lengths: list
         first += n
     assert shard.buffer.table.inserts == reference.table.inserts
     for row in range(ENVS):
-        got, want = shard.buffer.gather_row(row), reference.gather_row(row)
+        got, want = shard.buffer.reader.gather_row(row), reference.reader.gather_row(row)
         for key in SPEC:
             np.testing.assert_array_equal(got[key], want[key])
 
@@ -129,7 +129,7 @@ def test_a_served_chunk_is_neither_unflattened_nor_flattened_nor_cast(monkeypatc
     monkeypatch.setattr(writes, "check_structure", spy("check_structure", writes.check_structure))
     writer.flush()
     assert calls == []
-    stored = server.shards["t"][0].buffer.gather_row(0)
+    stored = server.shards["t"][0].buffer.reader.gather_row(0)
     np.testing.assert_array_equal(stored["seq"], np.arange(6))
     np.testing.assert_array_equal(stored["obs"][:, 0], np.arange(6, dtype=np.float32))
 
@@ -138,8 +138,8 @@ def test_write_leaves_of_a_block_writes_t_steps_per_row_also_step_by_step() -> N
     limited = rc.ReplayBuffer(SPEC, 32, ENVS, rate_limiter=rc.MinSize(1))  # the step path
     plain = rc.ReplayBuffer(SPEC, 32, ENVS)  # the block path
     for buf in (limited, plain):
-        buf.write_leaves(leaves(0, 5), np.arange(ENVS), block=True)
-        buf.write_leaves(leaves(5, 0), None, block=True)
-        buf.write_leaves([leaf[:, 0] for leaf in leaves(5, 1)])
+        buf.writer.write_leaves(leaves(0, 5), np.arange(ENVS), block=True)
+        buf.writer.write_leaves(leaves(5, 0), None, block=True)
+        buf.writer.write_leaves([leaf[:, 0] for leaf in leaves(5, 1)])
         assert buf.table.inserts == ENVS * 6
-        np.testing.assert_array_equal(buf.gather_row(1)["seq"], np.arange(6))
+        np.testing.assert_array_equal(buf.reader.gather_row(1)["seq"], np.arange(6))

@@ -101,7 +101,7 @@ def test_every_request_and_reply_round_trips_without_pickle(monkeypatch) -> None
     assert call(rq.Extend(lease, leaves, None, 0)) == 12
     call(rq.CheckLease(lease))
     drawn = call(rq.SampleBatches([3, 2], None, 1.0, {"importance_sampling_exponent": 0.5}))
-    want = shard.buffer.gather_row(0)
+    want = shard.buffer.reader.gather_row(0)
     assert drawn.sample.data["obs"].shape == (5, 3) and drawn.error is None
     assert set(drawn.sample.data) == {"obs", "is_last"}
     assert drawn.sample.data["obs"].dtype == want["obs"].dtype

@@ -97,7 +97,7 @@ def test_the_shard_stores_numbered_chunks_in_their_order_whatever_the_arrival(
             time.sleep(0.01)
         assert [f.result(10) for f in futures] == [ENVS * CHUNK] * len(arrival)
     for row in rows:
-        stored = shard.buffer.gather_row(int(row))["seq"]
+        stored = shard.buffer.reader.gather_row(int(row))["seq"]
         np.testing.assert_array_equal(stored, np.arange(len(arrival) * CHUNK))
 
 

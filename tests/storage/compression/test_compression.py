@@ -78,11 +78,11 @@ def test_compressed_frame_stacks_equal_env_observations(
     envs = StackingEnvs(num_envs, (2, 3), dtype, k, axis, pad, seed, end_prob)
     recorded = {}
     fill(buf, envs, steps, markers, recorded, clear_at)
-    if buf.table.index.count(num_steps or 1, buf.episode_aware):
+    if buf.table.index.count(num_steps or 1, buf.writer.episode_aware):
         s = check_sample(buf, recorded, 16, num_steps)
         assert s.data["observation"].flags.c_contiguous or not contiguous
     all_obs = buf.gather_all()["observation"]
-    ids = buf.item_ids()
+    ids = buf.reader.item_ids()
     for e in range(num_envs):
         for j in range(buf.num_frames() // num_envs):
             np.testing.assert_array_equal(all_obs[e, j], recorded[int(ids[e, j])])
@@ -173,7 +173,7 @@ def test_compressed_leaves_sample_like_uncompressed_twin(
         _leaves_equal(sa.data, sb.data)
         np.testing.assert_array_equal(sa.ids, sb.ids)
     for row in range(num_envs):
-        _leaves_equal(a.gather_row(row), b.gather_row(row))
+        _leaves_equal(a.reader.gather_row(row), b.reader.gather_row(row))
 
 
 def test_checkpoint_keeps_compressed_bytes(tmp_path):
@@ -393,7 +393,7 @@ def test_writers_of_different_rows_compress_concurrently_and_exactly():
     for th in threads:
         th.join()
     for row in range(4):
-        np.testing.assert_array_equal(buf.gather_row(row)["image"], images[row])
+        np.testing.assert_array_equal(buf.reader.gather_row(row)["image"], images[row])
 
 
 @pytest.mark.parametrize("codec", [ZstdCodec(threads=2), Lz4Codec(), ZlibCodec()])
@@ -422,4 +422,4 @@ def test_a_row_never_written_gathers_empty_stacks_like_the_uncompressed_store():
     for buf in (a, b):
         buf.add_batch(step, rows=[0])
     for row in (0, 1):
-        _leaves_equal(a.gather_row(row), b.gather_row(row))
+        _leaves_equal(a.reader.gather_row(row), b.reader.gather_row(row))

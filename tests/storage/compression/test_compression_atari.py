@@ -73,7 +73,7 @@ def test_compressed_atari_stacks_are_exact(game, axis, train_values):
         for e in np.flatnonzero(last):
             obs[e] = envs[e].reset()[0]
         first = last
-    all_obs, ids = buf.gather_all()["observation"], buf.item_ids()
+    all_obs, ids = buf.gather_all()["observation"], buf.reader.item_ids()
     for e in range(NUM_ENVS):
         for j in range(ids.shape[1]):
             np.testing.assert_array_equal(all_obs[e, j], recorded[int(ids[e, j])])

@@ -396,7 +396,7 @@ def test_gathers_outside_the_lock_racing_writes_never_raise_and_fresh_ones_are_e
         for _ in range(1000):
             draw = buf.table.draw(32)
             try:
-                got = buf.gather(draw).data["image"]
+                got = buf.reader.gather(draw).data["image"]
             except Exception as err:  # any raise is the failure
                 errors.append(err)
                 break

@@ -286,7 +286,7 @@ def _twins(num_envs, max_length, steps, per_row, extend_at, clear_at, seed, spec
         a.add_batch(batch, rows=rows)
         b.add_batch(batch, rows=rows)
     for row in range(num_envs):
-        got, want = a.gather_row(row), b.gather_row(row)
+        got, want = a.reader.gather_row(row), b.reader.gather_row(row)
         for key in spec:
             np.testing.assert_array_equal(got[key], want[key])
     if b.table.index.count(2, True):

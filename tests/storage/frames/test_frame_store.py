@@ -56,10 +56,10 @@ def test_sampled_stacks_equal_env_observations(
     recorded = {}
     fill(buf, envs, steps, markers, recorded, clear_at)
     stored = buf.num_frames() // num_envs
-    if buf.table.index.count(num_steps or 1, buf.episode_aware):
+    if buf.table.index.count(num_steps or 1, buf.writer.episode_aware):
         check_sample(buf, recorded, 16, num_steps)
     all_obs = buf.gather_all()["observation"]
-    ids = buf.item_ids()
+    ids = buf.reader.item_ids()
     for e in range(num_envs):
         for j in range(stored):
             np.testing.assert_array_equal(all_obs[e, j], recorded[int(ids[e, j])])
@@ -154,7 +154,7 @@ def test_oldest_stored_step_keeps_its_history_after_wraparound():
     recorded = {}
     fill(buf, envs, 11, ("is_last",), recorded)
     all_obs = buf.gather_all()["observation"][0]
-    for j, item in enumerate(buf.item_ids()[0]):
+    for j, item in enumerate(buf.reader.item_ids()[0]):
         np.testing.assert_array_equal(all_obs[j], recorded[int(item)])
     assert not (all_obs[0] == 0).all(axis=(0, 1)).any()  # no padding: history survived the ring
 

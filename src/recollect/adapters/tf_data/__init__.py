@@ -66,6 +66,7 @@ import numpy as np
 from recollect import errors
 from recollect.adapters.prefetch import (
     SampleSource,
+    as_source,
     buffer_closed,
     check_batches_per_request,
     check_max_in_flight,
@@ -125,6 +126,7 @@ def check_args(buffer: SampleSource | None, sample_batch_size: Any, num_steps: A
     for name, value in (("sample_batch_size", sample_batch_size), ("num_steps", num_steps)):
         if value is not None:
             positive_int(name, value, "or None")
+    buffer = None if buffer is None else as_source(buffer)
     if buffer is not None and not buffer.remote:  # a served table checks when it samples
         buffer.time_steps(num_steps)  # raises for num_steps > max_length
 
@@ -165,6 +167,7 @@ def make_sample_fn(
     raise for an error of the sample (e.g. a ``ValueError`` subclass, which
     TensorFlow reports as ``tf.errors.InvalidArgumentError``).
     """
+    buffer = as_source(buffer)
     flat = flat_spec_of(buffer)
     outer = outer_shape(sample_batch_size, num_steps)
     batch = 1 if sample_batch_size is None else int(sample_batch_size)
@@ -282,6 +285,7 @@ def as_dataset(
             valid window is stored, or, in a deterministic pass, the windows
             were overwritten or cleared before they were read.
     """
+    buffer = as_source(buffer)
     check_args(buffer, sample_batch_size, num_steps)
     check_max_in_flight(max_in_flight)
     check_batches_per_request(batches_per_request)

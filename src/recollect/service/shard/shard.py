@@ -104,11 +104,13 @@ class Shard:
             shard=self.index,
             data_spec=buf.data_spec,
             num_envs=buf.num_envs,
-            sequence_length=buf.sequence_length,
-            sampler=buf.sampler.name,
-            importance_sampling_exponent=getattr(buf.sampler, "importance_sampling_exponent", None),
+            sequence_length=buf.reader.sequence_length,
+            sampler=buf.reader.sampler.name,
+            importance_sampling_exponent=getattr(
+                buf.reader.sampler, "importance_sampling_exponent", None
+            ),
             rate_limited=buf.table.rate_limiter is not None,
-            priorities=hasattr(buf.sampler, "update_priorities"),
+            priorities=hasattr(buf.reader.sampler, "update_priorities"),
         )
 
     # -- leases ---------------------------------------------------------------
@@ -229,7 +231,7 @@ class Shard:
             if self._draws_waiting:  # a draw waits for the table lock: it goes first
                 with self._draws_done:
                     self._draws_done.wait_for(lambda: not self._draws_waiting, _YIELD_TO_DRAWS_S)
-            self.buffer.write_leaves(leaves, rows, timeout=timeout, block=True)
+            self.buffer.writer.write_leaves(leaves, rows, timeout=timeout, block=True)
             with self._lock:
                 self._counters.set_inserts(self.buffer.table.inserts)
                 if lease_id in self._leases:
@@ -263,10 +265,10 @@ class Shard:
             As ``ReplayBuffer.sample``.
         """
         buf = self.buffer
-        with self._draws_first(buf.lock):
+        with self._draws_first(buf.writer.lock):
             draw = buf.table.draw(batch_size, num_steps, timeout=timeout, **(options or {}))
             weight = buf.table.draw_weight(draw)  # before max_times_sampled's removals
-            return buf.gather(draw), weight
+            return buf.reader.gather(draw), weight
 
     @contextlib.contextmanager
     def _draws_first(self, lock: Any) -> Any:
@@ -463,7 +465,7 @@ class Shard:
 
     def weight_normalization(self) -> str | None:
         """The sampler's ``weight_normalization`` (``"buffer"`` or ``"batch"``), or None."""
-        return getattr(self.buffer.sampler, "weight_normalization", None)
+        return getattr(self.buffer.reader.sampler, "weight_normalization", None)
 
     def delete(self, ids: Any) -> int:
         """``ReplayBuffer.delete``; returns the ids skipped."""
