@@ -143,8 +143,10 @@ def demo(
 
     _check_device(device)
     torch.set_num_threads(1)  # a small MLP trains fastest on one thread
-    args = dict(env_id=env_id, total_steps=steps, num_envs=num_envs, batch_size=batch_size,
-                capacity=capacity, seed=seed, device=device)  # fmt: skip
+    # the Config fields set from the command line (also apex.ApexConfig's, --distributed)
+    args: dict[str, Any] = dict(env_id=env_id, total_steps=steps, num_envs=num_envs,
+                                batch_size=batch_size, capacity=capacity, seed=seed,
+                                device=device)  # fmt: skip
     if distributed:
         from recollect.cli.demo_distributed import run_distributed
 
@@ -152,15 +154,7 @@ def demo(
         return
     from recollect.examples import dqn
 
-    cfg = dqn.Config(
-        env_id=env_id,
-        total_steps=steps,
-        num_envs=num_envs,
-        batch_size=batch_size,
-        capacity=capacity,
-        seed=seed,
-        device=device,
-    )
+    cfg = dqn.Config(**args)
     try:
         dqn.make_env(env_id, 1).close()  # fail fast, before creating the output directory
         header = f"recollect demo: Double DQN on {env_id}, {num_envs} envs, seed {seed}"
