@@ -47,4 +47,9 @@ class DQN(Sb3DQN):
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """SB3's DQN update with importance weights and priority updates (see the class)."""
-        train_prioritized(self, gradient_steps, batch_size, functools.partial(_td_losses, self))
+        self._update_learning_rate(self.policy.optimizer)
+        losses = functools.partial(_td_losses, self)
+        loss = train_prioritized(self, gradient_steps, batch_size, self._vec_normalize_env, losses)
+        self._n_updates += gradient_steps
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/loss", loss)

@@ -78,25 +78,26 @@ def setup_model(model: Any, setup: Callable[[], None]) -> None:
 
 
 def train_prioritized(
-    model: Any, gradient_steps: int, batch_size: int, step_loss: StepLoss
-) -> None:
-    """The ``train()`` loop of the prioritized algorithms (DQN, QR-DQN): per gradient step,
-    sample ``batch_size`` transitions, take the importance-weighted mean of
+    model: Any, gradient_steps: int, batch_size: int, env: Any, step_loss: StepLoss
+) -> float:
+    """The gradient steps of a prioritized algorithm's ``train()`` (DQN, QR-DQN); returns
+    the mean loss. Per step: sample ``batch_size`` transitions (normalized by ``env``, the
+    model's ``VecNormalize`` or None), take the importance-weighted mean of
     ``step_loss(replay_data, discounts)``'s per-sample losses (:func:`weighted_mean`),
     report its priorities (:func:`report_priorities`), clip gradients to the model's
-    ``max_grad_norm`` (when set) and step the optimizer; then log as SB3 does.
+    ``max_grad_norm`` (when set) and step the optimizer.
 
     ``discounts`` are the sample's n-step discounts (float ``[B, 1]``) or the model's
-    ``gamma`` when the buffer gives none. Calls ``step_loss`` with gradients enabled: it
-    computes its targets under ``torch.no_grad()``.
+    ``gamma`` when the buffer gives none; ``step_loss`` computes its targets under
+    ``torch.no_grad()``. The caller updates the learning rate first and logs after
+    (SB3's private members, read on the model itself).
     """
     model.policy.set_training_mode(True)
-    model._update_learning_rate(model.policy.optimizer)
     losses = []
     buffer = model.replay_buffer
     assert buffer is not None, "train() before _setup_model()"
     for _ in range(gradient_steps):
-        replay_data = buffer.sample(batch_size, env=model._vec_normalize_env)
+        replay_data = buffer.sample(batch_size, env=env)
         discounts = replay_data.discounts if replay_data.discounts is not None else model.gamma
         per_sample, priorities = step_loss(replay_data, discounts)
         loss = weighted_mean(per_sample, replay_data)
@@ -107,6 +108,4 @@ def train_prioritized(
         if model.max_grad_norm is not None:
             th.nn.utils.clip_grad_norm_(model.policy.parameters(), model.max_grad_norm)
         model.policy.optimizer.step()
-    model._n_updates += gradient_steps
-    model.logger.record("train/n_updates", model._n_updates, exclude="tensorboard")
-    model.logger.record("train/loss", np.mean(losses))
+    return float(np.mean(losses))
