@@ -87,3 +87,8 @@ class RateLimiterTimeout(RecollectError, TimeoutError):
 
 class ShardUnavailableError(RecollectError, ConnectionError):
     """A replay-service shard is dead or unreachable (the message names table and shard)."""
+
+
+class ShardNoAnswerError(ShardUnavailableError):
+    """A replay-service shard did not answer a call within the caller's timeout; the call
+    may still finish (``Endpoint.result`` can be asked again)."""

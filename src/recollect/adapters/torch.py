@@ -122,20 +122,12 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         device: where tensors go (``"cpu"``, ``"cuda"``, ``torch.device``); None keeps CPU.
         pin_memory: copy to the device through pinned memory, non-blocking.
         prefetch: batches kept ready, >= 1.
-        num_threads: producer threads sampling (and copying to ``device``)
-            concurrently, >= 1. Whatever their number, batches arrive in the
-            order they were drawn, and when none is ready ``next()`` samples
-            one itself rather than wait (see
-            :class:`~recollect.adapters.prefetch.Prefetcher`); more threads pay only
-            with more idle cores.
-        max_in_flight: sample requests kept outstanding to a served table,
-            >= 1 (Reverb's ``max_in_flight_samples_per_worker``); a local
-            buffer ignores it.
-        batches_per_request: batches each request to a served table asks
-            for, >= 1: more spread the per-request cost (a Ray round trip)
-            over more batches, and draw a prioritized table's batches that many
-            steps ahead of its updates (see
-            :class:`~recollect.service.SampleStream`); a local buffer ignores it.
+        num_threads: producer threads sampling (and copying to ``device``) concurrently,
+            >= 1; batches keep their draw order whatever their number (when they pay:
+            :class:`~recollect.adapters.prefetch.Prefetcher`).
+        max_in_flight, batches_per_request: a served table's sample requests kept
+            outstanding and batches each asks for, >= 1 (what they trade:
+            :class:`~recollect.service.SampleStream`); a local buffer ignores them.
 
     Raises:
         InvalidArgumentError: ``prefetch``, ``num_threads``, ``max_in_flight`` or

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from recollect.cli.group import main
+from recollect.cli.group import count_option, main
 from recollect.errors import RecollectError
 
 __all__ = ["export_buffer", "import_dataset", "seed_from_dataset"]
@@ -146,14 +146,8 @@ def export_buffer(
     help="directory that receives the buffer checkpoint DIR/BUFFER_NAME.",
 )
 @click.option("--buffer-name", default="replay-buffer", show_default=True, help="checkpoint name.")
-@click.option("--capacity", type=click.IntRange(min=1), help="default: the dataset's steps.")
-@click.option(
-    "--num-envs",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="env rows; episodes are spread over them.",
-)
+@count_option("--capacity", None, "default: the dataset's steps.")
+@count_option("--num-envs", 1, "env rows; episodes are spread over them.")
 @click.option("--seed", type=int, default=0, show_default=True, help="the buffer's sampling seed.")
 @click.option(
     "--download",

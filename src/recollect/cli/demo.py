@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from recollect.cli.demo_outputs import Progress, out_summary, report, write_outputs
-from recollect.cli.group import main
+from recollect.cli.group import count_option, main
 from recollect.errors import RecollectError
 
 __all__ = ["Progress", "buffer_summary", "demo", "out_summary", "report", "write_outputs"]
@@ -59,33 +59,19 @@ def _check_device(device: str) -> None:
     show_default=True,
     help="gymnasium env id (discrete actions, Box observations).",
 )
-@click.option(
+@count_option(
     "--steps",
-    type=click.IntRange(min=1),
-    default=_DEFAULTS["steps"],
-    show_default=True,
-    help="Most env steps, all envs together; stops earlier once evaluation solves it.",
+    _DEFAULTS["steps"],
+    "Most env steps, all envs together; stops earlier once evaluation solves it.",
 )
-@click.option(
-    "--num-envs",
-    type=click.IntRange(min=1),
-    default=_DEFAULTS["num_envs"],
-    show_default=True,
-    help="Parallel envs (gymnasium.vector) = buffer env rows.",
+@count_option(
+    "--num-envs", _DEFAULTS["num_envs"], "Parallel envs (gymnasium.vector) = buffer env rows."
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=_DEFAULTS["batch_size"],
-    show_default=True,
-    help="Windows of 2 steps per gradient update.",
-)
-@click.option(
+@count_option("--batch-size", _DEFAULTS["batch_size"], "Windows of 2 steps per gradient update.")
+@count_option(
     "--capacity",
-    type=click.IntRange(min=1),
-    default=_DEFAULTS["capacity"],
-    show_default=True,
-    help="Replay buffer capacity in steps (a multiple of --num-envs).",
+    _DEFAULTS["capacity"],
+    "Replay buffer capacity in steps (a multiple of --num-envs).",
 )
 @click.option(
     "--seed",
@@ -108,13 +94,7 @@ def _check_device(device: str) -> None:
     help="Ape-X: --actors Ray actor processes write to a served prioritized table "
     "(needs recollect[ray]); --num-envs is then per actor.",
 )
-@click.option(
-    "--actors",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Actor processes of --distributed.",
-)
+@count_option("--actors", 4, "Actor processes of --distributed.")
 def demo(
     env_id: str,
     steps: int,
@@ -143,8 +123,10 @@ def demo(
 
     _check_device(device)
     torch.set_num_threads(1)  # a small MLP trains fastest on one thread
-    args = dict(env_id=env_id, total_steps=steps, num_envs=num_envs, batch_size=batch_size,
-                capacity=capacity, seed=seed, device=device)  # fmt: skip
+    # the Config fields set from the command line (also apex.ApexConfig's, --distributed)
+    args: dict[str, Any] = dict(env_id=env_id, total_steps=steps, num_envs=num_envs,
+                                batch_size=batch_size, capacity=capacity, seed=seed,
+                                device=device)  # fmt: skip
     if distributed:
         from recollect.cli.demo_distributed import run_distributed
 
@@ -152,15 +134,7 @@ def demo(
         return
     from recollect.examples import dqn
 
-    cfg = dqn.Config(
-        env_id=env_id,
-        total_steps=steps,
-        num_envs=num_envs,
-        batch_size=batch_size,
-        capacity=capacity,
-        seed=seed,
-        device=device,
-    )
+    cfg = dqn.Config(**args)
     try:
         dqn.make_env(env_id, 1).close()  # fail fast, before creating the output directory
         header = f"recollect demo: Double DQN on {env_id}, {num_envs} envs, seed {seed}"

@@ -6,7 +6,8 @@ error naming the extra to install, not a traceback.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from recollect.extras import missing_extra
 
@@ -15,7 +16,9 @@ try:
 except ImportError as err:
     raise missing_extra(err, "the recollect command line") from None
 
-__all__ = ["main"]
+__all__ = ["count_option", "main"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class _Commands(click.Group):
@@ -30,6 +33,15 @@ class _Commands(click.Group):
             if error is err:
                 raise
             raise click.ClickException(str(error)) from None
+
+
+def count_option(flag: str, default: int | None, help: str) -> Callable[[_F], _F]:
+    """The click option ``flag``: an int >= 1 (click rejects others with a usage error);
+    ``--help`` shows its default unless None (then ``help`` says what applies)."""
+    return click.option(
+        flag, type=click.IntRange(min=1), default=default, show_default=default is not None,
+        help=help,
+    )  # fmt: skip
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

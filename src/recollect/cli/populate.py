@@ -24,7 +24,7 @@ from typing import Any
 import click
 import numpy as np
 
-from recollect.cli.group import main
+from recollect.cli.group import count_option, main
 from recollect.errors import RecollectError
 from recollect.specs import ArraySpec, spec_from_space
 
@@ -204,34 +204,28 @@ def _open_buffer(manager: Any, path: Path, overwrite: bool, append: bool) -> Any
     show_default=True,
     help="the checkpoint is written to CHECKPOINT_DIR/BUFFER_NAME.",
 )
-@click.option(
+@count_option(
     "--capacity",
-    type=click.IntRange(min=1),
-    default=None,
-    help="replay buffer capacity in steps over all envs, a multiple of --num-envs  "
+    None,
+    "replay buffer capacity in steps over all envs, a multiple of --num-envs  "
     "[default: 50000; with --append: the checkpoint's]",
 )
-@click.option(
+@count_option(
     "--steps-per-run",
-    type=click.IntRange(min=1),
-    default=672,
-    show_default=True,
-    help="steps added per run over all envs (a multiple of --num-envs); a checkpoint "
-    "follows every run.",
+    672,
+    "steps added per run over all envs (a multiple of --num-envs); a checkpoint follows every run.",
 )
-@click.option("--num-runs", type=click.IntRange(min=1), default=10, show_default=True, help="runs.")
+@count_option("--num-runs", 10, "runs.")
 @click.option(
     "--checkpoint-dir",
     type=click.Path(file_okay=False),
     required=True,
     help="directory that holds the buffer's checkpoint directory.",
 )
-@click.option(
+@count_option(
     "--num-envs",
-    type=click.IntRange(min=1),
-    default=None,
-    help="envs stepped in lockstep = buffer env rows  [default: 1; with --append: the "
-    "checkpoint's]",
+    None,
+    "envs stepped in lockstep = buffer env rows  [default: 1; with --append: the checkpoint's]",
 )
 @click.option(
     "--seed",

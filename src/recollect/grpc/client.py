@@ -231,8 +231,8 @@ class GrpcChannel:
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(  # type: ignore[misc]
-            state["address"], state["token"], wait_for_ready=state["wait_for_ready"]
+        GrpcChannel.__init__(
+            self, state["address"], state["token"], wait_for_ready=state["wait_for_ready"]
         )
 
     def __repr__(self) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -12,7 +11,12 @@ import ray
 from ray import exceptions as ray_errors
 
 from recollect.buffers import ReplayBuffer
-from recollect.errors import CheckpointError, ShardUnavailableError, StateError
+from recollect.errors import (
+    CheckpointError,
+    ShardNoAnswerError,
+    ShardUnavailableError,
+    StateError,
+)
 from recollect.ray.channel import (
     CONNECT_TIMEOUT_S,
     TRANSPORT_ERRORS,
@@ -278,8 +282,8 @@ class RayEndpoint:
             "checkpoint."
         )
 
-    def _no_answer(self, timeout: float | None) -> ShardUnavailableError:
-        return ShardUnavailableError(
+    def _no_answer(self, timeout: float | None) -> ShardNoAnswerError:
+        return ShardNoAnswerError(
             f"table {self.table!r} shard {self.shard} did not answer within {timeout:g} s."
         )
 
@@ -299,29 +303,6 @@ class RayEndpoint:
         except ray_errors.GetTimeoutError as err:
             raise self._no_answer(timeout) from err
         return codec.answer(value)
-
-    def wait(self, handles: list[Any], timeout: float | None = None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        refs = []
-        for handle in handles:
-            if type(handle) is not ChunkCall:
-                refs.append(handle)
-                continue
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            with contextlib.suppress(*TRANSPORT_ERRORS):  # result() raises it
-                handle.channel.ready(handle.number, remaining)
-        if refs:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            ray.wait(refs, num_returns=len(refs), timeout=remaining)
-
-    def done(self, handle: Any) -> bool:
-        if type(handle) is ChunkCall:
-            try:
-                return handle.channel.ready(handle.number, 0.0)
-            except TRANSPORT_ERRORS:  # result() raises it
-                return True
-        ready, _ = ray.wait([handle], timeout=0)
-        return bool(ready)
 
     def __repr__(self) -> str:
         return f"RayEndpoint(table={self.table!r}, shard={self.shard})"

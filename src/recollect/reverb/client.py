@@ -132,7 +132,7 @@ class Writer:
         from recollect.reverb.stream import CellRef
 
         refs = [
-            [CellRef(c, s, None) for s in range(c.next_step - num_timesteps, c.next_step)]  # type: ignore[arg-type]
+            [CellRef(c, s, None) for s in range(c.next_step - num_timesteps, c.next_step)]
             for c in columns
         ]
         self._stream.create_item(table, priority, refs, [False] * len(columns), per_step=True)
@@ -283,7 +283,7 @@ class Client:
             info = out["info"]
             k = len(info["key"])
             left -= k
-            per_sample: list[list[np.ndarray]] = [None] * k  # type: ignore[list-item]
+            per_sample: list[list[np.ndarray]] = [[] for _ in range(k)]  # each set by one group
             for group in out["groups"]:
                 columns = group["columns"]
                 for j, i in enumerate(group["index"].tolist()):

@@ -33,7 +33,7 @@ def _decode_proto(value: Any) -> Any:
 
 
 def _encode_spec(spec: Any) -> dict[str, Any]:
-    col = _signature.columns(spec)[0]  # type: ignore[index]
+    col = _signature.leaf_columns(spec)[0]
     return {
         "__spec__": [
             getattr(spec, "name", None),

@@ -15,12 +15,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
+from recollect.reverb import item_selectors
 from recollect.reverb import selection as _selection
 from recollect.reverb.errors import RateLimiterTimeoutError
 from recollect.reverb.limiter import LimiterState
+from recollect.reverb.rate_limiters import RateLimiter
 from recollect.reverb.store import ColumnStore
 
 
@@ -41,14 +44,25 @@ class Layout:
         return np.concatenate([[0], np.cumsum(self.lengths)]).astype(int).tolist()
 
 
+class TableConfig(Protocol):
+    """What :class:`Items` reads of its table (``reverb.Table`` has these attributes)."""
+
+    name: str
+    max_size: int
+    max_times_sampled: int
+    sampler: item_selectors.Selector
+    remover: item_selectors.Selector
+    rate_limiter: RateLimiter
+
+
 class Items:
     """The item arrays and flow control of one table (see the module docstring)."""
 
-    def __init__(self, table: object, store: ColumnStore, rng: np.random.Generator) -> None:
+    def __init__(self, table: TableConfig, store: ColumnStore, rng: np.random.Generator) -> None:
         self.cfg = table
         self.store = store
         self.rng = rng
-        n = self.max_size = int(table.max_size)  # type: ignore[attr-defined]
+        n = self.max_size = int(table.max_size)
         self.shift = max(1, int(n - 1).bit_length())
         self.cond = threading.Condition()
         self.key = np.full(n, -1, np.int64)
@@ -66,9 +80,9 @@ class Items:
         self.episodes: dict[int, int] = {}
         self.num_deleted_episodes = 0
         self.num_unique_samples = 0
-        self.limiter = LimiterState(table.rate_limiter)  # type: ignore[attr-defined]
-        self.sampler = _selection.build(table.sampler, n, self.priority, self.seq)  # type: ignore[attr-defined]
-        self.remover = _selection.build(table.remover, n, self.priority, self.seq)  # type: ignore[attr-defined]
+        self.limiter = LimiterState(table.rate_limiter)
+        self.sampler = _selection.build(table.sampler, n, self.priority, self.seq)
+        self.remover = _selection.build(table.remover, n, self.priority, self.seq)
 
     @property
     def size(self) -> int:
@@ -98,8 +112,8 @@ class Items:
             if left is not None and left <= 0:
                 raise RateLimiterTimeoutError(
                     f"Rate Limiter: Timeout exceeded before the right to {what} was acquired "
-                    f"in table '{self.cfg.name}' (waited {timeout_s} s). The table's rate "  # type: ignore[attr-defined]
-                    f"limiter ({self.cfg.rate_limiter!r}) blocks {what}s until the other side "  # type: ignore[attr-defined]
+                    f"in table '{self.cfg.name}' (waited {timeout_s} s). The table's rate "
+                    f"limiter ({self.cfg.rate_limiter!r}) blocks {what}s until the other side "
                     "catches up; sample/insert more, or raise the timeout."
                 )
             self.cond.wait(left if left is None else min(left, 1.0))
@@ -237,7 +251,7 @@ class Items:
                 "times_sampled": times.astype(np.int32),
             }
             groups = self._gather(slots)
-            mts = self.cfg.max_times_sampled  # type: ignore[attr-defined]
+            mts = self.cfg.max_times_sampled
             if mts > 0:
                 done = np.unique(slots)
                 self._delete(done[self.times_sampled[done] >= mts])
@@ -247,7 +261,7 @@ class Items:
         return {"info": info, "groups": groups}
 
     def _draw(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        mts = self.cfg.max_times_sampled  # type: ignore[attr-defined]
+        mts = self.cfg.max_times_sampled
         if self.sampler.deterministic:
             if mts <= 0:
                 first, _ = self.sampler.draw(1, self.rng)

@@ -99,8 +99,15 @@ def columns(signature: Any) -> list[ColumnSpec] | None:
     Raises:
         SpecError (a ValueError): a leaf without ``shape`` and ``dtype``.
     """
-    if signature is None:
-        return None
+    return None if signature is None else leaf_columns(signature)
+
+
+def leaf_columns(signature: Any) -> list[ColumnSpec]:
+    """The flat columns of a nest of specs (one leaf spec gives one column).
+
+    Raises:
+        SpecError (a ValueError): a leaf without ``shape`` and ``dtype``.
+    """
     out = []
     for path, spec in flatten_with_paths(signature, is_spec):
         if not (hasattr(spec, "shape") and hasattr(spec, "dtype")):

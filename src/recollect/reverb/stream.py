@@ -53,7 +53,9 @@ class CellRef:
 
     __slots__ = ("_column", "_value", "step")
 
-    def __init__(self, column: _Column, step: int, value: np.ndarray) -> None:
+    def __init__(self, column: _Column, step: int, value: np.ndarray | None) -> None:
+        # value None: a reference made by the legacy ``Writer.create_item``, which
+        # only reads its column and step
         self._column = column
         self.step = step
         self._value = value
@@ -73,13 +75,18 @@ class CellRef:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self._value.shape
+        return self.numpy().shape
 
     @property
     def dtype(self) -> np.dtype:
-        return self._value.dtype
+        return self.numpy().dtype
 
     def numpy(self) -> np.ndarray:
+        if self._value is None:
+            raise InvalidArgumentError(
+                f"{self!r} was made by Writer.create_item and holds no value; read values "
+                "through the CellRefs TrajectoryWriter.append returns."
+            )
         return self._value
 
     def __repr__(self) -> str:
@@ -98,7 +105,7 @@ class _Column:
     unsent: list[np.ndarray] = field(default_factory=list)
 
     def check(self, value: np.ndarray) -> None:
-        if self.dtype is None:
+        if self.dtype is None or self.shape is None:  # set together, by the first value
             self.dtype, self.shape = value.dtype, value.shape
             return
         if value.dtype == self.dtype and value.shape == self.shape:
@@ -114,7 +121,7 @@ class _Column:
             raise SpecError(
                 f"Tensor of incompatible shape provided for column {self.index}. Got "
                 f"{_signature.shape_text(value.shape)} which is incompatible with "
-                f"{_signature.shape_text(self.shape)}. Hint: a column keeps the shape of its "  # type: ignore[arg-type]
+                f"{_signature.shape_text(self.shape)}. Hint: a column keeps the shape of its "
                 "first value; reshape or use another field name."
             )
 

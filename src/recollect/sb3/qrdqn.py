@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
+import functools
+from typing import Any
+
 import torch as th
 from sb3_contrib import QRDQN as ContribQRDQN
 
-from recollect.sb3.training import report_priorities, setup_model, weighted_mean
+from recollect.sb3.training import setup_model, train_prioritized
 
 __all__ = ["QRDQN", "quantile_huber_per_sample"]
 
@@ -27,6 +29,22 @@ def quantile_huber_per_sample(current: th.Tensor, target: th.Tensor) -> th.Tenso
     return loss.sum(dim=-2).mean(dim=-1)
 
 
+def _quantile_losses(model: Any, replay_data: Any, discounts: Any) -> tuple[th.Tensor, th.Tensor]:
+    """Per-sample quantile Huber losses ``[B]``, which are also the new priorities."""
+    batch_size = replay_data.rewards.shape[0]  # observations may be a dict
+    with th.no_grad():
+        next_quantiles = model.quantile_net_target(replay_data.next_observations)
+        greedy = next_quantiles.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True)
+        greedy = greedy.expand(batch_size, model.n_quantiles, 1)
+        next_quantiles = next_quantiles.gather(dim=2, index=greedy).squeeze(dim=2)
+        target = replay_data.rewards + (1 - replay_data.dones) * discounts * next_quantiles
+    current = model.quantile_net(replay_data.observations)
+    actions = replay_data.actions[..., None].long().expand(batch_size, model.n_quantiles, 1)
+    current = th.gather(current, dim=2, index=actions).squeeze(dim=2)
+    per_sample = quantile_huber_per_sample(current, target)
+    return per_sample, per_sample
+
+
 class QRDQN(ContribQRDQN):
     """``sb3_contrib.QRDQN`` with prioritized replay (as :class:`recollect.sb3.DQN`).
 
@@ -42,32 +60,9 @@ class QRDQN(ContribQRDQN):
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """sb3-contrib's QR-DQN update with importance weights and priority updates."""
-        self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
-        losses = []
-        buffer = self.replay_buffer
-        assert buffer is not None, "train() before _setup_model()"
-        for _ in range(gradient_steps):
-            replay_data = buffer.sample(batch_size, env=self._vec_normalize_env)
-            discounts = replay_data.discounts if replay_data.discounts is not None else self.gamma
-            with th.no_grad():
-                next_quantiles = self.quantile_net_target(replay_data.next_observations)
-                greedy = next_quantiles.mean(dim=1, keepdim=True).argmax(dim=2, keepdim=True)
-                greedy = greedy.expand(batch_size, self.n_quantiles, 1)
-                next_quantiles = next_quantiles.gather(dim=2, index=greedy).squeeze(dim=2)
-                target = replay_data.rewards + (1 - replay_data.dones) * discounts * next_quantiles
-            current = self.quantile_net(replay_data.observations)
-            actions = replay_data.actions[..., None].long().expand(batch_size, self.n_quantiles, 1)
-            current = th.gather(current, dim=2, index=actions).squeeze(dim=2)
-            per_sample = quantile_huber_per_sample(current, target)
-            loss = weighted_mean(per_sample, replay_data)
-            losses.append(loss.item())
-            report_priorities(buffer, replay_data, per_sample)
-            self.policy.optimizer.zero_grad()
-            loss.backward()
-            if self.max_grad_norm is not None:
-                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-            self.policy.optimizer.step()
+        losses = functools.partial(_quantile_losses, self)
+        loss = train_prioritized(self, gradient_steps, batch_size, self._vec_normalize_env, losses)
         self._n_updates += gradient_steps
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self.logger.record("train/loss", np.mean(losses))
+        self.logger.record("train/loss", loss)

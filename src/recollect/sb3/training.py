@@ -5,11 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch as th
 
 from recollect.sb3.prioritized import PrioritizedReplayBuffer
 
-__all__ = ["report_priorities", "setup_model", "use_prioritized_buffer", "weighted_mean"]
+__all__ = [
+    "report_priorities",
+    "setup_model",
+    "train_prioritized",
+    "use_prioritized_buffer",
+    "weighted_mean",
+]
+
+#: ``(replay_data, discounts) -> (per-sample loss [B] or [B, 1], new priorities [B])``
+StepLoss = Callable[[Any, Any], tuple[th.Tensor, th.Tensor]]
 
 
 def weighted_mean(per_sample: th.Tensor, replay_data: Any) -> th.Tensor:
@@ -65,3 +75,37 @@ def setup_model(model: Any, setup: Callable[[], None]) -> None:
         setup()
     finally:
         model.n_steps = n_steps
+
+
+def train_prioritized(
+    model: Any, gradient_steps: int, batch_size: int, env: Any, step_loss: StepLoss
+) -> float:
+    """The gradient steps of a prioritized algorithm's ``train()`` (DQN, QR-DQN); returns
+    the mean loss. Per step: sample ``batch_size`` transitions (normalized by ``env``, the
+    model's ``VecNormalize`` or None), take the importance-weighted mean of
+    ``step_loss(replay_data, discounts)``'s per-sample losses (:func:`weighted_mean`),
+    report its priorities (:func:`report_priorities`), clip gradients to the model's
+    ``max_grad_norm`` (when set) and step the optimizer.
+
+    ``discounts`` are the sample's n-step discounts (float ``[B, 1]``) or the model's
+    ``gamma`` when the buffer gives none; ``step_loss`` computes its targets under
+    ``torch.no_grad()``. The caller updates the learning rate first and logs after
+    (SB3's private members, read on the model itself).
+    """
+    model.policy.set_training_mode(True)
+    losses = []
+    buffer = model.replay_buffer
+    assert buffer is not None, "train() before _setup_model()"
+    for _ in range(gradient_steps):
+        replay_data = buffer.sample(batch_size, env=env)
+        discounts = replay_data.discounts if replay_data.discounts is not None else model.gamma
+        per_sample, priorities = step_loss(replay_data, discounts)
+        loss = weighted_mean(per_sample, replay_data)
+        losses.append(loss.item())
+        report_priorities(buffer, replay_data, priorities)
+        model.policy.optimizer.zero_grad()
+        loss.backward()
+        if model.max_grad_norm is not None:
+            th.nn.utils.clip_grad_norm_(model.policy.parameters(), model.max_grad_norm)
+        model.policy.optimizer.step()
+    return float(np.mean(losses))

@@ -27,9 +27,10 @@ from typing import Any, cast
 import numpy as np
 import tensorflow as tf
 
+from recollect.adapters.tf_data.single_pass import gather_listed
 from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.buffers.sample import BufferInfo
-from recollect.errors import InvalidArgumentError, NotEnoughDataError
+from recollect.errors import InvalidArgumentError
 
 __all__ = ["check_drop_remainder", "deterministic_pass", "list_windows"]
 
@@ -141,16 +142,10 @@ def deterministic_pass(
     def gather_numpy(rows: np.ndarray, count: Any, start: Any, length: Any) -> list[np.ndarray]:
         rows = rows[: int(count)]
         times = np.full(len(rows), int(start), np.int64)
-        with table.lock:
-            if table.index.stale(rows, times):
-                raise NotEnoughDataError(
-                    "windows listed for this single deterministic pass were overwritten or "
-                    "cleared before they were read; do not add to or clear the buffer during "
-                    "the pass, or restart the iterator."
-                )
-            probs = np.ones(len(rows))
-            draw = table.make_draw(rows, times, probs, int(length), num_steps is not None)
-            sample = buffer.reader.gather(draw)
+        probs = np.ones(len(rows))
+        sample = gather_listed(
+            buffer.reader, rows, times, probs, int(length), num_steps is not None
+        )
         ids = sample.ids if num_steps is None else sample.ids[:, None] + np.arange(int(length))
         out = cast(list[np.ndarray], [*flat.treedef.flatten_up_to(sample.data), ids])
         return [x[0] for x in out] if sample_batch_size is None else out

@@ -305,17 +305,21 @@ class ReverbReplayBuffer(tf.Module):
         info = SampleInfo(*(tf.repeat(f[:, None], length, axis=1) for f in flat[:5]))
         return tf.nest.pack_sequence_as(self.data_spec, columns), info
 
-    def _batched_dataset(self, batch_size: int, workers: int) -> tf.data.Dataset:
-        chunks = sample_chunks(
+    def _chunks(self, size: int, workers: int, exact: bool) -> tf.data.Dataset:
+        """Chunks of ``size`` whole items from ``workers`` samplers (``sample_chunks``)."""
+        return sample_chunks(
             self._server_address,
             self._table_name,
             self._dtypes,
             self._item_shapes(),
-            batch_size,
+            size,
             rate_limiter_timeout_ms=self._rate_limiter_timeout_ms,
-            exact=True,
+            exact=exact,
             num_workers=workers,
         )
+
+    def _batched_dataset(self, batch_size: int, workers: int) -> tf.data.Dataset:
+        chunks = self._chunks(batch_size, workers, exact=True)
 
         def element(*flat: Any) -> tuple[Any, SampleInfo]:
             data, info = self._pack(flat)
@@ -333,16 +337,9 @@ class ReverbReplayBuffer(tf.Module):
         workers: int,
         shuffle: bool,
     ) -> tf.data.Dataset:
-        chunks = sample_chunks(
-            self._server_address,
-            self._table_name,
-            self._dtypes,
-            self._item_shapes(),
-            chunk,
-            rate_limiter_timeout_ms=self._rate_limiter_timeout_ms,
-            num_workers=workers,
+        dataset = (
+            self._chunks(chunk, workers, exact=False).map(lambda *flat: self._pack(flat)).unbatch()
         )
-        dataset = chunks.map(lambda *flat: self._pack(flat)).unbatch()
         if sequence_preprocess_fn is not None:
             dataset = dataset.map(lambda data, info: (sequence_preprocess_fn(data), info))
         if num_steps and num_steps != self._sequence_length:

@@ -107,12 +107,23 @@ def padding_step(example: Any) -> Any:
 
 
 class _WriterObserver:
-    """What TF-Agents' Reverb observers share: a client, table names and one writer."""
+    """What TF-Agents' Reverb observers share: a client, table names, the items' priority
+    and one writer keeping ``num_keep_alive_refs`` steps (opened, ended per episode and
+    closed alike)."""
 
-    def __init__(self, py_client: Any, table_name: str | Sequence[str]) -> None:
+    def __init__(
+        self,
+        py_client: Any,
+        table_name: str | Sequence[str],
+        priority: float | int,
+        num_keep_alive_refs: int,
+    ) -> None:
         self._py_client = py_client
         self._table_names = _table_names(table_name)
+        self._priority = priority
+        self._num_keep_alive_refs = num_keep_alive_refs
         self._writer: Any = None
+        self._cached_steps = 0
 
     @property
     def py_client(self) -> Any:
@@ -131,6 +142,34 @@ class _WriterObserver:
     def flush(self) -> None:
         """Sends every item created so far to the server."""
         self._get_writer().flush()
+
+    def _create_items(self, trajectory: Any) -> None:
+        """One item of ``trajectory`` (columns of the writer's history) per table, with
+        the observer's priority."""
+        for table in self._table_names:
+            self._writer.create_item(table=table, trajectory=trajectory, priority=self._priority)
+
+    def open(self) -> None:
+        """Opens the writer (no-op when open)."""
+        if self._writer is None:
+            self._writer = self._py_client.trajectory_writer(
+                num_keep_alive_refs=self._num_keep_alive_refs, validate_items=False
+            )
+            self._cached_steps = 0
+
+    def _next_episode(self) -> None:
+        """Ends the writer's episode (opens the writer again after :meth:`close`)."""
+        if self._writer is None:
+            self.open()
+        else:
+            self._writer.end_episode()
+
+    def close(self) -> None:
+        """Ends the episode and closes the writer (sending what it holds)."""
+        if self._writer is not None:
+            self._writer.end_episode()
+            self._writer.close()
+            self._writer = None
 
 
 class ReverbAddTrajectoryObserver(_WriterObserver):
@@ -173,13 +212,11 @@ class ReverbAddTrajectoryObserver(_WriterObserver):
             raise ValueError(
                 "Must set `pad_end_of_episodes=True` when using `tile_end_of_episodes`"
             )
-        super().__init__(py_client, table_name)
+        super().__init__(py_client, table_name, priority, sequence_length + 1)
         self._sequence_length = sequence_length
         self._stride_length = stride_length
-        self._priority = priority
         self._pad_end_of_episodes = pad_end_of_episodes
         self._tile_end_of_episodes = tile_end_of_episodes
-        self._cached_steps = 0
         self._last_trajectory: Any = None
         self.open()
 
@@ -203,9 +240,7 @@ class ReverbAddTrajectoryObserver(_WriterObserver):
     def _write_cached_steps(self) -> None:
         if not self._sequence_lengths_reached():
             return
-        trajectory = _last(self._writer.history, self._sequence_length)
-        for table in self._table_names:
-            self._writer.create_item(table=table, trajectory=trajectory, priority=self._priority)
+        self._create_items(_last(self._writer.history, self._sequence_length))
 
     def reset(self, write_cached_steps: bool = True) -> None:
         """Ends the episode: with ``write_cached_steps``, pads (``pad_end_of_episodes``)
@@ -235,25 +270,7 @@ class ReverbAddTrajectoryObserver(_WriterObserver):
                 )
         self._cached_steps = 0
         self._last_trajectory = None
-        if self._writer is None:
-            self.open()
-        else:
-            self._writer.end_episode()
-
-    def open(self) -> None:
-        """Opens the writer (no-op when open)."""
-        if self._writer is None:
-            self._writer = self._py_client.trajectory_writer(
-                num_keep_alive_refs=self._sequence_length + 1, validate_items=False
-            )
-            self._cached_steps = 0
-
-    def close(self) -> None:
-        """Ends the episode and closes the writer (sending what it holds)."""
-        if self._writer is not None:
-            self._writer.end_episode()
-            self._writer.close()
-            self._writer = None
+        self._next_episode()
 
 
 class ReverbTrajectorySequenceObserver(ReverbAddTrajectoryObserver):
@@ -292,11 +309,9 @@ class ReverbAddEpisodeObserver(_WriterObserver):
     ) -> None:
         if max_sequence_length <= 0:
             raise ValueError("`max_sequence_length` must be an integer greater equal one.")
-        super().__init__(py_client, table_name)
+        super().__init__(py_client, table_name, priority, max_sequence_length + 1)
         self._max_sequence_length = max_sequence_length
-        self._priority = priority
         self._bypass_partial_episodes = bypass_partial_episodes
-        self._cached_steps = 0
         self._overflow_episode = False
         self._writer_has_data = False
         self.open()
@@ -336,9 +351,7 @@ class ReverbAddEpisodeObserver(_WriterObserver):
         if not self._writer_has_data:
             logger.info("Skipped writing to Reverb because the writer is empty.")
             return
-        trajectory = _last(self._writer.history, None)
-        for table in self._table_names:
-            self._writer.create_item(table=table, trajectory=trajectory, priority=self._priority)
+        self._create_items(_last(self._writer.history, None))
         self._writer_has_data = False
 
     def reset(self, write_cached_steps: bool = True) -> None:
@@ -349,22 +362,9 @@ class ReverbAddEpisodeObserver(_WriterObserver):
         self._cached_steps = 0
         self._overflow_episode = False
         self._writer_has_data = False
-        if self._writer is None:
-            self.open()
-        else:
-            self._writer.end_episode()
-
-    def open(self) -> None:
-        """Opens the writer (no-op when open)."""
-        if self._writer is None:
-            self._writer = self._py_client.trajectory_writer(
-                num_keep_alive_refs=self._max_sequence_length + 1, validate_items=False
-            )
+        self._next_episode()
 
     def close(self) -> None:
         """Ends the episode and closes the writer."""
-        if self._writer is not None:
-            self._writer.end_episode()
-            self._writer.close()
-            self._writer = None
-            self._writer_has_data = False
+        super().close()
+        self._writer_has_data = False

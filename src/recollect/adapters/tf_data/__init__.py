@@ -248,14 +248,9 @@ def as_dataset(
             row, instead of sampling forever. The last batch may be smaller,
             so the batch axis of the ``element_spec`` is None in this mode and
             ``probabilities`` is ``1 / number of windows``.
-        max_in_flight: sample requests kept outstanding to a served table,
-            >= 1 (Reverb's ``max_in_flight_samples_per_worker``); a local
-            buffer ignores it.
-        batches_per_request: batches each request to a served table asks
-            for, >= 1: more spread the per-request cost (a Ray round trip)
-            over more batches, and draw a prioritized table's batches that many
-            steps ahead of its updates (see
-            :class:`~recollect.service.SampleStream`); a local buffer ignores it.
+        max_in_flight, batches_per_request: a served table's sample requests kept
+            outstanding and batches each asks for, >= 1 (what they trade:
+            :class:`~recollect.service.SampleStream`); a local buffer ignores them.
         generation: an int64 scalar ``tf.Variable`` that the writer
             increments after every write (``add_batch``, ``clear``) of a
             local buffer, or None. With it, the elements left in a chunk

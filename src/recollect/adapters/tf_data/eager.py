@@ -128,16 +128,9 @@ class EagerSampleIterator(iterator_ops.OwnedIterator):
     dataset's own pipeline through the inherited resource.
     """
 
-    def __init__(
-        self,
-        dataset: SampledDataset,
-        buffer: Any,
-        sample_batch_size: int | None,
-        num_steps: int | None,
-        element_fn: Callable[..., Any] | None = None,
-        wrap_error: Callable[[Exception], Exception] | None = None,
-    ) -> None:
+    def __init__(self, dataset: SampledDataset) -> None:
         super().__init__(dataset)
+        buffer, sample_batch_size, num_steps, element_fn, wrap_error = dataset.sampling
         flat = flat_spec_of(buffer)
         outer = outer_shape(sample_batch_size, num_steps)
         info = [] if sample_batch_size is None else [sample_batch_size]
@@ -249,6 +242,14 @@ class SampledDataset(dataset_ops.UnaryUnchangedStructureDataset):
         self._sampling = (buffer, sample_batch_size, num_steps, element_fn, wrap_error)
         super().__init__(dataset, dataset._variant_tensor)
 
+    @property
+    def sampling(
+        self,
+    ) -> tuple[Any, int | None, int | None, Callable[..., Any] | None, Callable[..., Any] | None]:
+        """What its eager iterator samples: ``(buffer, sample_batch_size, num_steps,
+        element_fn, wrap_error)`` as given to the constructor."""
+        return self._sampling
+
     def map_element(self, fn: Callable[..., Any]) -> SampledDataset:
         """``self.map(fn)`` whose eager iterator applies ``fn`` eagerly (keeps the fast path)."""
         buffer, batch, steps, inner, wrap = self._sampling
@@ -262,7 +263,7 @@ class SampledDataset(dataset_ops.UnaryUnchangedStructureDataset):
 
     def __iter__(self) -> iterator_ops.OwnedIterator:
         if context.executing_eagerly():
-            return EagerSampleIterator(self, *self._sampling)
+            return EagerSampleIterator(self)
         return super().__iter__()
 
     def prefetch(self, buffer_size: Any, name: str | None = None) -> tf.data.Dataset:

@@ -23,7 +23,7 @@ try:
 except ImportError as err:
     raise missing_extra(err, "recollect.tf_data") from None
 
-__all__ = ["WindowedBuffer", "single_pass_dataset"]
+__all__ = ["WindowedBuffer", "gather_listed", "single_pass_dataset"]
 
 
 @runtime_checkable
@@ -44,6 +44,34 @@ class WindowedBuffer(Protocol):
     def gather(self, draw: Draw) -> Sample:
         """The sample of a draw."""
         ...
+
+
+def gather_listed(
+    buffer: WindowedBuffer,
+    rows: np.ndarray,
+    times: np.ndarray,
+    probabilities: np.ndarray,
+    num_steps: int,
+    time_axis: bool,
+) -> Sample:
+    """The windows of ``num_steps`` steps at env ``rows`` and start ``times`` (int64
+    ``[k]``) listed earlier for a single deterministic pass, gathered under the table's
+    lock (``probabilities`` float64 ``[k]`` become the sample's; ``time_axis``: keep the
+    time axis of one-step windows).
+
+    Raises:
+        NotEnoughDataError: a listed window was overwritten or cleared since.
+    """
+    table = buffer.table
+    with table.lock:
+        if table.index.stale(rows, times):
+            raise NotEnoughDataError(
+                "windows listed for this single deterministic pass were overwritten or "
+                "cleared before they were read; do not add to or clear the buffer during "
+                "the pass, or restart the iterator."
+            )
+        draw = table.make_draw(rows, times, probabilities, num_steps, time_axis=time_axis)
+        return buffer.gather(draw)
 
 
 def single_pass_dataset(
@@ -77,15 +105,7 @@ def single_pass_dataset(
     def gather_numpy(rows: np.ndarray, times: np.ndarray, probs: np.ndarray) -> list[np.ndarray]:
         single = rows.ndim == 0
         rows, times, probs = (np.atleast_1d(x) for x in (rows, times, probs))
-        with table.lock:
-            if table.index.stale(rows, times):
-                raise NotEnoughDataError(
-                    "windows listed for this single deterministic pass were overwritten or "
-                    "cleared before they were read; do not add to or clear the buffer during "
-                    "the pass, or restart the iterator."
-                )
-            draw = table.make_draw(rows, times, probs, n, time_axis=num_steps is not None)
-            sample = buffer.gather(draw)
+        sample = gather_listed(buffer, rows, times, probs, n, time_axis=num_steps is not None)
         out = cast(
             list[np.ndarray],
             [*flat.treedef.flatten_up_to(sample.data), sample.ids, sample.probabilities],

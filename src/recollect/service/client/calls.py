@@ -8,16 +8,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from recollect.service.wire import requests as rq
-from recollect.service.wire.endpoint import Endpoint
+from recollect.service.wire.endpoint import Endpoint, results
 
 __all__ = ["cancel_everywhere", "gather"]
 
 
 def gather(endpoints: Sequence[Endpoint], handles: list[Any], timeout: float | None) -> list[Any]:
-    """Results of one handle per endpoint, waited for together when the endpoints allow."""
-    if len(handles) > 1 and all(type(e) is type(endpoints[0]) for e in endpoints):
-        endpoints[0].wait(handles, timeout)
-    return [e.result(h, timeout) for e, h in zip(endpoints, handles, strict=True)]
+    """Results of one handle per endpoint, all waited for under one ``timeout``."""
+    return results(zip(endpoints, handles, strict=True), timeout)
 
 
 def cancel_everywhere(endpoints: Sequence[Endpoint], client: int) -> None:

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from recollect.errors import ShardNoAnswerError
 from recollect.service.wire import requests as rq
-from recollect.service.wire.endpoint import Endpoint
+from recollect.service.wire.endpoint import Endpoint, results
 from recollect.service.wire.replies import PriorityUpdates
 
 __all__ = ["HeldUpdates"]
@@ -105,12 +106,11 @@ class HeldUpdates:
         ``[(shard, ids, priorities)]`` and returns the ids they skipped."""
         held = [(s, self.take(table, s)) for s in range(len(endpoints))]
         earlier = [(endpoints[s], endpoints[s].send(rq.UpdatePriorities(*u))) for s, u in held if u]
-        for e, h in earlier:
-            e.result(h)
+        results(earlier)
         handles = [
             (endpoints[s], endpoints[s].send(rq.UpdatePriorities(i, p))) for s, i, p in routed
         ]
-        return sum(int(e.result(h)) for e, h in handles)
+        return sum(int(skipped) for skipped in results(handles))
 
     def send(self, table: str, shard: int, endpoint: Endpoint) -> None:
         """Sends the held-back updates of ``table``'s shard ``shard`` on their own (not
@@ -135,10 +135,17 @@ class HeldUpdates:
         while True:
             with self._lock:
                 pending = self._sent.get(table)
-                if not pending or not pending[0][0].done(pending[0][1]):
+                if not pending:
                     return
-                e, h = pending.popleft()
-            e.result(h)
+                endpoint, handle = pending[0]
+                try:
+                    endpoint.result(handle, 0.0)
+                except ShardNoAnswerError:
+                    return  # not finished: it stays the oldest
+                except BaseException:
+                    pending.popleft()  # settled: its error is raised
+                    raise
+                pending.popleft()
 
     def drain(self, table: str) -> None:
         """Waits for every sent update of ``table``; raises what a shard raised."""
@@ -147,5 +154,4 @@ class HeldUpdates:
             handles = list(pending or ())
             if pending:
                 pending.clear()
-        for e, h in handles:
-            e.result(h)
+        results(handles)

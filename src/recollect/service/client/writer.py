@@ -13,7 +13,7 @@ import numpy as np
 from recollect.arguments import positive_int
 from recollect.errors import InvalidArgumentError, StateError
 from recollect.service.wire import requests as rq
-from recollect.service.wire.endpoint import Endpoint
+from recollect.service.wire.endpoint import Endpoint, results
 from recollect.specs import FlatSpec
 from recollect.validation import convert_step
 
@@ -171,10 +171,7 @@ class Writer:
         """
         self._send()
         handles, self._in_flight = list(self._in_flight), collections.deque()
-        if handles:
-            self._endpoint.wait(handles, timeout)
-            for handle in handles:
-                self._endpoint.result(handle, timeout)
+        results([(self._endpoint, handle) for handle in handles], timeout)
 
     def close(self) -> None:
         """Flushes, then releases the rows (idempotent)."""

@@ -10,17 +10,20 @@ a writer, parts of a split sample) can be in flight at once. The in-process endp
 applies a request at once; ``recollect.ray``'s sends it to a Ray actor (or over its
 chunk socket). Both raise the shard's own exception on the caller's side, so a bad
 request fails over a client with the same error type and message as on a local buffer.
+:func:`results` waits for several calls (of any endpoints) under one deadline.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from recollect.service.wire import requests as rq
 from recollect.service.wire.protocol import ShardProtocol
 
-__all__ = ["Endpoint", "LocalEndpoint", "Raised"]
+__all__ = ["Endpoint", "LocalEndpoint", "Raised", "results"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,21 +49,33 @@ class Endpoint(Protocol):
         ...
 
     def result(self, handle: Any, timeout: float | None = None) -> Any:
-        """The call's return value; raises what the shard raised.
+        """The call's return value, waiting up to ``timeout`` seconds (None: no limit;
+        0: only a finished call answers); raises what the shard raised.
 
         Raises:
+            ShardNoAnswerError (a ShardUnavailableError): ``timeout`` passed first; the
+                call may still finish and ``result`` can be asked again.
             ShardUnavailableError: the shard is dead or unreachable.
         """
         ...
 
-    def wait(self, handles: list[Any], timeout: float | None = None) -> None:
-        """Waits until every call of ``handles`` (of any endpoint of this kind) finished,
-        or ``timeout`` seconds passed; raises nothing (:meth:`result` does)."""
-        ...
 
-    def done(self, handle: Any) -> bool:
-        """Whether the call finished (its :meth:`result` would not wait)."""
-        ...
+def results(calls: Iterable[tuple[Endpoint, Any]], timeout: float | None = None) -> list[Any]:
+    """The return values of several ``(endpoint, handle)`` calls, in order, all waited for
+    under one deadline ``timeout`` seconds away (None: no limit).
+
+    The calls run at once; waiting for them in order costs the slowest one's time.
+
+    Raises:
+        What :meth:`Endpoint.result` raises, for the first call (in order) that raised;
+        ShardNoAnswerError when the deadline passed first.
+    """
+    if timeout is None:
+        return [endpoint.result(handle) for endpoint, handle in calls]
+    deadline = time.monotonic() + timeout
+    return [
+        endpoint.result(handle, max(deadline - time.monotonic(), 0.0)) for endpoint, handle in calls
+    ]
 
 
 class LocalEndpoint:
@@ -85,9 +100,3 @@ class LocalEndpoint:
         if type(handle) is Raised:
             raise handle.error
         return handle
-
-    def wait(self, handles: list[Any], timeout: float | None = None) -> None:
-        return None
-
-    def done(self, handle: Any) -> bool:
-        return True

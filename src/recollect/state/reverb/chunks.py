@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from recollect.state.reverb.snappy import SnappyError, uncompress
+from recollect.state.reverb.snappy import SnappyError, read_varint, uncompress
 
 __all__ = [
     "TensorDecodeError",
@@ -102,16 +102,10 @@ def _decode_string_list(content: bytes, count: int) -> np.ndarray:
     lengths = []
     pos = 0
     for _ in range(count):
-        value, shift = 0, 0
-        while True:
-            if pos >= len(content) or shift > 28:
-                raise TensorDecodeError("a string tensor's length list is truncated")
-            byte = content[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
+        read = read_varint(content, pos, 5)  # a varint32
+        if read is None:
+            raise TensorDecodeError("a string tensor's length list is truncated")
+        value, pos = read
         lengths.append(value)
     if pos + sum(lengths) != len(content):
         raise TensorDecodeError(

@@ -15,18 +15,20 @@ may overlap: offset 1, length 8 repeats one byte eight times).
 
 from __future__ import annotations
 
-__all__ = ["SnappyError", "uncompress"]
+__all__ = ["SnappyError", "read_varint", "uncompress"]
 
 
 class SnappyError(ValueError):
     """The bytes are not a valid Snappy block (the message says where and why)."""
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int, max_bytes: int) -> tuple[int, int] | None:
+    """The base-128 varint (low 7 bits first) at ``data[pos]`` and the position after it;
+    None when ``data`` ends first or it is longer than ``max_bytes`` bytes."""
     value, shift = 0, 0
     while True:
-        if pos >= len(data) or shift > 35:
-            raise SnappyError("the block's length prefix is truncated or too long")
+        if pos >= len(data) or shift > 7 * (max_bytes - 1):
+            return None
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
@@ -49,7 +51,10 @@ def uncompress(data: bytes, expected_size: int | None = None) -> bytes:
         SnappyError: the block is truncated, refers to bytes before its start, holds more
             or fewer bytes than its length prefix says, or than ``expected_size``.
     """
-    size, pos = _varint(data, 0)
+    prefix = read_varint(data, 0, 6)
+    if prefix is None:
+        raise SnappyError("the block's length prefix is truncated or too long")
+    size, pos = prefix
     if expected_size is not None and size != expected_size:
         raise SnappyError(f"the block holds {size} bytes, {expected_size} were expected")
     out = bytearray(size)

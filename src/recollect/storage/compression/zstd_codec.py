@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from itertools import pairwise
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -164,8 +164,8 @@ class ZstdCodec:
         self._pool = ChunkPool(self.threads)
         self._chooser = ThreadChooser()
         self._encode_chooser = ThreadChooser()
-        self._native: NativeDecoder | bool | None = False  # False: not looked up yet
-        self._encoder: NativeEncoder | bool | None = False
+        self._native: NativeDecoder | Literal[False] | None = False  # False: not looked up yet
+        self._encoder: NativeEncoder | Literal[False] | None = False
         self._share = CallerShare()
         weakref.finalize(self, self._pool.stop)
 
@@ -267,7 +267,7 @@ class ZstdCodec:
             on = bool(self.min_match) or bool(self.raw_literals)
             args = (self.level, self.dictionary, self.min_match or 0, bool(self.raw_literals))
             encoder = self._encoder = native_encoder(*args) if on else None
-        return encoder  # type: ignore[return-value]
+        return encoder
 
     def decode_into(
         self, data: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, out: np.ndarray
@@ -341,7 +341,7 @@ class ZstdCodec:
         native = self._native
         if native is False:
             native = self._native = native_decoder(self.dictionary)
-        return native  # type: ignore[return-value]
+        return native
 
     def _decode_part(
         self,

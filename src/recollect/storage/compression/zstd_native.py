@@ -256,12 +256,13 @@ def choose_options(
     """
     sample = np.ascontiguousarray(values[:TUNE_VALUES])
     usable = sample.ndim == 2 and len(sample) and sample.shape[1] >= TUNE_MIN_SIZE
-    if not usable or _backend() is None:
+    backend = _backend()
+    if not usable or backend is None:
         return min_match or 0, bool(raw_literals)
 
     def size(match: int, raw: bool) -> int:
-        encoder = native_encoder(level, dictionary, match, raw)
-        return int(encoder.encode(sample)[1].sum())  # type: ignore[union-attr]
+        encoder = NativeEncoder(backend.ffi, backend.lib, level, dictionary, match, raw)
+        return int(encoder.encode(sample)[1].sum())
 
     matches = [0, 7] if min_match is None else [min_match]
     plain = {m: size(m, bool(raw_literals)) for m in matches}
