@@ -26,7 +26,7 @@ import dataclasses
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, SupportsInt, cast
 
 import numpy as np
 import optree
@@ -212,12 +212,15 @@ class _ConditionBuilder:
     def __mod__(self, cmp: int) -> _ConditionBuilder:
         return _ConditionBuilder(self._condition, int(cmp))
 
-    def __eq__(self, cmp: int) -> ConditionProto:  # type: ignore[override]
+    # ``==`` and ``!=`` build a ConditionProto (Reverb's builder API), not a bool: typed
+    # Any so that they still override object's methods.
+    def __eq__(self, cmp: object) -> Any:
+        value = int(cast(SupportsInt, cmp))
         if self._mod:
-            return dataclasses.replace(self._condition, mod_eq=ModuloEq(self._mod, int(cmp)))
-        return dataclasses.replace(self._condition, eq=int(cmp))
+            return dataclasses.replace(self._condition, mod_eq=ModuloEq(self._mod, value))
+        return dataclasses.replace(self._condition, eq=value)
 
-    def __ne__(self, cmp: int) -> ConditionProto:  # type: ignore[override]
+    def __ne__(self, cmp: object) -> Any:
         return dataclasses.replace(self == cmp, inverse=True)
 
     def __ge__(self, cmp: int) -> ConditionProto:
@@ -231,8 +234,6 @@ class _ConditionBuilder:
 
     def __lt__(self, cmp: int) -> ConditionProto:
         return self <= cmp - 1
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 class Condition:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import optree
@@ -51,7 +51,7 @@ class TrajectoryColumn:
                 f"at path {path} got {list(refs)}. (The field was not appended at "
                 "every step of the slice.)"
             )
-        self._refs: tuple[CellRef, ...] = refs  # type: ignore[assignment]
+        self._refs = cast("tuple[CellRef, ...]", refs)  # None was refused above
         self.is_squeezed = squeeze
 
     def __len__(self) -> int:

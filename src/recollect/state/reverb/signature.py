@@ -92,8 +92,6 @@ class ReverbTensorSpec:
             and _same(self.maximum, other.maximum)
         )
 
-    __hash__ = None  # type: ignore[assignment]
-
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     if a is None or b is None:
