@@ -77,14 +77,16 @@ class ColumnSpec:
         )
 
 
-def _numpy_dtype(dtype: Any) -> np.dtype:
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype of a numpy dtype, a tf.DType (tf.string: object) or a dtype name."""
     as_np = getattr(dtype, "as_numpy_dtype", None)  # tf.DType
     if as_np is not None:
         return np.dtype(object) if getattr(dtype, "name", "") == "string" else np.dtype(as_np)
     return np.dtype(dtype)
 
 
-def _shape(shape: Any) -> tuple | None:
+def shape_tuple(shape: Any) -> tuple | None:
+    """A shape as a tuple (unknown dims None); None for a tf.TensorShape of unknown rank."""
     as_list = getattr(shape, "as_list", None)  # tf.TensorShape
     if as_list is not None:
         if getattr(shape, "rank", 0) is None:
@@ -116,7 +118,7 @@ def leaf_columns(signature: Any) -> list[ColumnSpec]:
                 "Use tf.TensorSpec or an array spec with shape and dtype."
             )
         name = getattr(spec, "name", None) or "/".join(map(str, path))
-        out.append(ColumnSpec(name, _numpy_dtype(spec.dtype), _shape(spec.shape)))
+        out.append(ColumnSpec(name, numpy_dtype(spec.dtype), shape_tuple(spec.shape)))
     return out
 
 

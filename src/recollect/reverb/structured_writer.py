@@ -136,7 +136,7 @@ def unpack_pattern(config: Any) -> Pattern:
 
 
 def _node_shape(node: Any, spec: Any) -> tuple:
-    shape = tuple(_signature._shape(spec.shape) or ())
+    shape = tuple(_signature.shape_tuple(spec.shape) or ())
     start = optional(node, "start")
     if start is None:
         return shape
@@ -180,7 +180,7 @@ def infer_signature(configs: Sequence[Any], step_spec: Any) -> Any:
     for i, path in enumerate(paths):
         nodes = [leaves[i] for leaves in per_pattern]
         specs = [flat_spec[n.flat_source_index] for n in nodes]
-        dtypes = [_signature._numpy_dtype(s.dtype) for s in specs]
+        dtypes = [_signature.numpy_dtype(s.dtype) for s in specs]
         if any(d != dtypes[0] for d in dtypes):
             raise InvalidArgumentError(
                 f"Configs produce trajectories with multiple dtypes at {path}. Got "

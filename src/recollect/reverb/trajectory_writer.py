@@ -60,6 +60,11 @@ class TrajectoryColumn:
     def __iter__(self) -> Iterator[CellRef]:
         return iter(self._refs)
 
+    @property
+    def refs(self) -> tuple[CellRef, ...]:
+        """The column's data references, oldest first."""
+        return self._refs
+
     def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
         if is_int(val):
             return TrajectoryColumn([self._refs[val]], squeeze=True)
@@ -336,7 +341,7 @@ class TrajectoryWriter:
         self._stream.create_item(
             table,
             priority,
-            [c._refs for c in flat],
+            [c.refs for c in flat],
             [c.is_squeezed for c in flat],
         )
 

@@ -278,7 +278,7 @@ class DiskSlots(CompressedSlots):
         out: np.ndarray,
         before: int | None = None,
     ) -> None:
-        """As :meth:`CompressedSlots._decode`, after asking the OS to read every value's
+        """Decodes as the in-RAM compressed slots do, after asking the OS to read every value's
         pages at once (:meth:`DiskArena.prefetch`): cold values arrive in one round of
         concurrent reads instead of one page fault at a time."""
         arena = index.arena
