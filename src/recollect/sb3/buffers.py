@@ -194,9 +194,14 @@ class ReplayBuffer(Sb3ReplayBuffer):
         self.lean_adds = lean and not self.handle_timeout_termination
         #: the storage's write of one step (the short ``add`` path), None off that path
         self.write_leaves: Callable[[list[np.ndarray]], None] | None = None
+        #: the shortest ``add`` of one env (exact arrays only), None off that path
+        self.add_one: Callable[[Any, Any, Any, Any, Any], bool] | None = None
         if self.lean_adds:
             assert isinstance(transitions, Sb3Arrays)
             self.write_leaves = transitions.step_writer()
+            convert = self.convert
+            if not convert.dict_obs:
+                self.add_one = transitions.one_env_adder(convert.obs_dtype, convert.action_dtype)
 
     def make_sampler(self) -> Prioritized | None:
         """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
@@ -245,6 +250,14 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 recollect's ShapeError/DTypeError/CastError for values that do
                 not match the first add. Nothing is written.
         """
+        add_one = self.add_one
+        if add_one is not None and add_one(obs, next_obs, action, reward, done):
+            self.num_added += 1  # one env: CleanRL's exact arrays, written in one call
+            self.pos += 1
+            if self.pos == self.buffer_size:
+                self.full = True
+                self.pos = 0
+            return
         n, convert = self.n_envs, self.convert
         write = self.write_leaves
         if write is not None:  # SB3's layout, a Box space, no infos to read: CleanRL's case
