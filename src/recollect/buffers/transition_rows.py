@@ -146,7 +146,7 @@ def one_row_adder(
             if has_pending[0] and not (observation.flags.c_contiguous and held[0] == observation):
                 return False  # a broken chain: the long way keeps the old next observation
             slot = table.clock % length
-            act, obs_rows, rewards, terminated, truncated = storage.single_row  # type: ignore[misc]
+            act, obs_rows, rewards, terminated, truncated = storage.single_row
             reader.final_ref[0, slot] = -1
             act[slot] = action  # numpy drops a leading env dim of [1, ...]
             obs_rows[slot] = observation

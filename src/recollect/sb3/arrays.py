@@ -235,22 +235,21 @@ class Sb3Arrays:
         step goes straight into the row's ``[buffer_size, ...]`` views (rewards and dones
         as Python scalars: numpy's cheapest setitem, the same float32 cast as SB3's), then
         ``Table.insert_one``, under the table lock on the calling thread: no converter
-        calls, no leaf list, no thread hand-off.
+        calls, no leaf list, no thread hand-off. It holds the storage's views of the time it
+        was built: build it again after the storage's arrays are replaced (``attach`` does).
         """
         if not self.one_plain_row():
             return None
         buffer = self.replay_buffer
         table = buffer.table
-        views = cast(RingStorage, buffer.storage).single_row  # step_writer checked the ring
-        assert views is not None
+        views = cast(RingStorage, buffer.storage).single_row  # one_plain_row checked the ring
         act, dones, next_obs_rows, obs_rows, rewards = views  # flat (sorted field) order
         obs_shape = (1, *obs_rows.shape[1:])
         action_shapes = ((1, *act.shape[1:]), act.shape[1:])
         obs_dtype, action_dtype = np.dtype(obs_dtype), np.dtype(action_dtype)
         one = (1,)
         rewards_ok = (np.dtype(np.float64), np.dtype(np.float32))
-        dones_ok = (np.dtype(np.bool_), np.dtype(np.float32), np.dtype(np.float64))
-        dones_ok += (np.dtype(np.int64),)
+        dones_ok = tuple(np.dtype(t) for t in (np.bool_, np.float32, np.float64, np.int64))
         ndarray = np.ndarray
         insert, lock = table.insert_one, table.lock
         length = buffer.max_length

@@ -66,15 +66,15 @@ class RingStorage:
         self._columns = [a.swapaxes(0, 1) for a in self.arrays]
         #: with one env row (``num_envs == 1``): its ``[max_length, *shape]`` view of each
         #: leaf (what :attr:`write_unbatched` writes; a caller's own one-step writer may
-        #: write them too); None with several rows. Rebuilt with the views.
-        self.single_row: list[np.ndarray] | None = (
-            [a[0] for a in self.arrays] if self.num_envs == 1 else None
+        #: write them too); empty with several rows. Rebuilt with the views.
+        self.single_row: list[np.ndarray] = (
+            [a[0] for a in self.arrays] if self.num_envs == 1 else []
         )
         #: ``write_unbatched(slot, leaves)``: writes one step of the only env row
         #: (``num_envs == 1``): leaves without the env dim (arrays of the leaf shape, or
         #: numpy scalars of 0-d leaves) at int ``slot``. Rebuilt with the views.
         self.write_unbatched: Callable[[int, Sequence[Any]], None] = (
-            _unrolled_writer(self.single_row) if self.single_row is not None else _no_single_row
+            _unrolled_writer(self.single_row) if self.num_envs == 1 else _no_single_row
         )
 
     def _allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
