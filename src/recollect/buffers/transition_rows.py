@@ -5,7 +5,7 @@ bitwise chain check of one row, and value copies for ``buf[i]``'s direct reads."
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import optree
@@ -14,10 +14,8 @@ from recollect.storage.ring import RingStorage
 
 if TYPE_CHECKING:
     from recollect.buffers.replay_buffer import ReplayBuffer
-    from recollect.buffers.transition_buffer import TransitionBuffer
-    from recollect.buffers.transition_reads import TransitionReader
 
-__all__ = ["copy_value", "first_rows", "one_row_adder", "same_bytes", "step_writer"]
+__all__ = ["Chains", "copy_value", "first_rows", "one_row_adder", "same_bytes", "step_writer"]
 
 
 def step_writer(buffer: ReplayBuffer, num_envs: int) -> Callable[[list[np.ndarray]], None]:
@@ -60,12 +58,26 @@ def same_bytes(current: list[np.ndarray], pending: list[np.ndarray]) -> bool:
     return True
 
 
+class Chains(Protocol):
+    """What :func:`one_row_adder` reads of a ``TransitionReader`` (named here, not imported:
+    the reader's module imports this one)."""
+
+    replay_buffer: ReplayBuffer
+    num_envs: int
+    pending: list[np.ndarray]
+    has_pending: np.ndarray
+    final_ref: np.ndarray
+    first_id: int | None
+    next_exact: tuple[tuple[int, ...], np.dtype] | None
+    write_step: Callable[[list[np.ndarray]], None]
+
+
 #: the leaf paths of a TransitionBuffer without frame stacks, in flat (sorted) order
 _PLAIN_PATHS = ["action", "observation", "reward", "terminated", "truncated"]
 
 
 def one_row_adder(
-    transitions: TransitionBuffer, *, sb3_forms: bool = False
+    transitions: Any, *, sb3_forms: bool = False
 ) -> Callable[[Any, Any, Any, Any, Any], bool] | None:
     """``add_one(observation, next_observation, action, reward, terminated) -> bool``: the
     whole ``add_batched`` of one env row in one call, for a reader whose step writer is the
@@ -86,7 +98,8 @@ def one_row_adder(
     into the row's ``[max_length, ...]`` views (0-d leaves as Python scalars), then
     ``Table.insert_one``, under the buffer lock on the calling thread.
     """
-    reader = transitions._reader  # its reader, a TransitionBuffer's collaborator
+    # a TransitionBuffer (not imported: its module imports this one) and its reader
+    reader: Chains | None = transitions._reader
     if reader is None:
         return None
     buffer = reader.replay_buffer
@@ -161,7 +174,7 @@ def one_row_adder(
     return add_one
 
 
-def hold_pending(reader: TransitionReader) -> list[Any]:
+def hold_pending(reader: Chains) -> list[Any]:
     """``[bytearray, array]``: ``reader``'s pending next observation (one row, one leaf),
     moved into an array over a bytearray, which then is ``reader.pending[0]``: a
     ``bytearray == array`` compare is one memcmp of the two buffers (no bytes copies)."""

@@ -14,24 +14,39 @@ Two ways, chosen per call:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from recollect.buffers import TransitionBuffer
 from recollect.buffers.transition_rows import one_row_adder
 from recollect.sb3.arrays import Sb3Arrays
-from recollect.sb3.spaces import FLOAT32, timeouts_of
+from recollect.sb3.spaces import FLOAT32, AddConverter, timeouts_of
+from recollect.sb3.stack_starts import StackStarts
 
-if TYPE_CHECKING:
-    from recollect.sb3.buffers import ReplayBuffer
-
-__all__ = ["AddOne", "one_env_adder", "write_step"]
+__all__ = ["AddOne", "Adding", "one_env_adder", "write_step"]
 
 #: ``add_one(obs, next_obs, action, reward, done) -> bool``: True when it wrote the step
 AddOne = Callable[[Any, Any, Any, Any, Any], bool]
 
 
-def one_env_adder(buf: ReplayBuffer) -> AddOne | None:
+class Adding(Protocol):
+    """What these writes read and set of a ``recollect.sb3.ReplayBuffer`` (named here, not
+    imported: the buffer module imports this one)."""
+
+    n_envs: int
+    handle_timeout_termination: bool
+    convert: AddConverter
+    transitions: Sb3Arrays | TransitionBuffer
+    stack_starts: StackStarts | None
+    write_leaves: Callable[[list[np.ndarray]], None] | None
+    no_timeouts: np.ndarray
+    no_truncations: np.ndarray
+    add_one: AddOne | None
+    wants_adder: bool
+
+
+def one_env_adder(buf: Adding) -> AddOne | None:
     """The one-call add of ``buf``'s storage, or None where it does not apply: several
     envs, timeouts to read (``handle_timeout_termination``), Dict observations, frame
     stacks, or (one copy per observation) before the first add built the storage."""
@@ -46,7 +61,7 @@ def one_env_adder(buf: ReplayBuffer) -> AddOne | None:
 
 
 def write_step(
-    buf: ReplayBuffer,
+    buf: Adding,
     obs: Any,
     next_obs: Any,
     action: Any,
