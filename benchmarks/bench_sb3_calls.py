@@ -27,14 +27,20 @@ The table gives us per call and recollect's time as a multiple of SB3's (the
 limit rows: target <= 1.0x). A benchmark, not a test.
 
     python benchmarks/bench_sb3_calls.py [--quick] [--forms cartpole,pendulum,atari]
-        [--loads 0,1,4] [--capacity 10000] [--repeats 61]
+        [--loads 0,1,4] [--capacity 10000] [--repeats 61] [--profile]
+
+``--profile`` prints, per form, a cProfile of recollect's ``add`` instead (calls per
+``add`` and the functions that take the time; where the time of a 1-env ``add`` goes).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import io
 import os
+import pstats
 import subprocess
 import sys
 import time
@@ -230,6 +236,21 @@ def run_form(
     }
 
 
+def profile_add(form: Form, bufs: dict[str, Any], calls: int = 20_000) -> None:
+    """Prints a cProfile of ``calls`` of recollect's ``add`` in ``form``'s call form."""
+    ours, nxt = bufs["recollect"], cycle(form.calls(256, 1))
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        ours.add(*nxt())
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    print(f"## {form.name}: {stats.total_calls / calls:.1f} function calls per add")
+    stats.sort_stats("tottime").print_stats(12)
+    print("\n".join(line for line in out.getvalue().splitlines()[4:] if line.strip()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
@@ -237,6 +258,7 @@ def main() -> None:
     parser.add_argument("--loads", default="0,1,4", help="comma list of busy processes")
     parser.add_argument("--capacity", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None, help="paired rounds")
+    parser.add_argument("--profile", action="store_true", help="cProfile recollect's add")
     args = parser.parse_args()
     # many short paired rounds: both buffers of a form see the same load in a round
     rounds = args.repeats or (21 if args.quick else 61)
@@ -255,6 +277,9 @@ def main() -> None:
     for key in args.forms.split(","):
         form = FORMS[key]
         bufs = build(form, capacity)
+        if args.profile:
+            profile_add(form, bufs)
+            continue
         for busy in loads:
             with load(busy):
                 by = run_form(form, bufs, rounds, window_s)

@@ -180,6 +180,10 @@ def _fast_plan(flat: FlatSpec, leading: tuple[int, ...]) -> tuple[Any, int, list
     return plan
 
 
+#: 0-d leaves that take a Python scalar exactly: bool (np.bool_) and float (float64)
+_EXACT_PYTHON = {np.dtype(np.bool_): bool, np.dtype(np.float64): float}
+
+
 def exact_matcher(flat: FlatSpec, leading: tuple[int, ...]) -> Callable[[Any], Any]:
     """A per-spec check of the common case: ``match(data)`` returns the flat leaves of ``data``
     when it needs no conversion, else None (then :func:`convert_step` decides and raises).
@@ -187,9 +191,12 @@ def exact_matcher(flat: FlatSpec, leading: tuple[int, ...]) -> Callable[[Any], A
     The common case: ``data`` has the spec's nest structure (for a flat dict spec: a plain
     dict with exactly its keys) and every leaf is a ``numpy.ndarray`` (no subclass; for a
     0-d leaf also the numpy scalar type of its dtype) of exactly ``leading + leaf shape``
-    and of the spec's dtype object (native byte order). Those leaves
-    are exactly what :func:`convert_step` returns for the same ``data`` (the same objects,
-    nothing copied); anything else returns None, writes nothing and raises nothing.
+    and of the spec's dtype object (native byte order); a 0-d leaf of dtype bool or
+    float64 may also be a Python ``bool`` or ``float`` (``add``'s ``is_last=False``), the
+    same value exactly. Those leaves are what :func:`convert_step` returns for the same
+    ``data`` (the same objects, nothing copied; a Python scalar stays one, where
+    ``convert_step`` makes a 0-d array of it: a numpy write stores the same); anything
+    else returns None, writes nothing and raises nothing.
 
     The check is one generated expression per spec, ``type(v0) is ndarray and v0.shape ==
     s0 and v0.dtype is d0 and ...`` (no loop: a third cheaper than one over the leaves, the
@@ -214,6 +221,10 @@ def exact_matcher(flat: FlatSpec, leading: tuple[int, ...]) -> Callable[[Any], A
         check = f"type(v{i}) is ndarray and v{i}.shape == s{i} and v{i}.dtype is d{i}"
         if shape == () and dtype.isnative:  # its scalar type implies dtype and shape ()
             check = f"(type(v{i}) is g{i} or {check})"
+            python = _EXACT_PYTHON.get(dtype)
+            if python is not None:  # a Python bool or float of that dtype, stored as it is
+                names[f"p{i}"] = python
+                check = f"(type(v{i}) is p{i} or {check[1:]}"
         checks.append(check)
     unpack = "".join(f"v{i}, " for i in range(n))
     if getter is not None:  # same key set as the spec: what flatten_up_to returns, sans optree

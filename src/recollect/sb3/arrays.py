@@ -182,6 +182,22 @@ class Sb3Arrays:
         else:
             self.replay_buffer.writer.write_leaves([action, done, next_obs, obs, reward])
 
+    def one_plain_row(self) -> bool:
+        """Whether the short one-step writes apply: SB3's five fields of a Box space (no
+        timeouts leaf, observations and actions not 0-d) in one env row of a plain RAM
+        ring without rate limiter or episode index."""
+        buffer = self.replay_buffer
+        shapes = buffer.writer.flat_spec.shapes  # action, dones, next obs, obs, rewards
+        return (
+            self.n_envs == 1
+            and type(buffer.storage) is RingStorage
+            and buffer.table.rate_limiter is None
+            and not buffer.writer.episode_aware
+            and not self.dict_obs
+            and not self.store_timeouts
+            and all(shapes[i] != () for i in (0, 2, 3))  # [1, *shape] into [*shape]
+        )
+
     def step_writer(self) -> Callable[[list[np.ndarray]], None]:
         """``write(leaves)`` of one step of every env (leaves in flat order, ``[n_envs, ...]``,
         already checked): the core buffer's ``write_leaves``; or, for SB3's five fields of a
@@ -192,17 +208,7 @@ class Sb3Arrays:
         thread under the table lock."""
         buffer = self.replay_buffer
         storage, table = buffer.storage, buffer.table
-        shapes = buffer.writer.flat_spec.shapes  # action, dones, next obs, obs, rewards
-        fits = (
-            self.n_envs == 1
-            and type(storage) is RingStorage
-            and table.rate_limiter is None
-            and not buffer.writer.episode_aware
-            and not self.dict_obs
-            and not self.store_timeouts
-            and all(shapes[i] != () for i in (0, 2, 3))  # [1, *shape] into [*shape]
-        )
-        if not fits:
+        if not self.one_plain_row():
             return buffer.writer.write_leaves
         single = cast(RingStorage, storage).write_unbatched  # type checked above
         insert, lock = table.insert_one, table.lock
@@ -215,6 +221,70 @@ class Sb3Arrays:
                 insert(False)
 
         return write_one
+
+    def one_env_adder(
+        self, obs_dtype: np.dtype, action_dtype: np.dtype
+    ) -> Callable[[Any, Any, Any, Any, Any], bool] | None:
+        """``add_one(obs, next_obs, action, reward, done) -> bool``: SB3's ``add`` of one env
+        in one call, where :meth:`step_writer` gives its one-row writer (None elsewhere).
+
+        It writes the step and returns True only for the exact common form: numpy arrays,
+        ``obs``/``next_obs`` ``[1, *obs_shape]`` of ``obs_dtype``, ``action``
+        ``[1, action_dim]`` or ``[action_dim]`` of ``action_dtype``, ``reward`` ``[1]``
+        float32/float64, ``done`` ``[1]`` bool/float32/float64/int64. Anything else returns
+        False with nothing written (the caller converts and checks it the long way). The
+        step goes straight into the row's ``[buffer_size, ...]`` views (rewards and dones
+        as Python scalars: numpy's cheapest setitem, the same float32 cast as SB3's), then
+        ``Table.insert_one``, under the table lock on the calling thread: no converter
+        calls, no leaf list, no thread hand-off. It holds the storage's views of the time it
+        was built: build it again after the storage's arrays are replaced (``attach`` does).
+        """
+        if not self.one_plain_row():
+            return None
+        buffer = self.replay_buffer
+        table = buffer.table
+        views = cast(RingStorage, buffer.storage).single_row  # one_plain_row checked the ring
+        act, dones, next_obs_rows, obs_rows, rewards = views  # flat (sorted field) order
+        obs_shape = (1, *obs_rows.shape[1:])
+        action_shapes = ((1, *act.shape[1:]), act.shape[1:])
+        obs_dtype, action_dtype = np.dtype(obs_dtype), np.dtype(action_dtype)
+        one = (1,)
+        rewards_ok = (np.dtype(np.float64), np.dtype(np.float32))
+        dones_ok = tuple(np.dtype(t) for t in (np.bool_, np.float32, np.float64, np.int64))
+        ndarray = np.ndarray
+        insert, lock = table.insert_one, table.lock
+        length = buffer.writer.max_length
+
+        def add_one(obs: Any, next_obs: Any, action: Any, reward: Any, done: Any) -> bool:
+            if not (
+                type(obs) is ndarray
+                and type(next_obs) is ndarray
+                and type(action) is ndarray
+                and type(reward) is ndarray
+                and type(done) is ndarray
+                and obs.dtype is obs_dtype
+                and next_obs.dtype is obs_dtype
+                and action.dtype is action_dtype
+                and obs.shape == obs_shape
+                and next_obs.shape == obs_shape
+                and action.shape in action_shapes
+                and reward.shape == one
+                and done.shape == one
+                and reward.dtype in rewards_ok
+                and done.dtype in dones_ok
+            ):
+                return False
+            with lock:
+                slot = table.clock % length
+                act[slot] = action  # numpy drops the leading 1 of [1, action_dim]
+                dones[slot] = done.item()
+                next_obs_rows[slot] = next_obs
+                obs_rows[slot] = obs
+                rewards[slot] = reward.item()  # a float64 cast to float32 as SB3 casts it
+                insert(False)
+            return True
+
+        return add_one
 
     def clear(self) -> None:
         self.replay_buffer.clear()

@@ -38,19 +38,17 @@ from recollect.buffers import TransitionBuffer
 from recollect.errors import InvalidArgumentError, NotEnoughDataError
 from recollect.nstep import check_discount
 from recollect.samplers import Prioritized
-from recollect.sb3 import saving
+from recollect.sb3 import adds, saving
 from recollect.sb3.arrays import Sb3Arrays
 from recollect.sb3.attributes import Sb3Array, TrajectoryCuts, sb3_array
 from recollect.sb3.options import check_storage, codecs_of, n_step_of
 from recollect.sb3.samples import Sb3Draw, pack, to_samples
 from recollect.sb3.sampling import gather_fields
 from recollect.sb3.spaces import (
-    FLOAT32,
     AddConverter,
     action_dtype,
     obs_spec,
     resolve_frame_stack,
-    timeouts_of,
 )
 from recollect.sb3.stack_starts import StackStarts
 from recollect.specs import ArraySpec
@@ -205,6 +203,10 @@ class ReplayBuffer(Sb3ReplayBuffer):
         if self.lean_adds:
             assert isinstance(transitions, Sb3Arrays)
             self.write_leaves = transitions.step_writer()
+        #: the one-call ``add`` of one env's exact arrays (recollect.sb3.adds), None off it
+        self.add_one: adds.AddOne | None = adds.one_env_adder(self)
+        #: whether the first add (which builds a TransitionBuffer's storage) may set add_one
+        self.wants_adder = self.add_one is None and not isinstance(transitions, Sb3Arrays)
 
     def make_sampler(self) -> Prioritized | None:
         """The recollect sampler (None: uniform); :class:`PrioritizedReplayBuffer` overrides it."""
@@ -253,54 +255,10 @@ class ReplayBuffer(Sb3ReplayBuffer):
                 recollect's ShapeError/DTypeError/CastError for values that do
                 not match the first add. Nothing is written.
         """
-        n, convert = self.n_envs, self.convert
-        write = self.write_leaves
-        if write is not None:  # SB3's layout, a Box space, no infos to read: CleanRL's case
-            write(  # the leaves in the storage's order (Sb3Arrays.write_step)
-                [
-                    convert.actions(action),
-                    convert.flags(done),
-                    convert.observations(next_obs),
-                    convert.observations(obs),
-                    convert.float_rewards(reward),  # float64 cast as it is written
-                ]
-            )
-            self.num_added += n
-            self.pos += 1
-            if self.pos == self.buffer_size:
-                self.full = True
-                self.pos = 0
-            return
-        obs, next_obs = convert.observations(obs), convert.observations(next_obs)
-        action = convert.actions(action)
-        reward = convert.scalars(reward, FLOAT32)
-        if self.handle_timeout_termination:
-            timeout = timeouts_of(infos, n)
-        else:
-            timeout = None  # as SB3: infos are not read
-        transitions = self.transitions
-        if isinstance(transitions, Sb3Arrays):  # SB3's layout
-            transitions.write_step(
-                obs,
-                next_obs,
-                action,
-                reward,
-                convert.flags(done),
-                self.no_timeouts if timeout is None else timeout.astype(np.float32),
-            )
-        else:
-            done = np.asarray(done).reshape(n).astype(bool, copy=False)
-            if timeout is None:  # stored as given: a shared read-only array of False
-                terminated, timeout = done, self.no_truncations
-            else:
-                terminated = done & ~timeout
-            if self.stack_starts is not None:
-                self.stack_starts.check(obs)
-            # with the env dim even at n_envs == 1: exact values are written as they are
-            transitions.add_batched(obs, action, reward, next_obs, terminated, timeout)
-            if self.stack_starts is not None:
-                self.stack_starts.commit(next_obs)
-        self.num_added += n
+        add_one = self.add_one  # CleanRL's exact arrays of one env: one call writes them
+        if add_one is None or not add_one(obs, next_obs, action, reward, done):
+            adds.write_step(self, obs, next_obs, action, reward, done, infos)
+        self.num_added += self.n_envs
         self.pos += 1
         if self.pos == self.buffer_size:
             self.full = True

@@ -169,6 +169,7 @@ def pickle_state(buf: ReplayBuffer) -> dict[str, Any]:
     core = transitions.replay_buffer if isinstance(transitions, Sb3Arrays) else transitions
     state["storage_state"] = persistence.storage_state(core)
     state.pop("write_leaves", None)  # a method of the storage: set again by attach
+    state.pop("add_one", None)  # a closure over the storage: set again by attach
     return state
 
 

@@ -64,13 +64,19 @@ class RingStorage:
         n = self.num_envs * self.max_length
         self.flat_views: list[np.ndarray] = [a.reshape((n, *a.shape[2:])) for a in self.arrays]
         self._columns = [a.swapaxes(0, 1) for a in self.arrays]
-        # one env row: its [max_length, *shape] views take unbatched leaves (write_unbatched)
-        self._single = [a[0] for a in self.arrays] if self.num_envs == 1 else None
+        # a write of every row at one int slot: column[slot] = leaf per leaf, unrolled
+        self._write_columns = _unrolled_writer(self._columns)
+        #: with one env row (``num_envs == 1``): its ``[max_length, *shape]`` view of each
+        #: leaf (what :attr:`write_unbatched` writes; a caller's own one-step writer may
+        #: write them too); empty with several rows. Rebuilt with the views.
+        self.single_row: list[np.ndarray] = (
+            [a[0] for a in self.arrays] if self.num_envs == 1 else []
+        )
         #: ``write_unbatched(slot, leaves)``: writes one step of the only env row
         #: (``num_envs == 1``): leaves without the env dim (arrays of the leaf shape, or
         #: numpy scalars of 0-d leaves) at int ``slot``. Rebuilt with the views.
         self.write_unbatched: Callable[[int, Sequence[Any]], None] = (
-            _unrolled_writer(self._single) if self._single is not None else _no_single_row
+            _unrolled_writer(self.single_row) if self.num_envs == 1 else _no_single_row
         )
 
     def _allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -92,9 +98,8 @@ class RingStorage:
     ) -> None:
         """Writes one step per row (see :class:`~recollect.storage.base.Storage`)."""
         del times
-        if rows is None and type(slots) is int:
-            for column, leaf in zip(self._columns, leaves):  # noqa: B905 - checked by callers
-                column[slots] = leaf  # int index of a time-major view: numpy's cheapest setitem
+        if rows is None and type(slots) is int:  # int index of a time-major view per leaf:
+            self._write_columns(slots, leaves)  # numpy's cheapest setitem, no loop
             return
         rows = self._all_rows if rows is None else rows
         if np.ndim(slots) == 2:  # a block: slots [k, T], leaves [k, T, *shape]
