@@ -30,11 +30,7 @@ from recollect.buffers.source_reads import stream_local
 from recollect.buffers.transition_items import ItemForm, TransitionSequence
 from recollect.buffers.transition_reads import TransitionReader
 from recollect.buffers.transition_rows import first_rows
-from recollect.buffers.transition_sample import (
-    TransitionSample,
-    n_step_args,
-    transition_spec,
-)
+from recollect.buffers.transition_sample import TransitionSample, n_step_args, transition_spec
 from recollect.buffers.transition_state import (
     KIND,
     checked_frame_stack,
@@ -137,6 +133,11 @@ class TransitionBuffer(Sequence[tuple[Any, ...]]):
         """The reader of the stored transitions; NotEnoughDataError before the first add."""
         if self._reader is None:
             raise NotEnoughDataError("the TransitionBuffer is empty; call add() first.")
+        return self._reader
+
+    @property
+    def reader(self) -> TransitionReader | None:
+        """The reader of the stored transitions (None before the first add)."""
         return self._reader
 
     @property

@@ -99,7 +99,7 @@ def one_row_adder(
     ``Table.insert_one``, under the buffer lock on the calling thread.
     """
     # a TransitionBuffer (not imported: its module imports this one) and its reader
-    reader: Chains | None = transitions._reader
+    reader: Chains | None = transitions.reader
     if reader is None:
         return None
     buffer = reader.replay_buffer
