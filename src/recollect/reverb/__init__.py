@@ -24,12 +24,14 @@ selectors = item_selectors
 #: TensorFlow-side names, imported on first use so that TensorFlow stays optional.
 _LAZY = {
     "TrajectoryDataset": ("recollect.reverb.datasets", "TrajectoryDataset"),
+    "TimestepDataset": ("recollect.reverb.datasets", "TimestepDataset"),
     "TFClient": ("recollect.reverb.tf_client", "TFClient"),
 }
 
 
 def __getattr__(name: str) -> object:
-    """``TrajectoryDataset`` and ``TFClient`` (they import TensorFlow)."""
+    """``TrajectoryDataset``, ``TimestepDataset`` and ``TFClient`` (they import
+    TensorFlow)."""
     if name in _LAZY:
         import importlib
 
@@ -48,6 +50,7 @@ __all__ = [
     "TFClient",
     "Table",
     "TableInfo",
+    "TimestepDataset",
     "TrajectoryColumn",
     "TrajectoryDataset",
     "TrajectoryWriter",
