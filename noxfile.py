@@ -10,6 +10,13 @@ transport are tested on every Python), always through ``constraints.txt``. Test 
 that import a framework the session lacks at module level (torch, TensorFlow, JAX,
 Ray, SB3, Minari) are left out and listed; every other test runs, and the session
 fails on any failure.
+
+    nox -s tf215           # the pinned TF world: TF 2.15 + TF-Agents 0.19 on Python 3.11
+
+``tf215`` installs what TF-Agents 0.19 pins (tensorflow-cpu 2.15, numpy < 2, Keras 2,
+tensorflow-probability 0.23, gym 0.23), recollect with the ``reverb`` extra and the test
+tools, checks that dm-reverb is absent, and runs the TensorFlow and TF-Agents side of
+the suite (tests/reverb, tests/tf_agents, tests/manager) there.
 """
 
 from __future__ import annotations
@@ -37,6 +44,18 @@ CORE_DEPS = [
     "protobuf>=4.21",  # and reading dm-reverb checkpoints (recollect.state.reverb)
 ]
 
+#: TF-Agents 0.19's world (it pins TensorFlow ~= 2.15, which has no wheel past Python 3.11)
+TF215_PYTHON = "3.11"
+TF215_DEPS = [
+    "tensorflow-cpu==2.15.*",
+    "tf-agents==0.19.0",  # pulls tensorflow-probability 0.23, gym 0.23, numpy 1.26
+    "pytest>=8",
+    "pytest-timeout>=2.2",
+    "hypothesis>=6.100",
+    "scipy>=1.11",
+]
+TF215_TESTS = ["tests/reverb", "tests/tf_agents", "tests/manager"]
+
 nox.options.sessions = ["core"]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -45,7 +64,7 @@ def _add_pyenv_interpreters() -> None:
     """Puts pyenv's X.Y interpreters on PATH (nox looks for ``pythonX.Y`` there)."""
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
     found = []
-    for version in PYTHONS:
+    for version in sorted({*PYTHONS, TF215_PYTHON}):
         dirs = sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin")))
         found += dirs[-1:]
     os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
@@ -106,6 +125,31 @@ def core(session: nox.Session) -> None:
         env={
             "PYTHONPATH": "",
             "CI": "",
+            "RECOLLECT_NO_NETNS": os.environ.get("RECOLLECT_NO_NETNS", ""),
+        },
+    )  # fmt: skip
+
+
+#: fails when dm-reverb is importable (the session tests recollect.reverb in its place)
+_NO_DM_REVERB = """
+import importlib.util, sys
+spec = importlib.util.find_spec("reverb")
+if spec is not None and spec.origin is not None:
+    sys.exit(f"dm-reverb is installed ({spec.origin}): tf215 tests recollect.reverb without it")
+"""
+
+
+@nox.session(python=TF215_PYTHON)
+def tf215(session: nox.Session) -> None:
+    """tests/reverb, tests/tf_agents and tests/manager on TF 2.15 + TF-Agents 0.19 (no
+    dm-reverb): the versions TF-Agents' last release pins."""
+    session.install("-c", "constraints.txt", ".[reverb]", *TF215_DEPS)
+    session.run("python", "-c", _NO_DM_REVERB)
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *TF215_TESTS, *session.posargs,
+        env={
+            "PYTHONPATH": "",
+            "CI": "",  # the slow tests ran in the main suite (TF 2.21)
             "RECOLLECT_NO_NETNS": os.environ.get("RECOLLECT_NO_NETNS", ""),
         },
     )  # fmt: skip

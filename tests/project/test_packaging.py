@@ -187,3 +187,4 @@ def test_ci_runs_the_suite_then_the_other_pythons():
         i for i, line in enumerate(lines) if "nox --sessions" in line
     )
     assert "for version in 3.12 3.13" in script
+    assert 'sessions+=("tf215")' in script  # TF 2.15 + TF-Agents 0.19 when Python 3.11 exists

@@ -31,6 +31,7 @@ structured = structured_writer  # Reverb's alias
 #: TensorFlow-side names, imported on first use so that TensorFlow stays optional.
 _LAZY = {
     "TrajectoryDataset": ("recollect.reverb.datasets", "TrajectoryDataset"),
+    "TimestepDataset": ("recollect.reverb.datasets", "TimestepDataset"),
     "TFClient": ("recollect.reverb.tf_client", "TFClient"),
     "PatternDataset": ("recollect.reverb.pattern_dataset", "PatternDataset"),
     "pattern_dataset_with_info": ("recollect.reverb.pattern_dataset", "pattern_dataset_with_info"),
@@ -38,7 +39,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
-    """``TrajectoryDataset``, ``TFClient`` and ``PatternDataset`` (they import TensorFlow)."""
+    """The TensorFlow-side names of ``_LAZY`` (they import TensorFlow)."""
     if name in _LAZY:
         import importlib
 
@@ -58,6 +59,7 @@ __all__ = [
     "TFClient",
     "Table",
     "TableInfo",
+    "TimestepDataset",
     "TrajectoryColumn",
     "TrajectoryDataset",
     "TrajectoryWriter",

@@ -23,14 +23,20 @@ limiter blocks ends the dataset (``OutOfRangeError`` / ``StopIteration``), as do
 with Reverb's message text (Reverb: when the iterator is made; here: at its
 first ``next``).
 
-Differences: ``TimestepDataset`` and ``PatternDataset`` are not provided;
-``num_workers_per_iterator`` > 1 runs that many Python samplers interleaved
+``TimestepDataset`` (deprecated in Reverb) serves the same draws one timestep per
+element.
+
+``PatternDataset`` is in :mod:`recollect.reverb.pattern_dataset`.
+
+Differences: ``num_workers_per_iterator`` > 1 runs that many Python samplers on threads
 (default -1: one, as sampling is vectorized); ``max_samples_per_stream`` is
 accepted and checked, nothing else (there are no streams).
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,7 +50,7 @@ from recollect.reverb.client import Client
 from recollect.reverb.errors import DeadlineExceededError
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
 
-__all__ = ["TrajectoryDataset", "check_dataset_arguments", "sample_chunks"]
+__all__ = ["TimestepDataset", "TrajectoryDataset", "check_dataset_arguments", "sample_chunks"]
 
 _INFO_DTYPES = (tf.uint64, tf.float64, tf.int64, tf.float64, tf.int32)
 
@@ -183,8 +189,9 @@ def sample_chunks(
     priority [k], times_sampled [k], *columns [k, *shape])``, each chunk one (or, with
     ``exact``, as many as it takes to draw ``chunk`` rows) vectorized client call(s).
 
-    ``server_address``/``table`` may be string tensors. ``num_workers`` > 1
-    interleaves that many samplers (each with its own ``max_samples``; pass -1).
+    ``server_address``/``table`` may be string tensors. ``num_workers`` > 1 runs that
+    many samplers on threads (each with its own ``max_samples``; pass -1), their chunks
+    served in the order drawn.
     """
     info_specs = tuple(tf.TensorSpec([None], d) for d in _INFO_DTYPES)
     data_specs = tuple(
@@ -193,20 +200,64 @@ def sample_chunks(
     )
     signature = info_specs + data_specs
 
-    def make(_: Any = None) -> tf.data.Dataset:
-        return tf.data.Dataset.from_generator(
-            lambda address, name: _chunks(
+    def generate(address: Any, name: Any) -> Iterator[tuple[np.ndarray, ...]]:
+        def one() -> Iterator[tuple[np.ndarray, ...]]:
+            return _chunks(
                 address, name, dtypes, shapes, chunk, max_samples, rate_limiter_timeout_ms, exact
-            ),
-            output_signature=signature,
-            args=(server_address, table),
-        )
+            )
 
-    if num_workers <= 1:
-        return make()
-    return tf.data.Dataset.range(num_workers).interleave(
-        make, cycle_length=num_workers, num_parallel_calls=num_workers, deterministic=False
+        return one() if num_workers <= 1 else _merged([one() for _ in range(num_workers)])
+
+    return tf.data.Dataset.from_generator(
+        generate, output_signature=signature, args=(server_address, table)
     )
+
+
+_DONE = object()
+
+
+def _merged(samplers: list[Iterator[Any]]) -> Iterator[Any]:
+    """The chunks of ``samplers``, each run by a daemon thread, in the order drawn.
+
+    Every drawn chunk is served (a sampler blocked by the rate limiter holds nothing
+    back), and a sampler draws its next chunk only once its last one was handed over:
+    at most ``2 * len(samplers)`` chunks are drawn and not yet served. An error of a
+    sampler is raised here; closing this generator stops the samplers at their next
+    chunk (one blocked by the rate limiter ends when its draw returns).
+    """
+    handed: queue.Queue[Any] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def run(sampler: Iterator[Any]) -> None:
+        try:
+            for item in sampler:
+                while not stop.is_set():
+                    try:
+                        handed.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            handed.put(_DONE)
+        except BaseException as err:  # handed over to the consumer, raised there
+            handed.put(err)
+
+    threads = [threading.Thread(target=run, args=(s,), daemon=True) for s in samplers]
+    for thread in threads:
+        thread.start()
+    running = len(threads)
+    try:
+        while running:
+            item = handed.get()
+            if item is _DONE:
+                running -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        stop.set()
 
 
 def _lists_to_tuples(structure: Any) -> Any:
@@ -281,21 +332,33 @@ class TrajectoryDataset(tf.compat.v1.data.Dataset):
             server_address,
             table,
             flat_dtypes,
-            flat_shapes,
+            [self._item_shape(s) for s in flat_shapes],
             max_in_flight_samples_per_worker,
             max_samples=max_samples,
             rate_limiter_timeout_ms=rate_limiter_timeout_ms,
             num_workers=workers,
         )
         data_structure = dtypes
+        rows = self._rows
 
         def pack(*flat: Any) -> ReplaySample:
+            flat = rows(flat)
             return ReplaySample(
                 SampleInfo(*flat[:5]), tf.nest.pack_sequence_as(data_structure, list(flat[5:]))
             )
 
         self._inner = chunks.map(pack).unbatch()
         super().__init__()
+
+    @staticmethod
+    def _item_shape(shape: tf.TensorShape) -> tf.TensorShape:
+        """The shape of one item's column, given the shape of one element's leaf."""
+        return shape
+
+    @staticmethod
+    def _rows(flat: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A chunk (info fields ``[k]``, columns ``[k, ...]``) as the rows of elements."""
+        return flat
 
     def _as_variant_tensor(self) -> Any:
         return self._inner._variant_tensor
@@ -318,8 +381,9 @@ class TrajectoryDataset(tf.compat.v1.data.Dataset):
         rate_limiter_timeout_ms: int = -1,
         get_signature_timeout_secs: int | None = None,
         max_samples: int = -1,
-    ) -> TrajectoryDataset:
-        """A TrajectoryDataset whose dtypes and shapes are the table's signature.
+    ) -> Any:
+        """A dataset of this class whose dtypes and shapes are the table's signature (for
+        ``TimestepDataset``: the signature of one timestep).
 
         Raises:
             ValueError: no table ``table`` on the server, or it has no signature.
@@ -380,3 +444,48 @@ def _map_specs(fn: Any, signature: Any, is_spec: Any) -> Any:
     if isinstance(signature, (list, tuple)):
         return type(signature)(_map_specs(fn, v, is_spec) for v in signature)
     return signature
+
+
+class TimestepDataset(TrajectoryDataset):
+    """Reverb's (deprecated) ``TimestepDataset``: the timesteps of sampled items, one
+    element each.
+
+    Each sampled item of ``T`` steps yields ``T`` consecutive elements
+    ``ReplaySample(info, data)``: ``info`` the item's (scalar fields, the same for its
+    ``T`` elements), ``data`` one step, shaped like ``dtypes``/``shapes`` (the shapes of
+    ONE step, without the time axis). Nothing marks where an item ends (as in Reverb):
+    ``.batch(T)`` of items of ``T`` steps gives back the items; ``TrajectoryDataset``
+    does that directly. ``max_samples`` counts items. Arguments, checks, errors and
+    ``from_table_signature`` (the signature of one step) are ``TrajectoryDataset``'s.
+
+    Raises:
+        ValueError: as ``TrajectoryDataset``.
+        tf.errors.InvalidArgumentError (from the iterator): the columns of an item have
+            different lengths, or a step does not match ``dtypes``/``shapes``.
+    """
+
+    @staticmethod
+    def _item_shape(shape: tf.TensorShape) -> tf.TensorShape:
+        if shape.rank is None:
+            return shape
+        return tf.TensorShape([None, *shape.as_list()])
+
+    @staticmethod
+    def _rows(flat: tuple[Any, ...]) -> tuple[Any, ...]:
+        columns = flat[5:]
+        steps = tf.shape(columns[0])[1]
+        for column in columns[1:]:
+            tf.debugging.assert_equal(
+                tf.shape(column)[1],
+                steps,
+                message="TimestepDataset: the columns of an item have different numbers of "
+                "timesteps; sample such items with TrajectoryDataset.",
+            )
+        info = tuple(tf.repeat(f, steps) for f in flat[:5])  # [k] -> [k * T], item by item
+
+        def steps_of(column: tf.Tensor) -> tf.Tensor:  # [k, T, ...] -> [k * T, ...]
+            out = tf.reshape(column, tf.concat([[-1], tf.shape(column)[2:]], 0))
+            out.set_shape(tf.TensorShape([None]).concatenate(column.shape[2:]))
+            return out
+
+        return (*info, *(steps_of(c) for c in columns))

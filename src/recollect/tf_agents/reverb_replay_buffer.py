@@ -291,6 +291,12 @@ class ReverbReplayBuffer(tf.Module):
         options.deterministic = False
         if hasattr(options, "experimental_allow_stateful"):
             options.experimental_allow_stateful = True
+        # nothing drawn ahead behind the caller's back (an injected prefetch, a parallel
+        # batch): it would serve staler samples and, on a table that runs dry, keep a
+        # draw waiting that the iterator's end then waits for
+        options.experimental_optimization.inject_prefetch = False
+        options.experimental_optimization.parallel_batch = False
+        options.experimental_optimization.map_parallelization = False
         return dataset.with_options(options)
 
     def _item_shapes(self) -> list[tf.TensorShape]:
@@ -319,7 +325,14 @@ class ReverbReplayBuffer(tf.Module):
         )
 
     def _batched_dataset(self, batch_size: int, workers: int) -> tf.data.Dataset:
-        chunks = self._chunks(batch_size, workers, exact=True)
+        """Batches of whole items: one sampler draws each batch in one call (or as many as
+        the table's items take); several samplers draw up to a batch per call each, and
+        their draws are batched together (a sampler never holds a part batch back while
+        the others wait: each draw is served)."""
+        chunks = self._chunks(batch_size, workers, exact=workers == 1)
+        if workers > 1:
+            rows = chunks.map(lambda *flat: self._pack(flat)).unbatch()
+            return rows.batch(batch_size, drop_remainder=True)
 
         def element(*flat: Any) -> tuple[Any, SampleInfo]:
             data, info = self._pack(flat)
