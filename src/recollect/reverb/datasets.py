@@ -24,9 +24,7 @@ with Reverb's message text (Reverb: when the iterator is made; here: at its
 first ``next``).
 
 ``TimestepDataset`` (deprecated in Reverb) serves the same draws one timestep per
-element.
-
-``PatternDataset`` is in :mod:`recollect.reverb.pattern_dataset`.
+element; ``PatternDataset`` is in :mod:`recollect.reverb.pattern_dataset`.
 
 Differences: ``num_workers_per_iterator`` > 1 runs that many Python samplers on threads
 (default -1: one, as sampling is vectorized); ``max_samples_per_stream`` is
@@ -208,9 +206,20 @@ def sample_chunks(
 
         return one() if num_workers <= 1 else _merged([one() for _ in range(num_workers)])
 
-    return tf.data.Dataset.from_generator(
+    dataset = tf.data.Dataset.from_generator(
         generate, output_signature=signature, args=(server_address, table)
     )
+    return dataset.with_options(no_read_ahead())
+
+
+def no_read_ahead() -> tf.data.Options:
+    """tf.data options that draw nothing ahead (read-ahead serves staler samples, and
+    on a table that runs dry keeps a draw waiting that the iterator's end waits for)."""
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    options.experimental_optimization.parallel_batch = False
+    options.experimental_optimization.map_parallelization = False
+    return options
 
 
 _DONE = object()

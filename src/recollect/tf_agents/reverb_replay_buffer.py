@@ -38,7 +38,7 @@ except ImportError as err:
 
 from recollect.errors import InvalidArgumentError
 from recollect.reverb.client import Client
-from recollect.reverb.datasets import sample_chunks
+from recollect.reverb.datasets import no_read_ahead, sample_chunks
 from recollect.reverb.replay_sample import SampleInfo
 from recollect.reverb.reverb_types import TableInfo
 from recollect.reverb.tf_client import TFClient
@@ -287,16 +287,10 @@ class ReverbReplayBuffer(tf.Module):
                     workers,
                     shuffle=True,
                 )
-        options = tf.data.Options()
+        options = no_read_ahead()  # no staler samples, no draw left waiting at the end
         options.deterministic = False
         if hasattr(options, "experimental_allow_stateful"):
             options.experimental_allow_stateful = True
-        # nothing drawn ahead behind the caller's back (an injected prefetch, a parallel
-        # batch): it would serve staler samples and, on a table that runs dry, keep a
-        # draw waiting that the iterator's end then waits for
-        options.experimental_optimization.inject_prefetch = False
-        options.experimental_optimization.parallel_batch = False
-        options.experimental_optimization.map_parallelization = False
         return dataset.with_options(options)
 
     def _item_shapes(self) -> list[tf.TensorShape]:
