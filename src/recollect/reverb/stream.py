@@ -323,7 +323,16 @@ class WriterStream:
         )
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
-        """Sends queued items until at most ``block_until_num_items`` remain queued."""
+        """Sends queued items until at most ``block_until_num_items`` remain queued.
+
+        Raises:
+            InvalidArgumentError: ``block_until_num_items < 0``.
+            DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
+        """
+        if block_until_num_items < 0:
+            raise InvalidArgumentError(
+                f"block_until_num_items must be >= 0, got {block_until_num_items}"
+            )
         timeout = None if timeout_ms is None or timeout_ms < 0 else timeout_ms / 1000.0
         if block_until_num_items > 0:
             self._send(0.0)  # whatever the tables take now, without waiting
@@ -348,6 +357,14 @@ class WriterStream:
                     col.alive_from = col.next_step
         if clear_buffers and not self.pending:
             self._send(None)  # releases the server's hold on the expired steps
+
+    def abandon(self) -> None:
+        """:meth:`close` for a writer being collected (``__del__``): errors are swallowed."""
+        if not self.closed:
+            try:
+                self.close()
+            except Exception:
+                pass
 
     def close(self) -> None:
         if self.closed:

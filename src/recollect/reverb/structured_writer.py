@@ -291,11 +291,8 @@ class StructuredWriter:
 
     def __del__(self) -> None:
         stream = getattr(self, "_stream", None)
-        if stream is not None and not stream.closed:
-            try:
-                stream.close()
-            except Exception:
-                pass
+        if stream is not None:
+            stream.abandon()
 
     @property
     def step_is_open(self) -> bool:
@@ -348,10 +345,6 @@ class StructuredWriter:
             InvalidArgumentError (a ValueError): ``block_until_num_items < 0``.
             DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
         """
-        if block_until_num_items < 0:
-            raise InvalidArgumentError(
-                f"block_until_num_items must be >= 0, got {block_until_num_items}"
-            )
         self._stream.flush(block_until_num_items, timeout_ms)
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
