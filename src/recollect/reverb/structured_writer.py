@@ -33,6 +33,7 @@ import optree
 
 from recollect.arguments import is_int
 from recollect.errors import InvalidArgumentError
+from recollect.reverb import patterns as _patterns
 from recollect.reverb import signature as _signature
 from recollect.reverb.errors import ReverbError
 from recollect.reverb.info import TensorSpec
@@ -44,13 +45,15 @@ from recollect.reverb.patterns import (
     ModuloEq,
     PatternNode,
     Priority,
-    StructuredWriterConfig,
     TDError,
     flat_nodes,
     optional,
     pattern_structure,
     same_structures,
     structure_of,
+)
+from recollect.reverb.patterns import (
+    StructuredWriterConfig as StructuredWriterConfig,  # re-exported (see __all__)
 )
 from recollect.reverb.stream import WriterStream
 
@@ -369,15 +372,7 @@ class StructuredWriter:
 
 __all__ = [
     "Condition",
-    "ConditionProto",
-    "Config",
-    "ConstantPriorityFn",
-    "ModuloEq",
-    "PatternNode",
-    "Priority",
     "StructuredWriter",
-    "StructuredWriterConfig",
-    "TDError",
     "constant_priority_fn",
     "create_config",
     "create_reference_step",
@@ -386,3 +381,4 @@ __all__ = [
     "td_error",
     "unpack_pattern",
 ]
+__all__ += _patterns.__all__  # the pattern types re-exported here
