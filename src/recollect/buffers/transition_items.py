@@ -24,7 +24,7 @@ import collections
 import dataclasses
 import operator
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import optree
@@ -37,11 +37,9 @@ from recollect.errors import (
     StateError,
 )
 
-if TYPE_CHECKING:  # the buffer holds its TransitionSequence: a type-only import
-    from recollect.buffers.transition_buffer import TransitionBuffer
-
 __all__ = [
     "ItemForm",
+    "SequenceHost",
     "Transition",
     "TransitionSequence",
     "form_of",
@@ -197,6 +195,34 @@ def items_of(sample: TransitionSample, form: ItemForm) -> list[tuple[Any, ...]]:
     return [form.make(tuple(_row(c, j) for c in columns)) for j in range(count)]
 
 
+class SequenceHost(Protocol):
+    """What :class:`TransitionSequence` uses of its :class:`~recollect.TransitionBuffer`."""
+
+    @property
+    def num_envs(self) -> int: ...
+
+    @property
+    def replay_buffer(self) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def clock(self) -> int: ...
+
+    def add(
+        self,
+        observation: Any,
+        action: Any,
+        reward: Any,
+        next_observation: Any,
+        terminated: Any,
+        truncated: Any = False,
+    ) -> None: ...
+
+    def sample_at(self, rows: Any, times: Any) -> TransitionSample: ...
+
+    def item_at(self, row: int, time: int) -> tuple[Any, ...] | None: ...
+
+
 class TransitionSequence:
     """The ``deque`` face of a :class:`~recollect.TransitionBuffer`: ``append`` and reads by
     position in insertion order (oldest first; with ``num_envs > 1`` by add, then env).
@@ -210,7 +236,7 @@ class TransitionSequence:
             :class:`Transition`).
     """
 
-    def __init__(self, buffer: TransitionBuffer) -> None:
+    def __init__(self, buffer: SequenceHost) -> None:
         self.buffer = buffer
         self.form: ItemForm | None = None
 
