@@ -9,15 +9,34 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from recollect.arguments import positive_int
+from recollect.buffers import Sample
 from recollect.errors import InvalidArgumentError
 
-if TYPE_CHECKING:  # the handle builds streams: a type-only import
-    from recollect.service.client.table_handle import TableHandle
+__all__ = ["BatchedTable", "SampleStream", "check_batches_per_request", "check_max_in_flight"]
 
-__all__ = ["SampleStream", "check_batches_per_request", "check_max_in_flight"]
+
+class BatchedTable(Protocol):
+    """What a :class:`SampleStream` reads: a served table that samples several batches per
+    request (a :class:`~recollect.service.TableHandle`)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the table's client is closed."""
+        ...
+
+    def sample_batches(
+        self,
+        batch_size: int,
+        num_batches: int,
+        num_steps: int | None = None,
+        timeout: float | None = None,
+        **options: Any,
+    ) -> list[Sample]:
+        """Up to ``num_batches`` batches of ``batch_size`` windows, in one request."""
+        ...
 
 
 def check_max_in_flight(max_in_flight: Any) -> int:
@@ -40,7 +59,7 @@ def check_batches_per_request(batches_per_request: Any) -> int:
     )
 
 
-def _fetch(table: TableHandle, request: tuple, convert: Callable[[Any], Any] | None) -> list:
+def _fetch(table: BatchedTable, request: tuple, convert: Callable[[Any], Any] | None) -> list:
     """One request (on a pool thread): its batches, converted."""
     batch_size, batches, num_steps, timeout, options = request
     got = table.sample_batches(batch_size, batches, num_steps, timeout, **options)
@@ -88,7 +107,7 @@ class SampleStream(Iterator[Any]):
 
     def __init__(
         self,
-        table: TableHandle,
+        table: BatchedTable,
         batch_size: int,
         num_steps: int | None = None,
         *,
