@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -378,3 +378,33 @@ class WriterStream:
                 self.channel.call("close_stream", {"stream": self.stream}, None)
             except Exception:
                 pass
+
+
+class StreamWriter:
+    """The base of the writers over one :class:`WriterStream` (``TrajectoryWriter``,
+    ``StructuredWriter``): a context manager whose collection abandons the stream, with
+    their shared ``flush``.
+
+    Args:
+        stream: the writer's stream to the server.
+    """
+
+    def __init__(self, stream: WriterStream) -> None:
+        self._stream = stream
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __del__(self) -> None:
+        stream = getattr(self, "_stream", None)
+        if stream is not None:
+            stream.abandon()
+
+    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
+        """Sends queued items until at most ``block_until_num_items`` remain queued.
+
+        Raises:
+            InvalidArgumentError (a ValueError): ``block_until_num_items < 0``.
+            DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
+        """
+        self._stream.flush(block_until_num_items, timeout_ms)

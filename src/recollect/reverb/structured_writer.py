@@ -55,7 +55,7 @@ from recollect.reverb.patterns import (
 from recollect.reverb.patterns import (
     StructuredWriterConfig as StructuredWriterConfig,  # re-exported (see __all__)
 )
-from recollect.reverb.stream import WriterStream
+from recollect.reverb.stream import StreamWriter, WriterStream
 
 Pattern = Any  # a nest of PatternNode
 ReferenceStep = Any  # a nest of _RefNode
@@ -266,7 +266,7 @@ class Condition:
         return _signature.unflatten_as(step_structure, builders)
 
 
-class StructuredWriter:
+class StructuredWriter(StreamWriter):
     """Appends steps and makes items by static patterns (``Client.structured_writer``).
 
     Raises:
@@ -276,14 +276,11 @@ class StructuredWriter:
 
     def __init__(self, channel: Any, configs: Sequence[Any]) -> None:
         self._engine = PatternEngine(configs, lambda ref: ref.numpy())
-        self._stream = WriterStream(channel, 1)
+        super().__init__(WriterStream(channel, 1))
         for i, age in enumerate(self._engine.ages):
             self._stream.configure(i, max(age, 1))
         self._structure: Any = None
         self._width: int | None = None
-
-    def __enter__(self) -> StructuredWriter:
-        return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
@@ -291,11 +288,6 @@ class StructuredWriter:
                 self.flush()
         finally:
             self.close()
-
-    def __del__(self) -> None:
-        stream = getattr(self, "_stream", None)
-        if stream is not None:
-            stream.abandon()
 
     @property
     def step_is_open(self) -> bool:
@@ -340,15 +332,6 @@ class StructuredWriter:
     def _create(self, items: list[Item]) -> None:
         for item in items:
             self._stream.create_item(item.table, item.priority, item.columns, item.squeeze)
-
-    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
-        """Sends queued items until at most ``block_until_num_items`` remain queued.
-
-        Raises:
-            InvalidArgumentError (a ValueError): ``block_until_num_items < 0``.
-            DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
-        """
-        self._stream.flush(block_until_num_items, timeout_ms)
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Makes the items of configs whose conditions hold at the episode's end (the

@@ -21,7 +21,7 @@ from recollect.arguments import is_int, reverb_positive_int
 from recollect.errors import InvalidArgumentError
 from recollect.reverb import signature as _signature
 from recollect.reverb.errors import ReverbError
-from recollect.reverb.stream import CellRef, WriterStream
+from recollect.reverb.stream import CellRef, StreamWriter, WriterStream
 
 
 class TrajectoryColumn:
@@ -171,11 +171,11 @@ def _path_text(path: tuple) -> str:
 _SAME: list[int] = []  # marks "leaf i is column i" (a sentinel, compared by identity)
 
 
-class TrajectoryWriter:
+class TrajectoryWriter(StreamWriter):
     """Writes steps and items to a server (made by ``Client.trajectory_writer``)."""
 
     def __init__(self, stream: WriterStream, signatures: Any = None) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._signatures = signatures  # callable table name -> columns, or None
         self._structure: Any = None
         self._paths: dict[tuple, int] = {}
@@ -187,17 +187,9 @@ class TrajectoryWriter:
         self._last_treedef: Any = None
         self._last_order: list[int] | None = None
 
-    def __enter__(self) -> TrajectoryWriter:
-        return self
-
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None or not issubclass(exc_type, ReverbError):
             self.flush()
-
-    def __del__(self) -> None:
-        stream = getattr(self, "_stream", None)
-        if stream is not None:
-            stream.abandon()
 
     @property
     def history(self) -> Any:
@@ -336,15 +328,6 @@ class TrajectoryWriter:
             [c._refs for c in flat],
             [c.is_squeezed for c in flat],
         )
-
-    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
-        """Sends queued items until at most ``block_until_num_items`` remain queued.
-
-        Raises:
-            InvalidArgumentError: ``block_until_num_items < 0``.
-            DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
-        """
-        self._stream.flush(block_until_num_items, timeout_ms)
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Flushes, starts a new episode; ``clear_buffers`` also empties the history."""
