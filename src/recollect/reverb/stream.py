@@ -12,8 +12,9 @@ expired: items can no longer use it and the server drops its hold on it.
 from __future__ import annotations
 
 import datetime
+import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Self
@@ -399,6 +400,20 @@ class StreamWriter:
         stream = getattr(self, "_stream", None)
         if stream is not None:
             stream.abandon()
+
+    def _append(
+        self, flat: list[Any], partial: bool, column_name: Callable[[int], str]
+    ) -> list[CellRef | None]:
+        """``stream.append``; its ValueError naming one column (``for column N``) names it
+        ``for column {column_name(N)}`` instead (the writer knows the column's field path)."""
+        try:
+            return self._stream.append(flat, partial)
+        except ValueError as err:
+            found = re.findall(r" for column (\d+)", str(err))
+            if len(found) != 1:
+                raise
+            named = f"for column {column_name(int(found[0]))}"
+            raise type(err)(str(err).replace(f"for column {found[0]}", named)) from err
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
         """Sends queued items until at most ``block_until_num_items`` remain queued.

@@ -23,7 +23,6 @@ Configs are :class:`~recollect.reverb.patterns.Config` values (Reverb's
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, SupportsInt, cast
@@ -316,17 +315,7 @@ class StructuredWriter(StreamWriter):
             )
         used = self._engine.used(flat)
         self._engine.check_once(used, self._structure)
-        try:
-            refs = self._stream.append(used, partial_step)
-        except ValueError as err:
-            found = re.findall(r" for column (\d+)\.", str(err))
-            if len(found) != 1:
-                raise
-            index = int(found[0])
-            text = str(err).replace(
-                f"for column {index}.", f"for column {index} (path={self._structure[index]})."
-            )
-            raise type(err)(text) from err
+        refs = self._append(used, partial_step, lambda i: f"{i} (path={self._structure[i]})")
         self._create(self._engine.record(refs, partial_step))
 
     def _create(self, items: list[Item]) -> None:

@@ -10,7 +10,6 @@ item of :class:`TrajectoryColumn` s; ``flush`` and ``end_episode`` send it.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -288,17 +287,7 @@ class TrajectoryWriter(StreamWriter):
                         "step by previous (partial) append call and thus must be omitted or "
                         f"set to None but got: {value}"
                     )
-        try:
-            refs = self._stream.append(flat, partial_step)
-        except ValueError as err:
-            found = re.findall(r" for column (\d+)", str(err))
-            if len(found) != 1:
-                raise
-            text = str(err).replace(
-                f"for column {found[0]}",
-                f"for column {_path_text(self._columns[int(found[0])].path())}",
-            )
-            raise type(err)(text) from err
+        refs = self._append(flat, partial_step, lambda i: _path_text(self._columns[i].path()))
         for column, ref in zip(self._columns, refs, strict=True):
             if not self._open:
                 column.append(ref)
