@@ -193,7 +193,8 @@ class Reversed(rc.Sampler):
         self.tag = tag
 
     def sample(self, batch_size, num_steps, within_episode, rng, **kwargs):
-        return rc.Lifo.sample(self, batch_size, num_steps, within_episode, rng)
+        segments = self.index.segments(num_steps, within_episode)
+        return rc.Lifo._draw(self, segments, batch_size, rng)
 
 
 Reversed._pick = staticmethod(rc.samplers.fifo._last_windows)

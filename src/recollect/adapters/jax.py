@@ -31,10 +31,7 @@ import numpy as np
 from recollect.adapters.prefetch import (
     Batches,
     as_source,
-    check_batches_per_request,
-    check_max_in_flight,
-    check_prefetch,
-    check_threads,
+    stream_options,
 )
 from recollect.buffers.sample import BufferInfo, Sample
 from recollect.extras import missing_extra
@@ -171,17 +168,9 @@ class ReplayIterator(Iterator[tuple[Any, BufferInfo]]):
         self.batch_size = batch_size
         self.num_steps = num_steps
         self.device = device
-        prefetch, num_threads = check_prefetch(prefetch), check_threads(num_threads)
-        check_max_in_flight(max_in_flight)
-        check_batches_per_request(batches_per_request)
+        options = stream_options(prefetch, num_threads, max_in_flight, batches_per_request)
         self._prefetcher: Batches = as_source(buffer).stream(
-            batch_size,
-            num_steps,
-            convert=functools.partial(_convert, _Placer(device)),
-            prefetch=prefetch,
-            num_threads=num_threads,
-            max_in_flight=max_in_flight,
-            batches_per_request=batches_per_request,
+            batch_size, num_steps, convert=functools.partial(_convert, _Placer(device)), **options
         )
 
     def __next__(self) -> tuple[Any, BufferInfo]:

@@ -30,7 +30,7 @@ buffer wakes it with StateError, which ends the iteration cleanly.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from recollect.buffers.prefetcher import Prefetcher, check_prefetch, check_threads, prefetched
 from recollect.buffers.source import Batches, SampleSource
@@ -52,7 +52,35 @@ __all__ = [
     "outer_shape",
     "prefetched",
     "sample_concurrent",
+    "stream_options",
 ]
+
+
+class StreamOptions(TypedDict):
+    """The read-ahead keyword arguments of ``source.stream`` (see :func:`stream_options`)."""
+
+    prefetch: int
+    num_threads: int
+    max_in_flight: int
+    batches_per_request: int
+
+
+def stream_options(
+    prefetch: Any, num_threads: Any, max_in_flight: Any, batches_per_request: Any
+) -> StreamOptions:
+    """The checked read-ahead options an adapter passes to ``source.stream(...)``: ``prefetch``
+    batches ready on ``num_threads`` threads (a local buffer), ``max_in_flight`` requests of
+    ``batches_per_request`` batches each (a served table); each an int >= 1.
+
+    Raises:
+        InvalidArgumentError: an option that is not an int, or < 1 (named in the message).
+    """
+    return StreamOptions(
+        prefetch=check_prefetch(prefetch),
+        num_threads=check_threads(num_threads),
+        max_in_flight=check_max_in_flight(max_in_flight),
+        batches_per_request=check_batches_per_request(batches_per_request),
+    )
 
 
 def as_source(buffer: Any) -> Any:

@@ -23,10 +23,7 @@ import optree
 from recollect.adapters.prefetch import (
     Batches,
     as_source,
-    check_batches_per_request,
-    check_max_in_flight,
-    check_prefetch,
-    check_threads,
+    stream_options,
 )
 from recollect.buffers.sample import BufferInfo, Sample
 from recollect.errors import InvalidArgumentError
@@ -158,10 +155,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         self.num_steps = num_steps
         self.device = torch.device(device) if device is not None else None
         self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
-        self.prefetch = check_prefetch(prefetch)
-        self.num_threads = check_threads(num_threads)
-        self.max_in_flight = check_max_in_flight(max_in_flight)
-        self.batches_per_request = check_batches_per_request(batches_per_request)
+        self._options = stream_options(prefetch, num_threads, max_in_flight, batches_per_request)
         self._closed = threading.Event()
         self._streams: weakref.WeakSet[Batches] = weakref.WeakSet()
 
@@ -187,13 +181,7 @@ class ReplayDataset(torch.utils.data.IterableDataset):
         if self._closed.is_set():
             return iter(())
         stream = as_source(self.buffer).stream(
-            self.batch_size,
-            self.num_steps,
-            convert=self._convert,
-            prefetch=self.prefetch,
-            num_threads=self.num_threads,
-            max_in_flight=self.max_in_flight,
-            batches_per_request=self.batches_per_request,
+            self.batch_size, self.num_steps, convert=self._convert, **self._options
         )
         self._streams.add(stream)  # weak: an abandoned iterator stops its threads
         if self._closed.is_set():  # closed meanwhile

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from recollect.buffers.buffer_part import BufferPart
 from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.saveable import check_saveable
 from recollect.errors import CheckpointError, RecollectError
@@ -88,7 +89,7 @@ def buffer_config(
     return config
 
 
-class BufferPersistence:
+class BufferPersistence(BufferPart):
     """Configuration, state dict, checkpoints and memmap flushes of a
     :class:`~recollect.ReplayBuffer` over its table and storage (``buffer.persistence``).
 
@@ -110,14 +111,10 @@ class BufferPersistence:
         persist: MemmapState | None = None,
         build: Callable[..., Any] | None = None,
     ) -> None:
-        self._flat = flat
-        self._table = table
-        self._storage = storage
+        super().__init__(flat, table, storage)
         self._config = config
         self._persist = persist
         self._build = build
-        self._num_envs = table.num_envs
-        self._max_length = table.max_length
         self._is_last = bool_scalar(flat, "is_last")
 
     def config(self) -> dict[str, Any]:

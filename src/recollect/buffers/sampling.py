@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.buffers.buffer_part import BufferPart
 from recollect.buffers.prefetcher import draw_waiting
 from recollect.buffers.sample import Sample
 from recollect.buffers.source_reads import stream_local
@@ -24,7 +25,7 @@ from recollect.table import Draw, Table
 __all__ = ["BufferReader"]
 
 
-class BufferReader:
+class BufferReader(BufferPart):
     """The reads of a :class:`~recollect.ReplayBuffer` over its table and storage
     (``buf.reader``): a :class:`~recollect.buffers.source.SampleSource` that the adapters
     (``recollect.torch``, ``recollect.tf_data``, ``recollect.jax``), the manager and the
@@ -45,21 +46,8 @@ class BufferReader:
     kind = "ReplayBuffer"
 
     def __init__(self, flat: FlatSpec, table: Table, storage: Storage) -> None:
-        self._flat = flat
-        self._table = table
-        self._storage = storage
-        self._max_length = table.max_length
+        super().__init__(flat, table, storage)
         self._stored = StoredReader(flat, table, storage)
-
-    @property
-    def flat_spec(self) -> FlatSpec:
-        """The flattened spec: leaf paths, shapes and dtypes in storage order."""
-        return self._flat
-
-    @property
-    def data_spec(self) -> Any:
-        """The spec of one step (a nest of :class:`~recollect.ArraySpec`)."""
-        return self._flat.spec
 
     @property
     def table(self) -> Table:

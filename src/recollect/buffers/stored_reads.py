@@ -7,16 +7,14 @@ from typing import Any
 
 import numpy as np
 
+from recollect.buffers.buffer_part import BufferPart
 from recollect.errors import InvalidArgumentError
 from recollect.ids import encode
-from recollect.specs import FlatSpec
-from recollect.storage.base import Storage
-from recollect.table import Table
 
 __all__ = ["StoredReader"]
 
 
-class StoredReader:
+class StoredReader(BufferPart):
     """Every stored step of a :class:`~recollect.ReplayBuffer`'s rows, oldest first, and
     their ids; a collaborator of the buffer, reading its ``table`` and ``storage``.
 
@@ -25,13 +23,6 @@ class StoredReader:
         table: the buffer's table (window index, lock, shard).
         storage: the buffer's storage.
     """
-
-    def __init__(self, flat: FlatSpec, table: Table, storage: Storage) -> None:
-        self._flat = flat
-        self._table = table
-        self._storage = storage
-        self._num_envs = table.num_envs
-        self._max_length = table.max_length
 
     def gather_stored(self) -> Any:
         """All stored steps: leaves ``[num_envs, steps_per_row, *shape]``, oldest first.

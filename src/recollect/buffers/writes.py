@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from recollect.buffers.buffer_part import BufferPart
 from recollect.buffers.memmap_state import MemmapState
 from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeError, SpecError
 from recollect.specs import FlatSpec
@@ -77,7 +78,7 @@ def check_rows(rows: Any, num_envs: int) -> np.ndarray:
     return array
 
 
-class BufferWriter:
+class BufferWriter(BufferPart):
     """The one writer of a :class:`~recollect.ReplayBuffer` (``buffer.writer``; see the module
     doc): validates steps and writes them to the buffer's storage and table.
 
@@ -98,12 +99,8 @@ class BufferWriter:
         *,
         compressed: bool = False,
     ) -> None:
-        self._flat = flat
-        self._table = table
-        self._storage = storage
+        super().__init__(flat, table, storage)
         self._persist = persist
-        self._num_envs = table.num_envs
-        self._max_length = table.max_length
         self._is_last = bool_scalar(flat, "is_last")
         # compressed leaves are compressed before the table lock is taken
         self._prepare: Callable[[list[np.ndarray]], list[np.ndarray]] | None = (
@@ -124,12 +121,6 @@ class BufferWriter:
         self._write_unbatched: Callable[[int, list[np.ndarray]], None] | None = (
             getattr(storage, "write_unbatched", None) if self._ring_writes else None
         )
-
-    @property
-    def flat_spec(self) -> FlatSpec:
-        """The flattened spec steps are converted to: leaf paths, shapes and dtypes in storage
-        order."""
-        return self._flat
 
     @property
     def lock(self) -> Any:

@@ -281,7 +281,30 @@ def _lists_to_tuples(structure: Any) -> Any:
     return structure
 
 
-class TrajectoryDataset(tf.compat.v1.data.Dataset):
+class WrappedDataset(tf.compat.v1.data.Dataset):
+    """The base of the Reverb dataset classes built over an inner tf.data pipeline
+    (:class:`TrajectoryDataset`, :class:`~recollect.reverb.pattern_dataset.PatternDataset`):
+    its elements are those of ``inner``, its element spec ``tf.TensorSpec`` of ``shapes``
+    and ``dtypes`` (nests of one structure)."""
+
+    def __init__(self, inner: tf.data.Dataset, shapes: Any, dtypes: Any) -> None:
+        self._inner = inner
+        self._shapes = shapes
+        self._dtypes = dtypes
+        super().__init__()
+
+    def _as_variant_tensor(self) -> Any:
+        return self._inner._variant_tensor
+
+    def _inputs(self) -> list[Any]:
+        return []
+
+    @property
+    def element_spec(self) -> Any:
+        return tf.nest.map_structure(tf.TensorSpec, self._shapes, self._dtypes)
+
+
+class TrajectoryDataset(WrappedDataset):
     """A ``tf.data.Dataset`` of ``ReplaySample(info, data)`` sampled from a Reverb table.
 
     Args:
@@ -327,8 +350,8 @@ class TrajectoryDataset(tf.compat.v1.data.Dataset):
         shapes = _lists_to_tuples(tf.nest.map_structure(tf.TensorShape, shapes))
         self._server_address = server_address
         self._table = table
-        self._dtypes = ReplaySample(SampleInfo(*_INFO_DTYPES), dtypes)
-        self._shapes = ReplaySample(SampleInfo(*[tf.TensorShape([])] * 5), shapes)
+        all_dtypes = ReplaySample(SampleInfo(*_INFO_DTYPES), dtypes)
+        all_shapes = ReplaySample(SampleInfo(*[tf.TensorShape([])] * 5), shapes)
         self._max_in_flight_samples_per_worker = max_in_flight_samples_per_worker
         self._num_workers_per_iterator = num_workers_per_iterator
         self._max_samples_per_stream = max_samples_per_stream
@@ -356,8 +379,7 @@ class TrajectoryDataset(tf.compat.v1.data.Dataset):
                 SampleInfo(*flat[:5]), tf.nest.pack_sequence_as(data_structure, list(flat[5:]))
             )
 
-        self._inner = chunks.map(pack).unbatch()
-        super().__init__()
+        super().__init__(chunks.map(pack).unbatch(), all_shapes, all_dtypes)
 
     @staticmethod
     def _item_shape(shape: tf.TensorShape) -> tf.TensorShape:
@@ -368,16 +390,6 @@ class TrajectoryDataset(tf.compat.v1.data.Dataset):
     def _rows(flat: tuple[Any, ...]) -> tuple[Any, ...]:
         """A chunk (info fields ``[k]``, columns ``[k, ...]``) as the rows of elements."""
         return flat
-
-    def _as_variant_tensor(self) -> Any:
-        return self._inner._variant_tensor
-
-    def _inputs(self) -> list[Any]:
-        return []
-
-    @property
-    def element_spec(self) -> Any:
-        return tf.nest.map_structure(tf.TensorSpec, self._shapes, self._dtypes)
 
     @classmethod
     def from_table_signature(

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from recollect.errors import InvalidArgumentError
 from recollect.reverb import structured_writer
+from recollect.reverb.datasets import WrappedDataset
 from recollect.reverb.pattern_engine import Item, PatternEngine
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
 
@@ -30,7 +31,7 @@ def _column(cells: list[np.ndarray], squeeze: bool) -> np.ndarray:
     return cells[0] if squeeze else np.stack(cells)
 
 
-class PatternDataset(tf.compat.v1.data.Dataset):
+class PatternDataset(WrappedDataset):
     """A ``tf.data.Dataset`` of the trajectories ``configs`` make from ``input_dataset``.
 
     Args:
@@ -57,8 +58,8 @@ class PatternDataset(tf.compat.v1.data.Dataset):
     ) -> None:
         signature = structured_writer.infer_signature(configs, input_dataset.element_spec)
         PatternEngine(configs, np.asarray)  # checks the configs now, not at the first step
-        self._shapes = tf.nest.map_structure(lambda s: s.shape, signature)
-        self._dtypes = tf.nest.map_structure(lambda s: s.dtype, signature)
+        shapes = tf.nest.map_structure(lambda s: s.shape, signature)
+        dtypes = tf.nest.map_structure(lambda s: s.dtype, signature)
         is_end = tf.function(is_end_of_episode)
         output = is_end.get_concrete_function(input_dataset.element_spec).structured_outputs
         if not (
@@ -71,7 +72,7 @@ class PatternDataset(tf.compat.v1.data.Dataset):
                 f"return type is {tf.nest.map_structure(_spec_of, output)}. Return a scalar "
                 "bool tensor (e.g. `lambda step: step['is_last']`)."
             )
-        element_spec = self.element_spec
+        element_spec = tf.nest.map_structure(tf.TensorSpec, shapes, dtypes)
         configs = list(configs)
 
         def steps() -> Iterator[Any]:
@@ -88,18 +89,8 @@ class PatternDataset(tf.compat.v1.data.Dataset):
                     ]
                     yield tf.nest.pack_sequence_as(element_spec, columns)
 
-        self._inner = tf.data.Dataset.from_generator(steps, output_signature=element_spec)
-        super().__init__()
-
-    def _as_variant_tensor(self) -> Any:
-        return self._inner._variant_tensor
-
-    def _inputs(self) -> list[Any]:
-        return []
-
-    @property
-    def element_spec(self) -> Any:
-        return tf.nest.map_structure(tf.TensorSpec, self._shapes, self._dtypes)
+        inner = tf.data.Dataset.from_generator(steps, output_signature=element_spec)
+        super().__init__(inner, shapes, dtypes)
 
 
 def _spec_of(x: Any) -> Any:

@@ -12,11 +12,12 @@ expired: items can no longer use it and the server drops its hold on it.
 from __future__ import annotations
 
 import datetime
+import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -323,7 +324,16 @@ class WriterStream:
         )
 
     def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
-        """Sends queued items until at most ``block_until_num_items`` remain queued."""
+        """Sends queued items until at most ``block_until_num_items`` remain queued.
+
+        Raises:
+            InvalidArgumentError: ``block_until_num_items < 0``.
+            DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
+        """
+        if block_until_num_items < 0:
+            raise InvalidArgumentError(
+                f"block_until_num_items must be >= 0, got {block_until_num_items}"
+            )
         timeout = None if timeout_ms is None or timeout_ms < 0 else timeout_ms / 1000.0
         if block_until_num_items > 0:
             self._send(0.0)  # whatever the tables take now, without waiting
@@ -349,6 +359,14 @@ class WriterStream:
         if clear_buffers and not self.pending:
             self._send(None)  # releases the server's hold on the expired steps
 
+    def abandon(self) -> None:
+        """:meth:`close` for a writer being collected (``__del__``): errors are swallowed."""
+        if not self.closed:
+            try:
+                self.close()
+            except Exception:
+                pass
+
     def close(self) -> None:
         if self.closed:
             return
@@ -361,3 +379,47 @@ class WriterStream:
                 self.channel.call("close_stream", {"stream": self.stream}, None)
             except Exception:
                 pass
+
+
+class StreamWriter:
+    """The base of the writers over one :class:`WriterStream` (``TrajectoryWriter``,
+    ``StructuredWriter``): a context manager whose collection abandons the stream, with
+    their shared ``flush``.
+
+    Args:
+        stream: the writer's stream to the server.
+    """
+
+    def __init__(self, stream: WriterStream) -> None:
+        self._stream = stream
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __del__(self) -> None:
+        stream = getattr(self, "_stream", None)
+        if stream is not None:
+            stream.abandon()
+
+    def _append(
+        self, flat: list[Any], partial: bool, column_name: Callable[[int], str]
+    ) -> list[CellRef | None]:
+        """``stream.append``; its ValueError naming one column (``for column N``) names it
+        ``for column {column_name(N)}`` instead (the writer knows the column's field path)."""
+        try:
+            return self._stream.append(flat, partial)
+        except ValueError as err:
+            found = re.findall(r" for column (\d+)", str(err))
+            if len(found) != 1:
+                raise
+            named = f"for column {column_name(int(found[0]))}"
+            raise type(err)(str(err).replace(f"for column {found[0]}", named)) from err
+
+    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
+        """Sends queued items until at most ``block_until_num_items`` remain queued.
+
+        Raises:
+            InvalidArgumentError (a ValueError): ``block_until_num_items < 0``.
+            DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
+        """
+        self._stream.flush(block_until_num_items, timeout_ms)

@@ -23,7 +23,6 @@ Configs are :class:`~recollect.reverb.patterns.Config` values (Reverb's
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, SupportsInt, cast
@@ -33,6 +32,7 @@ import optree
 
 from recollect.arguments import is_int
 from recollect.errors import InvalidArgumentError
+from recollect.reverb import patterns as _patterns
 from recollect.reverb import signature as _signature
 from recollect.reverb.errors import ReverbError
 from recollect.reverb.info import TensorSpec
@@ -44,7 +44,6 @@ from recollect.reverb.patterns import (
     ModuloEq,
     PatternNode,
     Priority,
-    StructuredWriterConfig,
     TDError,
     flat_nodes,
     optional,
@@ -52,7 +51,10 @@ from recollect.reverb.patterns import (
     same_structures,
     structure_of,
 )
-from recollect.reverb.stream import WriterStream
+from recollect.reverb.patterns import (
+    StructuredWriterConfig as StructuredWriterConfig,  # re-exported (see __all__)
+)
+from recollect.reverb.stream import StreamWriter, WriterStream
 
 Pattern = Any  # a nest of PatternNode
 ReferenceStep = Any  # a nest of _RefNode
@@ -263,7 +265,7 @@ class Condition:
         return _signature.unflatten_as(step_structure, builders)
 
 
-class StructuredWriter:
+class StructuredWriter(StreamWriter):
     """Appends steps and makes items by static patterns (``Client.structured_writer``).
 
     Raises:
@@ -273,14 +275,11 @@ class StructuredWriter:
 
     def __init__(self, channel: Any, configs: Sequence[Any]) -> None:
         self._engine = PatternEngine(configs, lambda ref: ref.numpy())
-        self._stream = WriterStream(channel, 1)
+        super().__init__(WriterStream(channel, 1))
         for i, age in enumerate(self._engine.ages):
             self._stream.configure(i, max(age, 1))
         self._structure: Any = None
         self._width: int | None = None
-
-    def __enter__(self) -> StructuredWriter:
-        return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         try:
@@ -288,14 +287,6 @@ class StructuredWriter:
                 self.flush()
         finally:
             self.close()
-
-    def __del__(self) -> None:
-        stream = getattr(self, "_stream", None)
-        if stream is not None and not stream.closed:
-            try:
-                stream.close()
-            except Exception:
-                pass
 
     @property
     def step_is_open(self) -> bool:
@@ -324,35 +315,12 @@ class StructuredWriter:
             )
         used = self._engine.used(flat)
         self._engine.check_once(used, self._structure)
-        try:
-            refs = self._stream.append(used, partial_step)
-        except ValueError as err:
-            found = re.findall(r" for column (\d+)\.", str(err))
-            if len(found) != 1:
-                raise
-            index = int(found[0])
-            text = str(err).replace(
-                f"for column {index}.", f"for column {index} (path={self._structure[index]})."
-            )
-            raise type(err)(text) from err
+        refs = self._append(used, partial_step, lambda i: f"{i} (path={self._structure[i]})")
         self._create(self._engine.record(refs, partial_step))
 
     def _create(self, items: list[Item]) -> None:
         for item in items:
             self._stream.create_item(item.table, item.priority, item.columns, item.squeeze)
-
-    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
-        """Sends queued items until at most ``block_until_num_items`` remain queued.
-
-        Raises:
-            InvalidArgumentError (a ValueError): ``block_until_num_items < 0``.
-            DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
-        """
-        if block_until_num_items < 0:
-            raise InvalidArgumentError(
-                f"block_until_num_items must be >= 0, got {block_until_num_items}"
-            )
-        self._stream.flush(block_until_num_items, timeout_ms)
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Makes the items of configs whose conditions hold at the episode's end (the
@@ -376,15 +344,7 @@ class StructuredWriter:
 
 __all__ = [
     "Condition",
-    "ConditionProto",
-    "Config",
-    "ConstantPriorityFn",
-    "ModuloEq",
-    "PatternNode",
-    "Priority",
     "StructuredWriter",
-    "StructuredWriterConfig",
-    "TDError",
     "constant_priority_fn",
     "create_config",
     "create_reference_step",
@@ -393,3 +353,4 @@ __all__ = [
     "td_error",
     "unpack_pattern",
 ]
+__all__ += _patterns.__all__  # the pattern types re-exported here

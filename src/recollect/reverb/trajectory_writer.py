@@ -10,7 +10,6 @@ item of :class:`TrajectoryColumn` s; ``flush`` and ``end_episode`` send it.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -21,7 +20,7 @@ from recollect.arguments import is_int, reverb_positive_int
 from recollect.errors import InvalidArgumentError
 from recollect.reverb import signature as _signature
 from recollect.reverb.errors import ReverbError
-from recollect.reverb.stream import CellRef, WriterStream
+from recollect.reverb.stream import CellRef, StreamWriter, WriterStream
 
 
 class TrajectoryColumn:
@@ -176,11 +175,11 @@ def _path_text(path: tuple) -> str:
 _SAME: list[int] = []  # marks "leaf i is column i" (a sentinel, compared by identity)
 
 
-class TrajectoryWriter:
+class TrajectoryWriter(StreamWriter):
     """Writes steps and items to a server (made by ``Client.trajectory_writer``)."""
 
     def __init__(self, stream: WriterStream, signatures: Any = None) -> None:
-        self._stream = stream
+        super().__init__(stream)
         self._signatures = signatures  # callable table name -> columns, or None
         self._structure: Any = None
         self._paths: dict[tuple, int] = {}
@@ -192,20 +191,9 @@ class TrajectoryWriter:
         self._last_treedef: Any = None
         self._last_order: list[int] | None = None
 
-    def __enter__(self) -> TrajectoryWriter:
-        return self
-
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None or not issubclass(exc_type, ReverbError):
             self.flush()
-
-    def __del__(self) -> None:
-        stream = getattr(self, "_stream", None)
-        if stream is not None and not stream.closed:
-            try:
-                stream.close()
-            except Exception:
-                pass
 
     @property
     def history(self) -> Any:
@@ -304,17 +292,7 @@ class TrajectoryWriter:
                         "step by previous (partial) append call and thus must be omitted or "
                         f"set to None but got: {value}"
                     )
-        try:
-            refs = self._stream.append(flat, partial_step)
-        except ValueError as err:
-            found = re.findall(r" for column (\d+)", str(err))
-            if len(found) != 1:
-                raise
-            text = str(err).replace(
-                f"for column {found[0]}",
-                f"for column {_path_text(self._columns[int(found[0])].path())}",
-            )
-            raise type(err)(text) from err
+        refs = self._append(flat, partial_step, lambda i: _path_text(self._columns[i].path()))
         for column, ref in zip(self._columns, refs, strict=True):
             if not self._open:
                 column.append(ref)
@@ -344,19 +322,6 @@ class TrajectoryWriter:
             [c.refs for c in flat],
             [c.is_squeezed for c in flat],
         )
-
-    def flush(self, block_until_num_items: int = 0, timeout_ms: int | None = None) -> None:
-        """Sends queued items until at most ``block_until_num_items`` remain queued.
-
-        Raises:
-            InvalidArgumentError: ``block_until_num_items < 0``.
-            DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
-        """
-        if block_until_num_items < 0:
-            raise InvalidArgumentError(
-                f"block_until_num_items must be >= 0, got {block_until_num_items}"
-            )
-        self._stream.flush(block_until_num_items, timeout_ms)
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Flushes, starts a new episode; ``clear_buffers`` also empties the history."""

@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from recollect.arguments import no_options
 from recollect.errors import InvalidArgumentError
-from recollect.samplers.windows import WindowIndex
+from recollect.samplers.windows import Segments, WindowIndex
 
 __all__ = ["Sampler", "WindowDraw", "importance_weights", "registered_sampler"]
 
@@ -236,8 +237,16 @@ class Sampler:
     ) -> WindowDraw:
         """Draws ``batch_size`` valid windows of ``num_steps`` steps.
 
-        The caller has checked that at least one valid window exists.
+        The caller has checked that at least one valid window exists. This default takes
+        no options (``InvalidArgumentError`` on any) and hands the valid windows of
+        ``index.segments`` to :meth:`_draw`; samplers with options or per-window state
+        (:class:`~recollect.Prioritized`) override it.
         """
+        no_options(f"{type(self).__name__} sampling", kwargs)
+        return self._draw(self.index.segments(num_steps, within_episode), batch_size, rng)
+
+    def _draw(self, segments: Segments, batch_size: int, rng: np.random.Generator) -> WindowDraw:
+        """``batch_size`` windows out of ``segments`` (the valid windows, ``total >= 1``)."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:

@@ -22,11 +22,8 @@ O(batch_size + num_envs); never a pass over all stored windows.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from recollect.arguments import no_options
 from recollect.samplers.base import Sampler, WindowDraw
 from recollect.samplers.windows import Segments
 
@@ -74,7 +71,7 @@ def _last_windows(seg: Segments, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Ordered(Sampler):
-    """Shared ``sample`` of :class:`Fifo` and :class:`Lifo`; each defines ``_pick``."""
+    """Shared ``_draw`` of :class:`Fifo` and :class:`Lifo`; each defines ``_pick``."""
 
     deterministic = True
 
@@ -82,16 +79,7 @@ class _Ordered(Sampler):
         """``(rows, times)`` int64 ``[k]`` of the ``k`` windows this order returns first."""
         raise NotImplementedError
 
-    def sample(
-        self,
-        batch_size: int,
-        num_steps: int,
-        within_episode: bool,
-        rng: np.random.Generator,
-        **kwargs: Any,
-    ) -> WindowDraw:
-        no_options(f"{type(self).__name__} sampling", kwargs)
-        seg = self.index.segments(num_steps, within_episode)
+    def _draw(self, seg: Segments, batch_size: int, rng: np.random.Generator) -> WindowDraw:
         k = min(batch_size, seg.total)
         rows, times = self._pick(seg, k)
         if k < batch_size:

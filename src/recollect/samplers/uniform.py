@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from recollect.arguments import no_options
 from recollect.samplers.base import Sampler, WindowDraw
+from recollect.samplers.windows import Segments
 
 __all__ = ["Uniform"]
 
@@ -21,16 +19,7 @@ class Uniform(Sampler):
     often and no draw is ever rejected.
     """
 
-    def sample(
-        self,
-        batch_size: int,
-        num_steps: int,
-        within_episode: bool,
-        rng: np.random.Generator,
-        **kwargs: Any,
-    ) -> WindowDraw:
-        no_options("Uniform sampling", kwargs)
-        segments = self.index.segments(num_steps, within_episode)
+    def _draw(self, segments: Segments, batch_size: int, rng: np.random.Generator) -> WindowDraw:
         total = segments.total
         rows, times = segments.locate(rng.integers(0, total, size=batch_size))
         probabilities = np.full(batch_size, 1.0 / total)

@@ -39,13 +39,25 @@ def unstack_time(items: Any, time_axis: int, num_steps: int) -> tuple[Any, ...]:
     )
 
 
-class BufferModule(tf.Module):
-    """Shared by both buffers: a trackable ``tf.Module`` whose checkpoint holds the buffer."""
+class SpecModule(tf.Module):
+    """A ``tf.Module`` with the ``data_spec`` it was given (the TF-Agents buffers' base)."""
 
-    def __init__(self, data_spec: Any, capacity: int, num_envs: int, rng: Any, name: str) -> None:
+    def __init__(self, data_spec: Any, name: str) -> None:
         super().__init__(name=name)
         # held outside tf.Module's attribute tracking, which would wrap dicts and lists
         self._spec_box = types.SimpleNamespace(spec=data_spec)
+
+    @property
+    def data_spec(self) -> Any:
+        """The spec given to the constructor."""
+        return self._spec_box.spec
+
+
+class BufferModule(SpecModule):
+    """Shared by both buffers: a trackable ``tf.Module`` whose checkpoint holds the buffer."""
+
+    def __init__(self, data_spec: Any, capacity: int, num_envs: int, rng: Any, name: str) -> None:
+        super().__init__(data_spec, name)
         self._buffer = ReplayBuffer(data_spec, capacity, num_envs=num_envs, rng=rng)
         self._flat: FlatSpec = self._buffer.writer.flat_spec
         self._capacity_int = capacity
@@ -55,11 +67,6 @@ class BufferModule(tf.Module):
 
     def _on_restore(self) -> None:
         """Called after a checkpoint restored the buffer (datasets must not reuse old draws)."""
-
-    @property
-    def data_spec(self) -> Any:
-        """The spec given to the constructor."""
-        return self._spec_box.spec
 
     @property
     def buffer(self) -> ReplayBuffer:

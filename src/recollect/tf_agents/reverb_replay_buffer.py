@@ -24,7 +24,6 @@ array specs or :class:`~recollect.ArraySpec`, in any nest (TF-Agents'
 
 from __future__ import annotations
 
-import types
 from typing import Any
 
 import numpy as np
@@ -42,6 +41,7 @@ from recollect.reverb.datasets import no_read_ahead, sample_chunks
 from recollect.reverb.replay_sample import SampleInfo
 from recollect.reverb.reverb_types import TableInfo
 from recollect.reverb.tf_client import TFClient
+from recollect.tf_agents.base import SpecModule
 
 __all__ = ["DEFAULT_TABLE", "ReverbReplayBuffer", "truncate_reshape_rows_by_num_steps"]
 
@@ -66,7 +66,7 @@ def _shape(spec: Any) -> list[int | None]:
     return list(shape.as_list()) if isinstance(shape, tf.TensorShape) else list(shape)
 
 
-class ReverbReplayBuffer(tf.Module):
+class ReverbReplayBuffer(SpecModule):
     """A Reverb table as a TF-Agents replay buffer.
 
     Args:
@@ -104,9 +104,7 @@ class ReverbReplayBuffer(tf.Module):
             raise InvalidArgumentError(
                 "Exactly one of the server_address or local_server must be provided."
             )
-        super().__init__(name="ReverbReplayBuffer")
-        # outside tf.Module's attribute tracking, which would wrap dicts and lists
-        self._spec_box = types.SimpleNamespace(spec=data_spec)
+        super().__init__(data_spec, "ReverbReplayBuffer")
         self._table_name = table_name
         self._sequence_length = sequence_length
         self._local_server = local_server
@@ -138,11 +136,6 @@ class ReverbReplayBuffer(tf.Module):
         self._step_shapes = [_shape(s) for s in specs]
 
     # ------------------------------------------------------------ properties
-    @property
-    def data_spec(self) -> Any:
-        """The spec given to the constructor."""
-        return self._spec_box.spec
-
     @property
     def capacity(self) -> int:
         """The table's ``max_size``."""
