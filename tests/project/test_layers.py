@@ -24,8 +24,7 @@ ALLOWED = {
     ("adapters/jax.py", "jax._src"),
     # tf.data's OwnedIterator can only be built on the dataset's variant tensor.
     ("adapters/tf_data/eager.py", "dataset._variant_tensor"),
-    ("reverb/datasets.py", "_inner._variant_tensor"),
-    ("reverb/pattern_dataset.py", "_inner._variant_tensor"),
+    ("reverb/wrapped_dataset.py", "_inner._variant_tensor"),
     # a script that never stops its reverb.Server must still exit: gRPC's worker threads
     # are joined before atexit runs; only threading's own hook runs before that join.
     ("reverb/server.py", "threading._register_atexit"),

@@ -47,6 +47,7 @@ from recollect.reverb import signature as _signature
 from recollect.reverb.client import Client
 from recollect.reverb.errors import DeadlineExceededError
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
+from recollect.reverb.wrapped_dataset import WrappedDataset
 
 __all__ = ["TimestepDataset", "TrajectoryDataset", "check_dataset_arguments", "sample_chunks"]
 
@@ -279,29 +280,6 @@ def _lists_to_tuples(structure: Any) -> Any:
     if isinstance(structure, dict):
         return type(structure)((k, _lists_to_tuples(v)) for k, v in structure.items())
     return structure
-
-
-class WrappedDataset(tf.compat.v1.data.Dataset):
-    """The base of the Reverb dataset classes built over an inner tf.data pipeline
-    (:class:`TrajectoryDataset`, :class:`~recollect.reverb.pattern_dataset.PatternDataset`):
-    its elements are those of ``inner``, its element spec ``tf.TensorSpec`` of ``shapes``
-    and ``dtypes`` (nests of one structure)."""
-
-    def __init__(self, inner: tf.data.Dataset, shapes: Any, dtypes: Any) -> None:
-        self._inner = inner
-        self._shapes = shapes
-        self._dtypes = dtypes
-        super().__init__()
-
-    def _as_variant_tensor(self) -> Any:
-        return self._inner._variant_tensor
-
-    def _inputs(self) -> list[Any]:
-        return []
-
-    @property
-    def element_spec(self) -> Any:
-        return tf.nest.map_structure(tf.TensorSpec, self._shapes, self._dtypes)
 
 
 class TrajectoryDataset(WrappedDataset):

@@ -20,9 +20,9 @@ import tensorflow as tf
 
 from recollect.errors import InvalidArgumentError
 from recollect.reverb import structured_writer
-from recollect.reverb.datasets import WrappedDataset
 from recollect.reverb.pattern_engine import Item, PatternEngine
 from recollect.reverb.replay_sample import ReplaySample, SampleInfo
+from recollect.reverb.wrapped_dataset import WrappedDataset
 
 __all__ = ["PatternDataset", "pattern_dataset_with_info"]
 
