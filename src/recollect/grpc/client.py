@@ -15,16 +15,8 @@ from typing import Any
 
 from recollect.arguments import is_number
 from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError
+from recollect.grpc import errors
 from recollect.grpc.codec import decode, encode
-from recollect.grpc.errors import (
-    DeadlineExceededError,
-    RemoteError,
-    TransportError,
-    UnauthenticatedError,
-    UnavailableError,
-    UnknownMethodError,
-    registered_error,
-)
 from recollect.grpc.options import (
     CHANNEL_OPTIONS,
     ERROR_KEY,
@@ -188,28 +180,28 @@ class GrpcChannel:
         remote = dict(err.trailing_metadata() or ()).get(ERROR_KEY)
         where = f"{method}() on the server at {self._address}"
         if remote is not None:
-            cls = registered_error(remote)
+            cls = errors.registered_error(remote)
             if cls is not None:
                 return _rebuild(cls, details)
-            return RemoteError(f"{remote} raised by {where}: {details}", remote, details)
+            return errors.RemoteError(f"{remote} raised by {where}: {details}", remote, details)
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return DeadlineExceededError(
+            return errors.DeadlineExceededError(
                 f"{where} did not complete within timeout={timeout} s: the server is busy or "
                 f"blocked, or nothing listens at {self._address} (gRPC: {details})."
             )
         if code == grpc.StatusCode.UNAUTHENTICATED:
-            return UnauthenticatedError(f"{where} was refused: {details}")
+            return errors.UnauthenticatedError(f"{where} was refused: {details}")
         if code == grpc.StatusCode.UNIMPLEMENTED:
-            return UnknownMethodError(
+            return errors.UnknownMethodError(
                 f"{where}: the served object has no public method {method!r} (names starting "
                 "with '_' and names outside serve(methods=...) are refused). Check the name."
             )
         if code == grpc.StatusCode.UNAVAILABLE:
-            return UnavailableError(
+            return errors.UnavailableError(
                 f"{where} failed: the server is unreachable or stopped ({details}). Start it "
                 "or check the address; connect(..., wait_for_ready=True) waits for it."
             )
-        return TransportError(f"{where} failed: {code.name}: {details}")
+        return errors.TransportError(f"{where} failed: {code.name}: {details}")
 
     def close(self) -> None:
         """Close this process's connection (a later call opens a new one)."""

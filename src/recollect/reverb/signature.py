@@ -122,6 +122,23 @@ def leaf_columns(signature: Any) -> list[ColumnSpec]:
     return out
 
 
+def first_misfit(
+    expected: list[ColumnSpec], got: list[tuple[np.dtype, tuple]]
+) -> tuple[int, ColumnSpec, np.dtype, tuple, str] | None:
+    """The first column whose ``(dtype, shape)`` the signature refuses, as ``(index, spec,
+    dtype, shape, expected shape text)``; None when every column fits (same lengths)."""
+    for i, (spec, (dtype, shape)) in enumerate(zip(expected, got, strict=True)):
+        if not spec.accepts(dtype, shape):
+            return (
+                i,
+                spec,
+                dtype,
+                shape,
+                "<unknown>" if spec.shape is None else shape_text(spec.shape),
+            )
+    return None
+
+
 def check_steps(table: str, expected: list[ColumnSpec], got: list[tuple[np.dtype, tuple]]) -> None:
     """Raises SpecError unless every column's per-step ``(dtype, shape)`` fits the signature
     (the legacy ``Writer``'s items: the signature describes one step)."""
@@ -132,17 +149,17 @@ def check_steps(table: str, expected: list[ColumnSpec], got: list[tuple[np.dtype
             f"but the table's signature has {len(expected)}. Hint: append steps with the "
             "structure of the table's signature."
         )
-    for i, (spec, (dtype, shape)) in enumerate(zip(expected, got, strict=True)):
-        if not spec.accepts(dtype, shape):
-            want = "<unknown>" if spec.shape is None else shape_text(spec.shape)
-            raise SpecError(
-                f"Unable to CreateItem in table '{table}' because Append was called with a "
-                "tensor signature inconsistent with the table signature. At timestep offset 0, "
-                f"flattened index {i}, saw a tensor of dtype {dtype_name(dtype)}, shape "
-                f"{shape_text(shape)}, but expected tensor '{spec.name}' of dtype "
-                f"{dtype_name(spec.dtype)} and shape compatible with {want}. Hint: cast leaf {i} "
-                f"to {np.dtype(spec.dtype)} with shape {want} before appending it."
-            )
+    misfit = first_misfit(expected, got)
+    if misfit is not None:
+        i, spec, dtype, shape, want = misfit
+        raise SpecError(
+            f"Unable to CreateItem in table '{table}' because Append was called with a "
+            "tensor signature inconsistent with the table signature. At timestep offset 0, "
+            f"flattened index {i}, saw a tensor of dtype {dtype_name(dtype)}, shape "
+            f"{shape_text(shape)}, but expected tensor '{spec.name}' of dtype "
+            f"{dtype_name(spec.dtype)} and shape compatible with {want}. Hint: cast leaf {i} "
+            f"to {np.dtype(spec.dtype)} with shape {want} before appending it."
+        )
 
 
 def check_item(table: str, expected: list[ColumnSpec], got: list[tuple[np.dtype, tuple]]) -> None:
@@ -166,14 +183,14 @@ def check_item(table: str, expected: list[ColumnSpec], got: list[tuple[np.dtype,
             f"but the trajectory has {len(got)}.{tail}"
             "Hint: build the trajectory with one column per leaf of the table's signature."
         )
-    for i, (spec, (dtype, shape)) in enumerate(zip(expected, got, strict=True)):
-        if not spec.accepts(dtype, shape):
-            want = "<unknown>" if spec.shape is None else shape_text(spec.shape)
-            raise SpecError(
-                f"Unable to create item in table '{table}' since the provided trajectory is "
-                f"inconsistent with the table signature. The table expects column {i} to be a "
-                f"{dtype_name(spec.dtype)} {want} tensor but got a {dtype_name(dtype)} "
-                f"{shape_text(shape)} tensor.{tail}"
-                f"Hint: column {i} ('{spec.name}') must be {np.dtype(spec.dtype)} with shape "
-                f"{want} (the item's time axis included); cast the data before appending it."
-            )
+    misfit = first_misfit(expected, got)
+    if misfit is not None:
+        i, spec, dtype, shape, want = misfit
+        raise SpecError(
+            f"Unable to create item in table '{table}' since the provided trajectory is "
+            f"inconsistent with the table signature. The table expects column {i} to be a "
+            f"{dtype_name(spec.dtype)} {want} tensor but got a {dtype_name(dtype)} "
+            f"{shape_text(shape)} tensor.{tail}"
+            f"Hint: column {i} ('{spec.name}') must be {np.dtype(spec.dtype)} with shape "
+            f"{want} (the item's time axis included); cast the data before appending it."
+        )
