@@ -75,6 +75,12 @@ def test_short_paths_store_what_sb3_stores(form, steps, size, seed):
     for call in cleanrl_calls(space, act, steps, seed):
         ours.add(*call)
         theirs.add(*call)
+    same_as_sb3(ours, theirs, seed)
+
+
+def same_as_sb3(ours, theirs, seed: int) -> None:
+    """``ours`` (recollect.sb3) holds what SB3's buffer ``theirs`` holds: position, fill and
+    every stored transition, read through ``_get_samples`` with the same RNG state."""
     assert (ours.pos, ours.full) == (theirs.pos, theirs.full)
     upper = theirs.buffer_size if theirs.full else theirs.pos
     inds = np.arange(upper)

@@ -12,30 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stable_baselines3.common.buffers import ReplayBuffer as Sb3ReplayBuffer
-from test_sb3_add_paths import FORMS, both, cleanrl_calls, th_equal
+from test_sb3_add_paths import FORMS, both, cleanrl_calls, same_as_sb3
 
 import recollect as rc
 import recollect.sb3
 from recollect.buffers.transition_rows import one_row_adder
 from recollect.sb3 import adds
-
-
-def same_as_sb3(ours, theirs, seed: int) -> None:
-    assert (ours.pos, ours.full) == (theirs.pos, theirs.full)
-    upper = theirs.buffer_size if theirs.full else theirs.pos
-    inds = np.arange(upper)
-    if theirs.optimize_memory_usage and theirs.full:  # SB3 overwrote the oldest's obs
-        inds = inds[inds != theirs.pos]
-    if not len(inds):
-        return
-    np.random.seed(seed)  # noqa: NPY002 - _get_samples draws envs from numpy's global RNG
-    a = ours._get_samples(inds)
-    np.random.seed(seed)  # noqa: NPY002
-    b = theirs._get_samples(inds)
-    for name in ("observations", "actions", "rewards", "dones"):
-        assert th_equal(getattr(a, name), getattr(b, name)), name
-    live = b.dones[:, 0].numpy() == 0 if theirs.optimize_memory_usage else slice(None)
-    assert th_equal(a.next_observations[live], b.next_observations[live])
 
 
 @pytest.mark.parametrize("form", list(FORMS))
