@@ -14,32 +14,15 @@ import pytest
 
 import recollect as rc
 from recollect.errors import CheckpointError
-from recollect.service import Server
+from service_checkpoints import MARKER, SPEC, service_checkpoint, steps
 
 ray = pytest.importorskip("ray")
 rc_ray = pytest.importorskip("recollect.ray")
-
-SPEC = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
-MARKER = ".recollect-save"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _ray(ray_session):
     return ray_session
-
-
-def steps(value: float, num_envs: int) -> dict:
-    return {"obs": np.full((num_envs, 3), value, np.float32), "is_last": np.zeros(num_envs, bool)}
-
-
-def service_checkpoint(directory: Path, num_steps: int) -> None:
-    """A checkpoint of table "t" (1 shard, 2 rows) holding ``num_steps`` steps."""
-    with Server({"t": rc.ReplayBuffer(SPEC, 64, 2)}, checkpoint_dir=directory) as server:
-        client = server.client()
-        with client.writer("t", 2) as writer:
-            for k in range(num_steps // 2):
-                writer.add_batch(steps(k, 2))
-        client.checkpoint()
 
 
 def kill_between_renames(shard: Path) -> None:

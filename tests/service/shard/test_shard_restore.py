@@ -20,23 +20,7 @@ import recollect as rc
 from recollect.errors import CheckpointError
 from recollect.service import Server
 from recollect.service.shard.counters import KEY
-
-SPEC = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
-MARKER = ".recollect-save"
-
-
-def steps(value: float, num_envs: int) -> dict:
-    return {"obs": np.full((num_envs, 3), value, np.float32), "is_last": np.zeros(num_envs, bool)}
-
-
-def served(directory: Path, num_steps: int) -> None:
-    """A service checkpoint in ``directory`` holding ``num_steps`` steps (2 rows)."""
-    with Server({"t": rc.ReplayBuffer(SPEC, 64, 2)}, checkpoint_dir=directory) as server:
-        client = server.client()
-        with client.writer("t", 2) as writer:
-            for k in range(num_steps // 2):
-                writer.add_batch(steps(k, 2))
-        client.checkpoint()
+from service_checkpoints import MARKER, SPEC, service_checkpoint, steps
 
 
 def kill_between_renames(shard: Path, newer: Path | None = None) -> None:
@@ -55,7 +39,7 @@ def reopened(directory: Path) -> rc.TableInfo:
 
 
 def test_a_shard_restores_the_checkpoint_an_interrupted_save_left(tmp_path):
-    served(tmp_path, 20)
+    service_checkpoint(tmp_path, 20)
     shard = tmp_path / "t" / "shard-0"
     assert len(rc.ReplayBuffer.load(shard)) == 20
     kill_between_renames(shard)
@@ -70,8 +54,8 @@ def test_a_shard_restores_the_checkpoint_an_interrupted_save_left(tmp_path):
 
 
 def test_a_shard_restores_the_newest_of_two_complete_siblings(tmp_path):
-    served(tmp_path / "old", 10)
-    served(tmp_path / "new", 20)
+    service_checkpoint(tmp_path / "old", 10)
+    service_checkpoint(tmp_path / "new", 20)
     directory = tmp_path / "old"
     newer = tmp_path / "staged"
     shutil.copytree(tmp_path / "new" / "t" / "shard-0", newer)
@@ -108,7 +92,7 @@ def counters_file(directory: Path) -> Path:
     ],
 )
 def test_a_damaged_counters_file_raises_checkpoint_error_naming_it(tmp_path, damage):
-    served(tmp_path, 20)
+    service_checkpoint(tmp_path, 20)
     path = counters_file(tmp_path)
     raw = bytearray(path.read_bytes())
     if damage == "lost_minus_one":
@@ -133,7 +117,7 @@ def test_a_damaged_counters_file_raises_checkpoint_error_naming_it(tmp_path, dam
 def test_every_single_damaged_word_is_detected(tmp_path):
     """Negative or absurd values in any word; any change to lost_steps or its check word (the
     insert count may be one insert off its check word: a write cut by a kill)."""
-    served(tmp_path, 20)
+    service_checkpoint(tmp_path, 20)
     path = counters_file(tmp_path)
     good = path.read_bytes()
     for word in range(len(good) // 8):
@@ -172,7 +156,7 @@ def test_counters_count_lost_steps_exactly_and_survive_a_cut_write(tmp_path):
 
 
 def test_a_counters_file_of_the_earlier_layout_still_opens(tmp_path):
-    served(tmp_path, 20)
+    service_checkpoint(tmp_path, 20)
     np.array([26, 3], np.int64).tofile(counters_file(tmp_path))  # [inserts, lost] of before
     info = reopened(tmp_path)
     assert (info.num_stored, info.lost_steps) == (20, 9)
@@ -182,7 +166,7 @@ def test_a_counters_file_of_the_earlier_layout_still_opens(tmp_path):
 
 
 def test_a_damaged_shard_checkpoint_names_the_shard_and_the_file(tmp_path):
-    served(tmp_path, 20)
+    service_checkpoint(tmp_path, 20)
     leaf = next((tmp_path / "t" / "shard-0").glob("state-*obs.npy"))
     leaf.write_bytes(leaf.read_bytes()[:-4])
     with pytest.raises(CheckpointError, match=r"table 't' shard 0: .*obs\.npy"):
