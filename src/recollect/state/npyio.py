@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -180,14 +181,50 @@ def _open(path: Path) -> Any:
     return open_regular(path)  # no link, FIFO or device: CheckpointError
 
 
+_MAGIC = b"\x93NUMPY"
+_HEADER_LENGTH = {(1, 0): 2, (2, 0): 4}  # bytes of the little-endian header length field
+# numpy's own header writer (which `_header` uses) writes exactly this form.
+_HEADER = re.compile(
+    r"\{'descr': '(?P<descr>[^']*)', 'fortran_order': (?P<fortran>True|False), "
+    r"'shape': \((?P<shape>[0-9, ]*)\), \}\s*"
+)
+
+
 def _read_header(f, path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and data offset of an ``.npy`` file (format versions 1.0 and 2.0).
+
+    Parses the header itself instead of calling numpy's reader: that one runs
+    ``ast.literal_eval``, which CPython 3.11 can fail with a spurious ``SystemError``
+    ("AST constructor recursion depth mismatch", cpython gh-106905) while another
+    thread builds an AST (a lazy import compiling a module, say). Headers in another
+    form (a structured dtype) still go through numpy's reader.
+
+    Raises:
+        CheckpointError: not an ``.npy`` file, an unknown version, a damaged header,
+            fortran order or an object dtype.
+    """
     try:
-        version = np.lib.format.read_magic(f)
-        reader = {
-            (1, 0): np.lib.format.read_array_header_1_0,
-            (2, 0): np.lib.format.read_array_header_2_0,
-        }[version]
-        shape, fortran, dtype = reader(f)
+        lead = f.read(len(_MAGIC) + 2)
+        version = (lead[-2], lead[-1]) if len(lead) == len(_MAGIC) + 2 else None
+        if not lead.startswith(_MAGIC) or version not in _HEADER_LENGTH:
+            raise ValueError(f"expected the .npy magic and version 1.0 or 2.0, found {lead!r}")
+        width = _HEADER_LENGTH[version]
+        length = int.from_bytes(f.read(width), "little")
+        text = f.read(length).decode("latin1")
+        if len(text) != length:
+            raise ValueError(f"header of {length} bytes cut short at {len(text)}")
+        match = _HEADER.fullmatch(text)
+        if match is None:  # not numpy's default writer form: let numpy parse it
+            f.seek(len(_MAGIC) + 2)
+            reader = {
+                (1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0,
+            }[version]
+            shape, fortran, dtype = reader(f)
+        else:
+            dims = [d for d in match["shape"].replace(" ", "").split(",") if d]
+            shape, fortran = tuple(int(d) for d in dims), match["fortran"] == "True"
+            dtype = np.dtype(match["descr"])
     except Exception as err:
         raise CheckpointError(f"{path}: not a valid .npy file ({err}).") from err
     if fortran or dtype.hasobject:
@@ -280,10 +317,10 @@ def read_array(path: Path, checksum: str, size: int) -> np.ndarray:
     digest.update(raw)
     if digest.value() != checksum:
         raise _mismatch(path)
-    try:
-        return np.load(io.BytesIO(raw), allow_pickle=False)
-    except Exception as err:
-        raise CheckpointError(f"{path}: not a valid .npy file ({err}).") from err
+    shape, dtype, offset = _read_header(io.BytesIO(raw), path)
+    count = int(np.prod(shape, dtype=np.int64))
+    _check_size(path, len(raw), offset + count * dtype.itemsize, "its .npy header")
+    return np.frombuffer(raw, dtype, count, offset).reshape(shape).copy()
 
 
 def mmap_columns(
