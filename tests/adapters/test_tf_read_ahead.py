@@ -241,7 +241,8 @@ EXIT_SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize(
     "shape",
     [
-        "drawing",
+        # about 6.5 s (a subprocess importing TensorFlow): runs with CI=true / --run-slow
+        pytest.param("drawing", marks=pytest.mark.slow),
         # about 13 s (a draw blocked on MinSize until exit): runs with CI=true / --run-slow
         pytest.param("blocked", marks=pytest.mark.slow),
     ],

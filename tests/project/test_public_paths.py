@@ -35,6 +35,7 @@ def _run(code: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # about 7 s (imports every framework): runs with CI=true / --run-slow
 def test_each_old_path_imports_as_the_same_module_object():
     """One interpreter imports every old name (those whose framework is installed)."""
     import importlib.util

@@ -113,6 +113,7 @@ def test_readme_is_the_front_page():
         assert (ROOT / link).exists(), link
 
 
+@pytest.mark.slow  # about 7 s (a full mkdocs build): runs with CI=true / --run-slow
 def test_mkdocs_build_strict(tmp_path):
     if (
         importlib.util.find_spec("mkdocs") is None

@@ -39,6 +39,7 @@ def cluster():
     cluster.shutdown()
 
 
+@pytest.mark.slow  # about 9 s (a two-node Ray cluster): runs with CI=true / --run-slow
 def test_spread_shards_land_on_different_nodes_and_sample_as_one_table(cluster) -> None:
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
     client = rc_ray.serve(

@@ -204,6 +204,7 @@ def test_a_blocked_sample_waits_on_the_shard_without_blocking_other_calls() -> N
         client.close()
 
 
+@pytest.mark.slow  # about 8 s (writer processes killed): runs with CI=true / --run-slow
 @pytest.mark.parametrize("local_writes", [True, False], ids=["socket", "ray-calls"])
 def test_a_killed_writer_process_keeps_what_it_flushed_and_frees_its_rows(
     local_writes: bool,
@@ -277,6 +278,7 @@ def test_a_killed_shard_raises_shard_unavailable_within_5_seconds() -> None:
         client.close()
 
 
+@pytest.mark.slow  # about 4.5 s (a shard actor killed and restarted): CI=true / --run-slow
 def test_a_restarted_shard_comes_back_from_its_checkpoint(tmp_path) -> None:
     buf = rc.ReplayBuffer(SPEC, 4 * 16, 4, sampler=rc.Prioritized(), sequence_length=1)
     client = rc_ray.serve(

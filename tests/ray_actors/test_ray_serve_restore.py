@@ -54,6 +54,7 @@ def test_serve_restores_the_checkpoint_an_interrupted_save_left(tmp_path):
     assert len(rc.ReplayBuffer.load(tmp_path / "t" / "shard-0")) == 20
 
 
+@pytest.mark.slow  # about 3.5 s (a shard actor killed and restarted): CI=true / --run-slow
 def test_a_restarted_shard_restores_the_checkpoint_an_interrupted_save_left(tmp_path):
     client = rc_ray.serve(
         {"t": rc.ReplayBuffer(SPEC, 64, 2)},

@@ -114,8 +114,17 @@ def test_sigkill_during_adds_always_reopens_with_recover(tmp_path):
     _kill_loop(tmp_path, kills=20, flush_every=7, seed=1, strict=False)
 
 
-@pytest.mark.parametrize("cut", [0, pytest.param(10, marks=pytest.mark.slow), 0.5])  # 10: CI
-@pytest.mark.parametrize("prefix", ["leaf-", "state-", "written"])
+def _torn_cases() -> list:
+    """(prefix, cut) pairs; the slow ones (about 5 s each: ``state-`` has many files) run in CI."""
+    slow = {("state-", 0.5), ("leaf-", 10), ("state-", 10), ("written", 10)}
+    return [
+        pytest.param(prefix, cut, marks=[pytest.mark.slow] if (prefix, cut) in slow else [])
+        for cut in (0, 10, 0.5)
+        for prefix in ("leaf-", "state-", "written")
+    ]
+
+
+@pytest.mark.parametrize(("prefix", "cut"), _torn_cases())
 def test_a_torn_file_raises_checkpoint_error(tmp_path, prefix, cut):
     buf = _reopen(tmp_path)
     for t in range(5):
