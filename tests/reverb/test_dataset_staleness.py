@@ -86,3 +86,31 @@ def test_trajectory_dataset_serves_deleted_items_only_from_draws_before_the_dele
         after = served_after(elements, 60)
         assert late(after, stale, bound) == []
         assert any(not stale(k, v) for k, v in after)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_no_item_is_served_more_often_than_max_times_sampled(workers):
+    """Read-ahead never serves an item beyond its ``max_times_sampled`` budget: every draw
+    counts at the table when it is made, so an item drawn ahead is removed as Reverb
+    removes it. The dataset ends (rate limiter timeout) once every budget is spent.
+    dm-reverb 0.14.0 gives the same on this scenario: 80 elements, each value at most 2."""
+    times = 2
+    with reverb.Server([make_table(max_times_sampled=times)]) as server:
+        client = server.localhost_client()
+        insert(client, range(20))
+        dataset = reverb.TrajectoryDataset(
+            f"localhost:{server.port}",
+            "t",
+            dtypes=tf.int64,
+            shapes=tf.TensorShape([1]),
+            max_in_flight_samples_per_worker=IN_FLIGHT,
+            num_workers_per_iterator=workers,
+            rate_limiter_timeout_ms=1000,
+        )
+        elements = iter(dataset)
+        first = [int(next(elements).data[0]) for _ in range(30)]
+        insert(client, range(1000, 1020))
+        rest = [int(e.data[0]) for e in elements]  # ends when the table is empty
+    counts = {v: (first + rest).count(v) for v in set(first + rest)}
+    assert max(counts.values()) <= times, counts
+    assert len(first) + len(rest) == 40 * times  # every budget spent, then the end
