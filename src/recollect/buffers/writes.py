@@ -121,6 +121,17 @@ class BufferWriter(BufferPart):
         self._write_unbatched: Callable[[int, list[np.ndarray]], None] | None = (
             getattr(storage, "write_unbatched", None) if self._ring_writes else None
         )
+        # ``add_batch`` of every row into a plain numpy ring (no memmap bookkeeping, rate
+        # limiter or compression): the ring's write of every row at one slot, looked up per
+        # call (it is rebuilt with the ring's views)
+        self._ring: RingStorage | None = (
+            storage
+            if self._persist is None
+            and self._table.rate_limiter is None
+            and type(storage) is RingStorage
+            and self._prepare is None
+            else None
+        )
 
     @property
     def lock(self) -> Any:
@@ -211,6 +222,18 @@ class BufferWriter(BufferPart):
             leaves = self._match_batch(steps)  # the fast path: exact dtypes and shapes
             if leaves is None:  # anything unusual: the full check (casts, or the error)
                 leaves = convert_step(self._flat, steps, (self._num_envs,), "add_batch")
+            ring = self._ring
+            if ring is not None:  # write_leaves of a plain ring, one call shorter
+                i = self._is_last
+                table = self._table
+                with table.lock:
+                    _, slots = table.next_steps(None)  # an int when every row shares a clock
+                    if type(slots) is int:  # one int-indexed setitem per leaf, unrolled
+                        ring.write_columns(slots, leaves)
+                    else:
+                        ring.write(None, slots, leaves)
+                    table.insert(None, slots, None if i is None else leaves[i])
+                return
             self.write_leaves(leaves, timeout=timeout)
             return
         rows = check_rows(rows, self._num_envs)

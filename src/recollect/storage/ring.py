@@ -64,8 +64,10 @@ class RingStorage:
         n = self.num_envs * self.max_length
         self.flat_views: list[np.ndarray] = [a.reshape((n, *a.shape[2:])) for a in self.arrays]
         self._columns = [a.swapaxes(0, 1) for a in self.arrays]
-        # a write of every row at one int slot: column[slot] = leaf per leaf, unrolled
-        self._write_columns = _unrolled_writer(self._columns)
+        #: ``write_columns(slot, leaves)``: writes one step of every row (leaves
+        #: ``[num_envs, *shape]``) at int ``slot``: ``column[slot] = leaf`` per leaf, unrolled.
+        #: Rebuilt with the views.
+        self.write_columns = _unrolled_writer(self._columns)
         #: with one env row (``num_envs == 1``): its ``[max_length, *shape]`` view of each
         #: leaf (what :attr:`write_unbatched` writes; a caller's own one-step writer may
         #: write them too); empty with several rows. Rebuilt with the views.
@@ -99,7 +101,7 @@ class RingStorage:
         """Writes one step per row (see :class:`~recollect.storage.base.Storage`)."""
         del times
         if rows is None and type(slots) is int:  # int index of a time-major view per leaf:
-            self._write_columns(slots, leaves)  # numpy's cheapest setitem, no loop
+            self.write_columns(slots, leaves)  # numpy's cheapest setitem, no loop
             return
         rows = self._all_rows if rows is None else rows
         if np.ndim(slots) == 2:  # a block: slots [k, T], leaves [k, T, *shape]
