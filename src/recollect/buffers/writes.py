@@ -26,7 +26,7 @@ import numpy as np
 
 from recollect.buffers.buffer_part import BufferPart
 from recollect.buffers.memmap_state import MemmapState
-from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeError, SpecError
+from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeError
 from recollect.specs import FlatSpec
 from recollect.storage.base import Storage
 from recollect.storage.episode_ends import EpisodeEnd, resolve_episode_end

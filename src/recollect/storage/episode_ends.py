@@ -99,8 +99,7 @@ def _end_value(flat: FlatSpec, i: int, value: Any) -> int | bool:
     if dtype.kind == "b":
         if not isinstance(value, bool | np.bool_):
             raise InvalidArgumentTypeError(
-                f"`episode_end` value of bool leaf '{path}' must be True or False; got "
-                f"{value!r}."
+                f"`episode_end` value of bool leaf '{path}' must be True or False; got {value!r}."
             )
         return bool(value)
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
