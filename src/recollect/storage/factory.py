@@ -80,9 +80,9 @@ def resolve_compression(
         flag = path in ("is_first", "is_last") and bool_scalar(flat, path) is not None
         if flag or (episode_end is not None and i == episode_end.index):
             raise InvalidArgumentError(
-                f"compression['{path}']: the episode flag leaves (is_first, is_last, the "
-                "episode_end leaf) stay uncompressed (read at every write, a few bytes a "
-                "step); compress the large leaves only, e.g. the observation."
+                f"compression['{path}']: the episode flag leaves stay uncompressed (is_first, "
+                "is_last and the episode_end leaf: read at every write, a few bytes a step); "
+                "compress the large leaves only, e.g. the observation."
             )
         codecs[i] = resolve(codec, path)
     return codecs
