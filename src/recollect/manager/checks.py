@@ -157,10 +157,11 @@ def check_episode_end(buffer: ReplayBuffer, directory: Path | None, episode_end:
     flat = buffer.writer.flat_spec
     stored = buffer.config().get("episode_end")
     if resolve_episode_end(flat, episode_end) != resolve_episode_end(flat, stored):
+        default = " (the spec's bool is_last leaf, if any)" if stored is None else ""
         raise InvalidArgumentError(
-            f"the checkpoint in {directory} has episode_end={stored!r} (None: the spec's "
-            f"bool is_last leaf, if any); the manager was given episode_end={episode_end!r}. "
-            "Drop the argument to continue the checkpoint, or create a new buffer elsewhere."
+            f"the checkpoint in {directory} has episode_end={stored!r}{default}; the manager "
+            f"was given episode_end={episode_end!r}. Drop the argument to continue the "
+            "checkpoint, or create a new buffer elsewhere."
         )
 
 
