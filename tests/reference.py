@@ -120,15 +120,24 @@ class ReferenceBuffer:
     """A replay buffer as a list of steps per env row.
 
     Steps are stored as lists of leaves (numpy arrays) in the spec's flatten
-    order; ``is_last_index`` is the position of the top-level ``is_last`` leaf
-    (None: no episode ends). Item id of step ``t`` of row ``r`` is
-    ``recollect.ids.encode(r, t)``; every row has its own clock.
+    order; ``is_last_index`` is the position of the leaf marking episode ends
+    (None: no episode ends): a bool leaf, or with ``end_value`` a leaf whose steps
+    equal to it end an episode (``ReplayBuffer(episode_end=(path, end_value))``).
+    Item id of step ``t`` of row ``r`` is ``recollect.ids.encode(r, t)``; every row
+    has its own clock.
     """
 
-    def __init__(self, num_envs: int, max_length: int, is_last_index: int | None) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        max_length: int,
+        is_last_index: int | None,
+        end_value: int | None = None,
+    ) -> None:
         self.num_envs = num_envs
         self.max_length = max_length
         self.is_last_index = is_last_index
+        self.end_value = end_value
         self.index = ReferenceWindows(num_envs, max_length)
         self.rows: list[deque[list[np.ndarray]]] = [
             deque(maxlen=max_length) for _ in range(num_envs)
@@ -146,7 +155,8 @@ class ReferenceBuffer:
             self.rows[row].append([np.array(leaf[k]) for leaf in leaves])
         flags = None
         if self.is_last_index is not None:
-            flags = [bool(x) for x in leaves[self.is_last_index]]
+            value = self.end_value
+            flags = [bool(x if value is None else x == value) for x in leaves[self.is_last_index]]
         self.index.advance(flags, rows)
 
     def clear(self) -> None:

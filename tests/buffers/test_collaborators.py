@@ -18,6 +18,7 @@ from recollect.buffers.wrong_class import MOVED
 from recollect.errors import CheckpointError, InvalidArgumentError, ShapeError
 from recollect.specs import FlatSpec
 from recollect.state.files import read_state
+from recollect.storage.episode_ends import resolve_episode_end
 from recollect.storage.factory import make_storage
 from recollect.table import Table
 
@@ -33,7 +34,7 @@ SPEC = {
 def _parts(seed: int = 0) -> tuple[FlatSpec, Table, object]:
     flat = FlatSpec(SPEC)
     table = Table(NUM_ENVS, LENGTH, episode_aware=True, rng=seed, leaf_paths=flat.paths)
-    storage = make_storage(flat, NUM_ENVS, LENGTH, is_last=flat.index("is_last"))
+    storage = make_storage(flat, NUM_ENVS, LENGTH, episode_end=resolve_episode_end(flat))
     return flat, table, storage
 
 

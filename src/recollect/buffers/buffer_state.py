@@ -20,7 +20,7 @@ from recollect.specs import FlatSpec
 from recollect.state.files import Saved, write_checkpoint
 from recollect.state.manifest import describe_spec, rebuild_spec
 from recollect.storage.base import Storage
-from recollect.storage.factory import bool_scalar
+from recollect.storage.episode_ends import EpisodeEnd, resolve_episode_end
 from recollect.storage.frames.frame_store import FrameStack
 from recollect.table import Table
 from recollect.table.rate_limiters import RateLimiter, rate_limiter_from_config
@@ -63,10 +63,13 @@ def buffer_config(
     rate_limiter: RateLimiter | None,
     codecs: dict[int, Any],
     track_times_sampled: bool,
+    episode_end: str | list[Any] | bool | None = None,
 ) -> dict[str, Any]:
     """The JSON-able construction arguments of a :class:`~recollect.ReplayBuffer` over
     ``table`` (its ``config()``): spec, geometry, frame stacks, sampler, rate limiter,
-    compression codecs (``{leaf index: codec}``), ``track_times_sampled`` as asked."""
+    compression codecs (``{leaf index: codec}``), ``track_times_sampled`` as asked, and
+    ``episode_end`` when one was given
+    (:func:`~recollect.storage.episode_ends.episode_end_config`)."""
     config: dict[str, Any] = {
         "spec": describe_spec(flat.spec),
         "capacity": table.num_envs * table.max_length,
@@ -86,6 +89,8 @@ def buffer_config(
         config["max_times_sampled"] = table.max_times_sampled
     if codecs:
         config["compression"] = {flat.paths[i]: c.config() for i, c in codecs.items()}
+    if episode_end is not None:
+        config["episode_end"] = episode_end
     return config
 
 
@@ -100,6 +105,9 @@ class BufferPersistence(BufferPart):
         config: the buffer's JSON-able construction arguments.
         persist: the memmap directory's state (reopened, flushed), or None (RAM storage).
         build: the buffer class, which :meth:`from_saved` builds.
+        episode_end: the buffer's ``episode_end`` option or its resolved
+            :class:`~recollect.storage.episode_ends.EpisodeEnd` (None: the spec's bool
+            ``is_last``, if any): a format-1 state's episode ends are rebuilt from it.
     """
 
     def __init__(
@@ -110,12 +118,14 @@ class BufferPersistence(BufferPart):
         config: dict[str, Any],
         persist: MemmapState | None = None,
         build: Callable[..., Any] | None = None,
+        *,
+        episode_end: EpisodeEnd | str | tuple[str, Any] | bool | None = None,
     ) -> None:
         super().__init__(flat, table, storage)
         self._config = config
         self._persist = persist
         self._build = build
-        self._is_last = bool_scalar(flat, "is_last")
+        self._end = resolve_episode_end(flat, episode_end)
 
     def config(self) -> dict[str, Any]:
         """JSON-able construction arguments (spec, geometry, sampler, frame stacks)."""
@@ -157,21 +167,21 @@ class BufferPersistence(BufferPart):
             self._table.load_state_dict(table)
             self._storage.load_state_dict(state["storage"], allow_map=allow_map)
             self._storage.check_stored(lo, t)
-            if rebuild and self._is_last is not None:
-                self._rebuild_episode_ends()
+            if rebuild and self._end is not None:
+                self._rebuild_episode_ends(self._end)
 
-    def _rebuild_episode_ends(self) -> None:
-        """Episode ends from the stored ``is_last`` leaf (format-1 checkpoints)."""
-        assert self._is_last is not None  # called only for episode-aware buffers
+    def _rebuild_episode_ends(self, end: EpisodeEnd) -> None:
+        """Episode ends from the stored episode-end leaf (format-1 checkpoints)."""
         index = self._table.index
         counts = index.stored
         rows = np.repeat(np.arange(self._num_envs), counts)
         times = np.repeat(index.lo, counts) + (
             np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)
         )
-        (flag,) = self._storage.gather(
-            rows, times % self._max_length, times=times, leaf_ids=[self._is_last]
+        (leaf,) = self._storage.gather(
+            rows, times % self._max_length, times=times, leaf_ids=[end.index]
         )
+        flag = end.flags(leaf)
         index.set_ends(rows[flag], times[flag])
 
     def save(self, path: str | os.PathLike) -> Any:
@@ -250,6 +260,7 @@ def build_from_config(cls: Callable[..., T], config: dict[str, Any], **kwargs: A
                 "rate_limiter": rate_limiter_from_config(config.get("rate_limiter")),
                 "max_times_sampled": config.get("max_times_sampled", 0),
                 "compression": config.get("compression"),
+                "episode_end": config.get("episode_end"),  # (path, value) as a 2-list
                 **kwargs,
             },
         )

@@ -91,7 +91,9 @@ class MemmapState:
                 f"format_version={FORMAT_VERSION} memmap directories."
             )
         stored = manifest.get("config") or {}
-        for key, value in self.config.items():
+        # episode_end is kept only when given: one given at creation must be given again
+        given = {"episode_end": None} if "episode_end" in stored else {}
+        for key, value in {**given, **self.config}.items():
             if key == "spec" and stored.get(key) != value:
                 raise CheckpointError(
                     f"memmap directory {self.directory} holds a buffer of another spec: "

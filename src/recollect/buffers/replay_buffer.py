@@ -26,20 +26,16 @@ from recollect.buffers.buffer_state import (
 from recollect.buffers.memmap_state import MemmapState
 from recollect.buffers.sample import Sample
 from recollect.buffers.sampling import BufferReader
-from recollect.buffers.writes import BufferWriter, episode_end_leaf
+from recollect.buffers.writes import BufferWriter
 from recollect.buffers.wrong_class import OtherClassMethod, moved_name
-from recollect.errors import (
-    InvalidArgumentError,
-)
+from recollect.errors import InvalidArgumentError
 from recollect.memory import check_memory, estimate_memory
 from recollect.samplers.base import Sampler
 from recollect.specs import FlatSpec
 from recollect.state.files import Saved, load_consistent
 from recollect.storage.base import Storage
-from recollect.storage.factory import (
-    make_storage,
-    resolve_compression,
-)
+from recollect.storage.episode_ends import episode_end_config, resolve_episode_end
+from recollect.storage.factory import make_storage, resolve_compression
 from recollect.storage.frames.frame_store import resolve_frame_stacks
 from recollect.storage.gather import Gatherer
 from recollect.table import Table, TableInfo
@@ -56,10 +52,10 @@ class ReplayBuffer:
     ``num_steps`` consecutive steps of one row. Storage is preallocated, one
     contiguous ``[num_envs, max_length, *leaf_shape]`` array per spec leaf.
 
-    Episode-aware mode (RLDS convention): when the spec has a top-level bool
-    ``is_last`` leaf, a window may end on an ``is_last`` step but never contain
-    one before its last step. Without it, windows respect only the stored
-    range (TF-Agents behaviour). Windows never span a ring's write position.
+    Episode-aware mode (RLDS convention): when the spec has a top-level bool ``is_last``
+    leaf (or ``episode_end`` names another), a window may end on an episode's last step
+    but never contain one before its last step. Without it, windows respect only the
+    stored range (TF-Agents behaviour). Windows never span a ring's write position.
 
     Args:
         data_spec: nest of :class:`~recollect.ArraySpec` (or objects with
@@ -110,11 +106,16 @@ class ReplayBuffer:
             batch: a random sampler may draw a window more than k times within one
             batch. Adapters prefetch batches ahead, so with a queue the prefetched
             (not yet consumed) batches are dropped when the iterator closes.
+        episode_end: the steps that end an episode (in :meth:`config`): None, those whose
+            top-level bool ``is_last`` is True; False, none; a path, those whose bool leaf
+            there is True; ``(path, value)``, those whose int leaf there equals ``value``
+            (``("step_type", 2)``: TF-Agents ``Trajectory`` steps, as Reverb's observer).
 
     Raises:
         InvalidArgumentError: ``capacity`` < ``num_envs``, not a multiple of it,
             or a non-positive argument; a sampler already serving another buffer.
         SpecError: the spec is malformed, or ``is_last`` is not a bool scalar.
+        SpecError, DTypeError, InvalidArgumentError: a bad or compressed ``episode_end``.
         InsufficientMemoryError: a RAM buffer larger than the available memory
             (see :func:`~recollect.estimate_memory`); use memmap or ``force=True``.
         CheckpointError: ``directory`` holds another buffer (other spec, geometry,
@@ -170,6 +171,7 @@ class ReplayBuffer:
         rate_limiter: RateLimiter | None = None,
         max_times_sampled: int = 0,
         compression: dict[str, Any] | None = None,
+        episode_end: str | tuple[str, Any] | bool | None = None,
     ) -> None:
         capacity = positive_int("capacity", capacity)
         num_envs = positive_int("num_envs", num_envs)
@@ -183,15 +185,15 @@ class ReplayBuffer:
         self._capacity = capacity
         self._num_envs = num_envs
         self._max_length = capacity // num_envs
-        self._is_last = episode_end_leaf(self._flat)
+        end = resolve_episode_end(self._flat, episode_end)
         resolve_frame_stacks(self._flat, frame_stacks)  # validates before anything is built
-        codecs = resolve_compression(self._flat, compression, storage)
+        codecs = resolve_compression(self._flat, compression, storage, end)
         self._table = self.table = Table(
             num_envs,
             self._max_length,
             sampler=sampler,
             sequence_length=sequence_length,
-            episode_aware=self._is_last is not None,
+            episode_aware=end is not None,
             rng=rng,
             shard=shard,
             leaf_paths=self._flat.paths,
@@ -207,6 +209,7 @@ class ReplayBuffer:
             rate_limiter,
             codecs,
             track_times_sampled,
+            episode_end_config(episode_end, end),
         )
         check_memory(
             estimate_memory(
@@ -227,7 +230,7 @@ class ReplayBuffer:
                 self._flat,
                 num_envs,
                 self._max_length,
-                is_last=self._is_last,
+                episode_end=end,
                 storage=storage,
                 directory=directory,
                 reopen=self._persist is not None and self._persist.reopen,
@@ -240,12 +243,13 @@ class ReplayBuffer:
                 self._persist.discard_created()
             raise
         self.storage: Storage = self._storage
+        parts = (self._flat, self._table, self._storage)
         self.writer: BufferWriter = BufferWriter(
-            self._flat, self._table, self._storage, self._persist, compressed=bool(codecs)
+            *parts, self._persist, compressed=bool(codecs), episode_end=end or False
         )
-        self.reader: BufferReader = BufferReader(self._flat, self._table, self._storage)
+        self.reader: BufferReader = BufferReader(*parts)
         self.persistence: BufferPersistence = BufferPersistence(
-            self._flat, self._table, self._storage, self._config, self._persist, type(self)
+            *parts, self._config, self._persist, type(self), episode_end=end or False
         )
         # the hot paths, bound once: ``buf.add_batch`` finds the writer's bound method in the
         # instance dict (it wins over the class's function of the same name and signature,
@@ -316,11 +320,7 @@ class ReplayBuffer:
         full: :meth:`BufferReader.sample <recollect.buffers.sampling.BufferReader.sample>`.
         """
         return self.reader.sample(
-            batch_size,
-            num_steps,
-            within_episode=within_episode,
-            timeout=timeout,
-            **sampler_options,
+            batch_size, num_steps, within_episode=within_episode, timeout=timeout, **sampler_options
         )
 
     def update_priorities(self, ids: Any, priorities: Any) -> int:

@@ -26,10 +26,11 @@ import numpy as np
 
 from recollect.buffers.buffer_part import BufferPart
 from recollect.buffers.memmap_state import MemmapState
-from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeError, SpecError
+from recollect.errors import InvalidArgumentError, InvalidArgumentTypeError, ShapeError
 from recollect.specs import FlatSpec
 from recollect.storage.base import Storage
-from recollect.storage.factory import block_storage, bool_scalar, prepare_writes
+from recollect.storage.episode_ends import EpisodeEnd, resolve_episode_end
+from recollect.storage.factory import block_storage, prepare_writes
 from recollect.storage.ring import RingStorage
 from recollect.table import Table
 from recollect.validation import check_structure, convert_step, exact_matcher
@@ -43,15 +44,8 @@ def episode_end_leaf(flat: FlatSpec) -> int | None:
     Raises:
         SpecError: an ``is_last`` leaf that is not a bool scalar.
     """
-    i = bool_scalar(flat, "is_last")
-    if "is_last" in flat.paths and i is None:
-        leaf = flat.leaves[flat.index("is_last")]
-        raise SpecError(
-            f"data_spec leaf 'is_last' marks episode ends and must be a bool scalar; "
-            f"got shape {leaf.shape}, dtype {leaf.dtype}. Rename it to opt out of "
-            "episode-aware sampling."
-        )
-    return i
+    end = resolve_episode_end(flat)
+    return None if end is None else end.index
 
 
 def check_rows(rows: Any, num_envs: int) -> np.ndarray:
@@ -88,6 +82,14 @@ class BufferWriter(BufferPart):
         storage: the buffer's storage.
         persist: the memmap bookkeeping (marks storage dirty before a write), or None.
         compressed: whether some leaves are compressed (compressed outside the lock).
+        episode_end: the buffer's ``episode_end`` option or its resolved
+            :class:`~recollect.storage.episode_ends.EpisodeEnd` (None: the spec's bool
+            ``is_last`` leaf, if any; False: no episode ends); the table records the
+            steps it marks as episode ends.
+
+    Raises:
+        SpecError, DTypeError, InvalidArgumentError: a bad ``episode_end`` (see
+            :func:`~recollect.storage.episode_ends.resolve_episode_end`).
     """
 
     def __init__(
@@ -98,10 +100,14 @@ class BufferWriter(BufferPart):
         persist: MemmapState | None = None,
         *,
         compressed: bool = False,
+        episode_end: EpisodeEnd | str | tuple[str, Any] | bool | None = None,
     ) -> None:
         super().__init__(flat, table, storage)
         self._persist = persist
-        self._is_last = bool_scalar(flat, "is_last")
+        end = resolve_episode_end(flat, episode_end)
+        # the leaf marking episode ends, and the value that marks one (None: a bool leaf)
+        self._is_last = None if end is None else end.index
+        self._end_value = None if end is None else end.value
         # compressed leaves are compressed before the table lock is taken
         self._prepare: Callable[[list[np.ndarray]], list[np.ndarray]] | None = (
             prepare_writes(storage) if compressed else None
@@ -150,7 +156,7 @@ class BufferWriter(BufferPart):
 
     @property
     def episode_aware(self) -> bool:
-        """Whether the spec has a top-level bool ``is_last`` leaf (episode ends recorded)."""
+        """Whether episode ends are recorded (a bool ``is_last`` leaf, or ``episode_end``)."""
         return self._is_last is not None
 
     def add(self, step: Any, *transition: Any, timeout: float | None = None) -> None:
@@ -178,8 +184,9 @@ class BufferWriter(BufferPart):
         if write is not None:  # one env row in a plain numpy ring: the unbatched fast path
             leaves = self._match_step(step)  # exact dtypes and shapes: nothing to convert
             if leaves is not None:
-                i = self._is_last
-                ended = i is not None and bool(leaves[i])  # a 0-d bool: no [1] array built
+                i, v = self._is_last, self._end_value
+                # a 0-d leaf: no [1] array built
+                ended = i is not None and bool(leaves[i] if v is None else leaves[i] == v)
                 table = self._table
                 with table.lock:  # one row: always one clock
                     write(table.clock % self._max_length, leaves)
@@ -224,7 +231,8 @@ class BufferWriter(BufferPart):
                 leaves = convert_step(self._flat, steps, (self._num_envs,), "add_batch")
             ring = self._ring
             if ring is not None:  # write_leaves of a plain ring, one call shorter
-                i = self._is_last
+                i, v = self._is_last, self._end_value
+                is_last = None if i is None else leaves[i] if v is None else leaves[i] == v
                 table = self._table
                 with table.lock:
                     _, slots = table.next_steps(None)  # an int when every row shares a clock
@@ -232,7 +240,7 @@ class BufferWriter(BufferPart):
                         ring.write_columns(slots, leaves)
                     else:
                         ring.write(None, slots, leaves)
-                    table.insert(None, slots, None if i is None else leaves[i])
+                    table.insert(None, slots, is_last)
                 return
             self.write_leaves(leaves, timeout=timeout)
             return
@@ -261,8 +269,8 @@ class BufferWriter(BufferPart):
             return
         if self._prepare is not None:
             leaves = self._prepare(leaves)
-        i = self._is_last
-        is_last = None if i is None else leaves[i]
+        i, v = self._is_last, self._end_value  # inline: the hot path takes no extra call
+        is_last = None if i is None else leaves[i] if v is None else leaves[i] == v
         table = self._table
         with table.lock:
             if table.rate_limiter is not None:
@@ -272,6 +280,14 @@ class BufferWriter(BufferPart):
                 self._persist.before_write(rows, times)
             self._storage.write(rows, slots, leaves, times=times)
             table.insert(rows, slots, is_last)
+
+    def _ends(self, leaves: list[np.ndarray]) -> np.ndarray | None:
+        """Bool episode-end flags of a write's leaves (shaped as the flag leaf), or None."""
+        i = self._is_last
+        if i is None:
+            return None
+        v = self._end_value
+        return leaves[i] if v is None else leaves[i] == v
 
     def extend(self, steps: Any, rows: Any = None, *, timeout: float | None = None) -> None:
         """Appends ``T`` consecutive steps to every env row, or to the rows ``rows`` only.
@@ -329,8 +345,7 @@ class BufferWriter(BufferPart):
 
     def _write_block(self, leaves: list[np.ndarray], rows: np.ndarray | None) -> None:
         count = leaves[0].shape[1]
-        i = self._is_last
-        is_last = None if i is None else leaves[i]
+        is_last = self._ends(leaves)
         table = self._table
         with table.lock:
             clocks = table.clocks if rows is None else table.clocks[rows]

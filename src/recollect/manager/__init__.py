@@ -22,7 +22,13 @@ from recollect.buffers.checkpoint import load_buffer, save_buffer
 from recollect.buffers.replay_buffer import ReplayBuffer, RngLike
 from recollect.collect.observers import Observer
 from recollect.errors import CheckpointError, InvalidArgumentError, StateError
-from recollect.manager.checks import check_checkpoint_matches, leaves_differ, reverb_checkpoint
+from recollect.manager.checks import (
+    check_checkpoint_matches,
+    check_episode_end,
+    leaves_differ,
+    reverb_checkpoint,
+    trajectory_episode_end,
+)
 from recollect.manager.iterator import SampleIterator
 from recollect.samplers.base import Sampler
 from recollect.specs import FlatSpec
@@ -82,6 +88,13 @@ class ReplayBufferManager:
             tables from its own ``checkpoint_dir`` when it starts; loading attaches
             to the table as the service holds it.
         table: the served table's name (with ``service``).
+        episode_end: the new buffer's ``episode_end`` (see :class:`~recollect.ReplayBuffer`).
+            None: ``("step_type", 2)`` for a TF-Agents ``Trajectory`` spec (top-level
+            integer ``step_type`` and ``next_step_type``, no ``is_last``): windows end on a
+            boundary step and never cross one, as the items Reverb's
+            ``ReverbAddTrajectoryObserver`` writes; else the buffer's default (a bool
+            ``is_last`` leaf). False: windows may cross episodes (TF-Agents' uniform buffer).
+            Checked against the checkpoint when loading, if given.
 
     Raises:
         InvalidArgumentError: from the methods, when an argument they need is
@@ -113,6 +126,7 @@ class ReplayBufferManager:
         rng: RngLike = None,
         service: Client | None = None,
         table: str = "replay",
+        episode_end: str | tuple[str, Any] | bool | None = None,
     ) -> None:
         if service is not None and not _is_client(service):
             raise InvalidArgumentError(
@@ -128,6 +142,7 @@ class ReplayBufferManager:
         self._rng = rng
         self._service = service
         self._table = table
+        self._episode_end = episode_end
         self._buffer: ReplayBuffer | TableHandle | None = None
         self._local: ReplayBuffer | None = None  # the buffer, when it is not a served table
         self._writer: Writer | None = None
@@ -281,6 +296,11 @@ class ReplayBufferManager:
             rng=self._rng,
             sampler=self._new_sampler(),
             sequence_length=self._sequence_length,
+            episode_end=(
+                trajectory_episode_end(self._data_spec)
+                if self._episode_end is None
+                else self._episode_end
+            ),
         )
         return self._adopt(buffer)
 
@@ -298,7 +318,7 @@ class ReplayBufferManager:
 
         Raises:
             InvalidArgumentError: no ``checkpoint_dir``, or the checkpoint's
-                spec, capacity, num_envs, sequence_length or sampler class
+                spec, capacity, num_envs, sequence_length, sampler class or episode_end
                 differs from the one given to the manager (the message names it).
             CheckpointError: no checkpoint there (call :meth:`create_replay_buffer`),
                 or a damaged one (the message names the file).
@@ -321,6 +341,7 @@ class ReplayBufferManager:
         }
         sampler = self._new_sampler()
         check_checkpoint_matches(buffer, directory, self._data_spec, given, sampler)
+        check_episode_end(buffer, directory, self._episode_end)
         return self._adopt(buffer)
 
     def create_or_load_replay_buffer(

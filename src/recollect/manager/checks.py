@@ -11,8 +11,20 @@ from recollect.buffers.replay_buffer import ReplayBuffer
 from recollect.errors import InvalidArgumentError
 from recollect.samplers.base import Sampler
 from recollect.specs import ArraySpec, FlatSpec
+from recollect.storage.episode_ends import resolve_episode_end
 
-__all__ = ["check_checkpoint_matches", "leaves_differ", "reverb_checkpoint"]
+__all__ = [
+    "TRAJECTORY_LAST",
+    "check_checkpoint_matches",
+    "check_episode_end",
+    "leaves_differ",
+    "reverb_checkpoint",
+    "trajectory_episode_end",
+]
+
+#: TF-Agents' ``StepType.LAST``: a ``Trajectory`` step of this ``step_type`` is the boundary
+#: step (last time step -> first of the next episode) that ends an episode
+TRAJECTORY_LAST = 2
 
 
 def _structure(node: Any) -> Any:
@@ -107,6 +119,49 @@ def check_checkpoint_matches(
             f"sampler; the manager was given a {type(sampler).__name__}. A loaded buffer "
             "keeps its sampler and its state: drop the sampler argument or create a new "
             "buffer elsewhere."
+        )
+
+
+def trajectory_episode_end(data_spec: Any) -> tuple[str, int] | None:
+    """``("step_type", 2)`` for a TF-Agents ``Trajectory`` spec, else None.
+
+    A ``Trajectory`` spec has top-level integer scalar ``step_type`` and ``next_step_type``
+    leaves (and no ``is_last`` leaf, which would mark episode ends itself). Its boundary
+    steps (``step_type == StepType.LAST``) end episodes: Reverb's
+    ``ReverbAddTrajectoryObserver`` writes items that end on one but never hold one
+    before their end.
+    """
+    if data_spec is None:
+        return None
+    flat = FlatSpec(data_spec)
+    if "is_last" in flat.paths:
+        return None
+    for path in ("step_type", "next_step_type"):
+        if path not in flat.paths:
+            return None
+        i = flat.index(path)
+        if flat.shapes[i] != () or flat.dtypes[i].kind not in "iu":
+            return None
+    return ("step_type", TRAJECTORY_LAST)
+
+
+def check_episode_end(buffer: ReplayBuffer, directory: Path | None, episode_end: Any) -> None:
+    """Checks a restored ``buffer``'s episode ends against the manager's ``episode_end``
+    (None: not checked).
+
+    Raises:
+        InvalidArgumentError: they mark other steps (the message names both).
+    """
+    if episode_end is None:
+        return
+    flat = buffer.writer.flat_spec
+    stored = buffer.config().get("episode_end")
+    if resolve_episode_end(flat, episode_end) != resolve_episode_end(flat, stored):
+        default = " (the spec's bool is_last leaf, if any)" if stored is None else ""
+        raise InvalidArgumentError(
+            f"the checkpoint in {directory} has episode_end={stored!r}{default}; the manager "
+            f"was given episode_end={episode_end!r}. Drop the argument to continue the "
+            "checkpoint, or create a new buffer elsewhere."
         )
 
 

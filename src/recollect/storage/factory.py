@@ -14,6 +14,7 @@ from recollect.storage.base import Storage
 from recollect.storage.compressed_memmap import disk_slots_factory
 from recollect.storage.compression.codecs import Codec, resolve
 from recollect.storage.compression.compressed_storage import CompressedStorage
+from recollect.storage.episode_ends import EpisodeEnd
 from recollect.storage.frames.frame_store import FrameStackStorage, resolve_frame_stacks
 from recollect.storage.gather import Gatherer
 from recollect.storage.memmap import MemmapStorage, memmap_allocator
@@ -57,13 +58,13 @@ def bool_scalar(flat: FlatSpec, key: str) -> int | None:
 
 
 def resolve_compression(
-    flat: FlatSpec, compression: Any, storage: str = "numpy"
+    flat: FlatSpec, compression: Any, storage: str = "numpy", episode_end: EpisodeEnd | None = None
 ) -> dict[int, Codec]:
     """Maps ``{leaf path: codec name or Codec}`` to ``{leaf index: Codec}``, validating each.
 
     Raises:
         InvalidArgumentError: ``compression`` is not a dict, names an unknown
-            codec or a flag leaf (``is_first``/``is_last``).
+            codec or a flag leaf (``is_first``/``is_last``, the ``episode_end`` leaf).
         SpecError: a path names no leaf.
     """
     if not compression:
@@ -76,10 +77,12 @@ def resolve_compression(
     codecs = {}
     for path, codec in compression.items():
         i = flat.index(path)
-        if path in ("is_first", "is_last") and bool_scalar(flat, path) is not None:
+        flag = path in ("is_first", "is_last") and bool_scalar(flat, path) is not None
+        if flag or (episode_end is not None and i == episode_end.index):
             raise InvalidArgumentError(
-                f"compression['{path}']: the episode flag leaves stay uncompressed (1 byte a "
-                "step); compress the large leaves only, e.g. the observation."
+                f"compression['{path}']: the episode flag leaves stay uncompressed (is_first, "
+                "is_last and the episode_end leaf: read at every write, a few bytes a step); "
+                "compress the large leaves only, e.g. the observation."
             )
         codecs[i] = resolve(codec, path)
     return codecs
@@ -104,7 +107,7 @@ def make_storage(
     num_envs: int,
     max_length: int,
     *,
-    is_last: int | None = None,
+    episode_end: EpisodeEnd | None = None,
     storage: str = "numpy",
     directory: Any = None,
     reopen: bool = False,
@@ -115,7 +118,8 @@ def make_storage(
     """Returns the storage for a buffer's geometry and options.
 
     Args:
-        flat: the flattened spec; ``is_last`` the index of its ``is_last`` leaf.
+        flat: the flattened spec; ``episode_end`` the leaf that marks episode ends (frame
+            stacks restart after one).
         num_envs, max_length: the ring geometry.
         storage: ``"numpy"`` or ``"memmap"`` (files in ``directory``; ``reopen``
             maps existing files).
@@ -141,14 +145,15 @@ def make_storage(
             f"storage={storage!r}, directory={directory!r}."
         )
     stacks = resolve_frame_stacks(flat, frame_stacks)
-    codecs = resolve_compression(flat, compression, storage)
+    codecs = resolve_compression(flat, compression, storage, episode_end)
     plain_codecs = {i: c for i, c in codecs.items() if i not in stacks}
     frame_codecs = {i: c for i, c in codecs.items() if i in stacks}
     is_first = bool_scalar(flat, "is_first")
-    if stacks and is_first is None and is_last is None:
+    if stacks and is_first is None and episode_end is None:
         raise SpecError(
             "frame_stacks need to know where episodes start: add a top-level bool scalar "
-            f"'is_first' or 'is_last' leaf to data_spec (leaves: {flat.paths})."
+            f"'is_first' or 'is_last' leaf to data_spec, or give episode_end (leaves: "
+            f"{flat.paths})."
         )
     gatherer = gatherer if gatherer is not None else Gatherer()
     inner: Any = RingStorage
@@ -165,7 +170,7 @@ def make_storage(
         if not stacks:
             return inner(spec, num_envs, max_length, gatherer)
         return FrameStackStorage(
-            spec, num_envs, max_length, stacks, is_first, is_last, inner, gatherer=gatherer,
+            spec, num_envs, max_length, stacks, is_first, episode_end, inner, gatherer=gatherer,
             codecs=frame_codecs, **kwargs, **slots_kwargs,
         )  # fmt: skip
 

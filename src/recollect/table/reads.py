@@ -64,7 +64,8 @@ class TableReader:
             within_episode = t.episode_aware
         elif within_episode and not t.episode_aware:
             raise InvalidArgumentError(
-                "within_episode=True needs a top-level bool 'is_last' leaf in data_spec; "
+                "within_episode=True needs episode ends: a top-level bool 'is_last' leaf in "
+                "data_spec, or the buffer's episode_end=(path, value) (e.g. ('step_type', 2)); "
                 f"this spec has leaves {t.leaf_paths}."
             )
         return n, bool(within_episode)

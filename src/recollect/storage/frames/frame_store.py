@@ -16,7 +16,8 @@ bit for bit, the observation the env returned.
 Bookkeeping per stored step is one uint8 ``history`` = ``min(t - episode
 start, 255)`` clamped at ``max stack_size - 1``. An episode starts at a step with
 ``is_first`` (when the spec has that top-level bool leaf), at the step after an
-``is_last``, and at the very first write. Each row's frame ring holds
+episode's last step (``is_last``, or the buffer's ``episode_end``), and at the very
+first write. Each row's frame ring holds
 ``max_length + stack_size - 1`` frames, so the oldest stored step of a row
 still finds its ``stack_size - 1`` earlier frames: the buffer keeps behaving as
 ``capacity`` steps.
@@ -34,6 +35,7 @@ import numpy as np
 from recollect.errors import CheckpointError, InvalidArgumentError
 from recollect.specs import ArraySpec, FlatSpec
 from recollect.storage.compression.codecs import Codec
+from recollect.storage.episode_ends import EpisodeEnd
 from recollect.storage.frames.frame_compressed import CompressedFrameRing
 from recollect.storage.frames.frame_layout import FrameRing, lane_word, ring_length
 from recollect.storage.frames.frame_stack import FrameStack, resolve_frame_stacks
@@ -87,8 +89,8 @@ class FrameStackStorage:
         flat_spec: the flattened spec.
         num_envs, max_length: ring geometry of the buffer.
         stacks: ``{leaf index: FrameStack}``.
-        is_first, is_last: leaf indices of the top-level bool ``is_first`` /
-            ``is_last`` leaves (episode starts), or None.
+        is_first: leaf index of the top-level bool ``is_first`` leaf (episode starts), or None.
+        episode_end: the leaf marking episode ends (the next step starts one), or None.
         inner: constructor ``(flat_spec, num_envs, max_length, gatherer)`` of
             the plain-leaf ring (``RingStorage`` or a memmap partial).
         allocate: ``(name, shape, dtype) -> array`` for the frame rings.
@@ -106,7 +108,7 @@ class FrameStackStorage:
         max_length: int,
         stacks: dict[int, FrameStack],
         is_first: int | None,
-        is_last: int | None,
+        episode_end: EpisodeEnd | None,
         inner: Callable[..., Any] = RingStorage,
         allocate: Allocator = _zeros,
         gatherer: Gatherer | None = None,
@@ -119,7 +121,7 @@ class FrameStackStorage:
         self.num_envs = num_envs
         self.max_length = max_length
         self.gatherer = gatherer if gatherer is not None else Gatherer()
-        self._is_first, self._is_last = is_first, is_last
+        self._is_first, self._end = is_first, episode_end
         self.ring = _ring(flat_spec, max_length, stacks)
         placeholder = [
             ArraySpec((0,), d) if i in stacks else ArraySpec(s, d)
@@ -220,9 +222,9 @@ class FrameStackStorage:
         starts = np.zeros(len(rows), bool)
         if self._is_first is not None:
             starts |= np.asarray(leaves[self._is_first], bool)
-        if self._is_last is not None:
-            previous = self._inner.arrays[self._is_last]
-            starts |= previous[rows, (times - 1) % self.max_length]
+        if self._end is not None:
+            previous = self._inner.arrays[self._end.index][rows, (times - 1) % self.max_length]
+            starts |= self._end.flags(previous)
         return starts
 
     def _history_rows(self, rows: np.ndarray | None, times: Any, leaves: Sequence[Any]) -> None:
@@ -248,8 +250,9 @@ class FrameStackStorage:
         column += 1
         if self._is_first is not None:
             column[np.asarray(leaves[self._is_first], bool)] = 0
-        if self._is_last is not None:
-            column[self._inner.arrays[self._is_last][:, (t - 1) % self.max_length]] = 0
+        if self._end is not None:
+            previous = self._inner.arrays[self._end.index][:, (t - 1) % self.max_length]
+            column[self._end.flags(previous)] = 0
 
     def write(
         self,
