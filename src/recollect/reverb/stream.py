@@ -171,7 +171,7 @@ class WriterStream:
                 )
             ids.append(column.index)
             lengths.append(len(refs))
-        key = (table, tuple(ids), tuple(lengths), tuple(map(bool, squeeze)), per_step)
+        key = (table, tuple(ids), tuple(lengths), tuple(map(bool, squeeze)), per_step, False)
         if not self.runs or self.runs[-1][0] != key:
             self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
         run = self.runs[-1][1]
@@ -191,28 +191,23 @@ class WriterStream:
     ) -> None:
         """:meth:`create_item` of columns given as ``(column, first step, count)`` spans of
         consecutive steps (what history slices make): the same checks and queue, without
-        reading every reference."""
+        reading every reference (a run of such items keeps each item's first steps)."""
         if self.closed:
             raise InvalidArgumentError("the writer is closed; create a new one.")
-        ids: list[int] = []
-        lengths: list[int] = []
-        steps: list[int] = []
-        for i, (column, first, count) in enumerate(spans):
+        columns, firsts, counts = zip(*spans, strict=True)
+        for i, (column, first) in enumerate(zip(columns, firsts, strict=True)):
             if first < column.alive_from:
                 raise InvalidArgumentError(
                     f"Error in column {i}: Column contains expired data (references older "
                     f"than num_keep_alive_refs={column.keep} steps). Raise num_keep_alive_refs."
                 )
-            ids.append(column.index)
-            lengths.append(count)
-            steps.extend(range(first, first + count))
-        key = (table, tuple(ids), tuple(lengths), tuple(map(bool, squeeze)), False)
+        key = (table, columns, counts, tuple(squeeze), False, True)
         if not self.runs or self.runs[-1][0] != key:
             self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
         run = self.runs[-1][1]
         run["priorities"].append(float(priority))
         run["episodes"].append(self.episode)
-        run["steps"].extend(steps)
+        run["steps"].append(firsts)
         self.pending += 1
         if self.pending >= MAX_PENDING:
             self._send(None)
@@ -220,22 +215,26 @@ class WriterStream:
     def _groups(self, limit: int) -> list[dict[str, Any]]:
         """The first ``limit`` queued items as runs of one layout."""
         groups = []
-        for (table, ids, lengths, squeeze, per_step), full in self.runs:
+        for (table, ids, lengths, squeeze, per_step, spans), full in self.runs:
             if limit <= 0:
                 break
             n = min(limit, len(full["priorities"]))
             limit -= n
-            # a run's items have one layout: their steps are one [n, sum(lengths)] array
-            width = sum(lengths)
-            flat = np.array(full["steps"][: n * width], np.int64).reshape(n, width)
-            bounds = np.cumsum(lengths)[:-1].tolist()
+            if spans:  # ids are the columns; steps, each item's first step per column
+                firsts = np.array(full["steps"][:n], np.int64).reshape(n, len(ids))
+                ids = tuple(column.index for column in ids)
+                steps = [firsts[:, c, None] + np.arange(m) for c, m in enumerate(lengths)]
+            else:  # a run's items have one layout: their steps are one [n, sum(lengths)] array
+                width = sum(lengths)
+                flat = np.array(full["steps"][: n * width], np.int64).reshape(n, width)
+                steps = np.split(flat, np.cumsum(lengths)[:-1].tolist(), axis=1)
             groups.append(
                 {
                     "table": table,
                     "priorities": np.array(full["priorities"][:n], np.float64),
                     "episodes": np.array(full["episodes"][:n], np.int64),
                     "columns": list(ids),
-                    "steps": np.split(flat, bounds, axis=1),
+                    "steps": steps,
                     "squeeze": list(squeeze),
                     "per_step": per_step,
                 }
@@ -254,7 +253,7 @@ class WriterStream:
             else:
                 del run["priorities"][:count]
                 del run["episodes"][:count]
-                del run["steps"][: count * sum(key[2])]
+                del run["steps"][: count if key[5] else count * sum(key[2])]
                 count = 0
 
     def _send(self, timeout: float | None, limit: int | None = None) -> bool:

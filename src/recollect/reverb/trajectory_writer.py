@@ -173,6 +173,13 @@ class _ColumnHistory:
         return self._refs[i] if i >= 0 else None
 
     def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
+        if type(val) is slice and val.stop is None and val.step is None:
+            start, history = val.start, self._refs
+            if type(start) is int and -len(history) <= start < 0:  # [-n:], the common case
+                last: list[Any] = history[start:]
+                if None not in last:
+                    head = last[0]
+                    return _column(tuple(last), False, (head.owner, head.step, -start))
         if type(val) is slice:
             offset = self._offset
             start, stop, step = val.indices(len(self._refs) + offset)
@@ -222,6 +229,8 @@ class TrajectoryWriter(StreamWriter):
         self._last_order: list[int] | None = None
         # the keys of the last step when it was a flat dict of leaves, in column order
         self._dict_keys: list[Any] | None = None
+        self._item_keys: list[Any] | None = None  # the same, of the last item's trajectory
+        self._item_types: list[type] = []
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None or not issubclass(exc_type, ReverbError):
@@ -363,7 +372,22 @@ class TrajectoryWriter(StreamWriter):
             TypeError: a leaf that is not a TrajectoryColumn.
             SpecError (a ValueError): the trajectory does not match the table's signature.
         """
-        flat = _signature.flatten(trajectory)
+        keys = self._item_keys
+        flat = None
+        if keys is not None and type(trajectory) is dict and len(trajectory) == len(keys):
+            try:  # the last trajectory's flat dict: its leaves without optree
+                flat = [trajectory[k] for k in keys]
+            except KeyError:
+                pass
+            if flat is not None and list(map(type, flat)) != self._item_types:
+                flat = None  # a nested or other leaf: flatten it
+        if flat is None:
+            flat = _signature.flatten(trajectory)
+            self._item_keys = None
+            if type(trajectory) is dict and len(flat) == len(trajectory):
+                paths = optree.tree_paths(cast(Any, trajectory), none_is_leaf=True)
+                self._item_keys = [path[0] for path in paths]
+                self._item_types = [TrajectoryColumn] * len(flat)
         refs: list[tuple[CellRef, ...]] = []
         spans: list[tuple[Any, int, int]] | None = []
         squeeze: list[bool] = []
