@@ -154,10 +154,10 @@ class WriterStream:
                 raise InvalidArgumentError(
                     f"Column {i} of the trajectory is empty; every column needs a reference."
                 )
-            column = refs[0]._column
+            column = refs[0].owner
             first = len(steps)
             for ref in refs:  # one pass: the field of every reference, and its step
-                if ref._column is not column:
+                if ref.owner is not column:
                     raise InvalidArgumentError(
                         f"Column {i} of the trajectory mixes references of different appended "
                         "fields; recollect.reverb needs each trajectory column to come from one "

@@ -31,7 +31,9 @@ class TrajectoryColumn:
             or a None reference (a step where the field was not given).
     """
 
-    __slots__ = ("_refs", "_span", "is_squeezed")
+    # refs: the column's data references, oldest first; span: (stream column, first step,
+    # count) when they are consecutive steps of one column (history slices), else None
+    __slots__ = ("is_squeezed", "refs", "span")
 
     def __init__(
         self,
@@ -52,28 +54,23 @@ class TrajectoryColumn:
                 f"at path {path} got {list(refs)}. (The field was not appended at "
                 "every step of the slice.)"
             )
-        self._refs = cast("tuple[CellRef, ...]", refs)  # None was refused above
-        self._span: tuple[Any, int, int] | None = None  # see _column
+        self.refs = cast("tuple[CellRef, ...]", refs)  # None was refused above
+        self.span: tuple[Any, int, int] | None = None
         self.is_squeezed = squeeze
 
     def __len__(self) -> int:
-        return len(self._refs)
+        return len(self.refs)
 
     def __iter__(self) -> Iterator[CellRef]:
-        return iter(self._refs)
-
-    @property
-    def refs(self) -> tuple[CellRef, ...]:
-        """The column's data references, oldest first."""
-        return self._refs
+        return iter(self.refs)
 
     def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
         if is_int(val):
-            ref = self._refs[val]
+            ref = self.refs[val]
             return _column((ref,), True, (ref.owner, ref.step, 1))
         if isinstance(val, slice):
-            refs = self._refs[val]
-            span = self._span
+            refs = self.refs[val]
+            span = self.span
             if span is not None and val.step in (None, 1) and refs:
                 # consecutive references of one span are consecutive steps
                 span = (span[0], refs[0].step, len(refs))
@@ -81,18 +78,18 @@ class TrajectoryColumn:
                 span = None
             return _column(refs, False, span)
         if isinstance(val, list):
-            return TrajectoryColumn([self._refs[x] for x in val])
+            return TrajectoryColumn([self.refs[x] for x in val])
         raise TypeError(f"TrajectoryColumn indices must be integers or slices, not {type(val)}")
 
     @property
     def shape(self) -> tuple[int | None, ...]:
         if self.is_squeezed:
-            return tuple(self._refs[0].shape)
-        return (len(self._refs), *self._refs[0].shape)
+            return tuple(self.refs[0].shape)
+        return (len(self.refs), *self.refs[0].shape)
 
     @property
     def dtype(self) -> np.dtype:
-        return self._refs[0].dtype
+        return self.refs[0].dtype
 
     def numpy(self) -> np.ndarray:
         """The referenced values stacked (squeezed: the one value).
@@ -100,13 +97,13 @@ class TrajectoryColumn:
         Raises:
             RuntimeError: a reference has expired.
         """
-        if any(ref.expired for ref in self._refs):
+        if any(ref.expired for ref in self.refs):
             raise ReverbError(
                 "Cannot convert TrajectoryColumn with expired data references to numpy array."
             )
         if self.is_squeezed:
-            return self._refs[0].numpy()
-        return np.stack([ref.numpy() for ref in self._refs])
+            return self.refs[0].numpy()
+        return np.stack([ref.numpy() for ref in self.refs])
 
 
 def _column(
@@ -117,8 +114,8 @@ def _column(
     first step, count)`` when the references are consecutive steps of one stream column
     (a slice of one history), which lets ``create_item`` skip reading every reference."""
     column = object.__new__(TrajectoryColumn)
-    column._refs = refs
-    column._span = span
+    column.refs = refs
+    column.span = span
     column.is_squeezed = squeeze
     return column
 
@@ -395,13 +392,13 @@ class TrajectoryWriter(StreamWriter):
             if type(column) is not TrajectoryColumn and not isinstance(column, TrajectoryColumn):
                 refs = []
                 break
-            refs.append(column._refs)
+            refs.append(column.refs)
             squeeze.append(column.is_squeezed)
             if spans is not None:
-                if column._span is None:
+                if column.span is None:
                     spans = None
                 else:
-                    spans.append(column._span)
+                    spans.append(column.span)
         if not refs:
             raise TypeError(
                 f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}"
