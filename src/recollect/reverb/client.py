@@ -7,7 +7,7 @@ else a ``recollect.grpc`` channel. A client is picklable (its address).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -154,6 +154,34 @@ class Writer:
         self._stream.close()
 
 
+def _unstack(col: np.ndarray) -> list[np.ndarray]:
+    """``[col[0], col[1], ...]`` as arrays (a 1-d column gives 0-d arrays of its dtype)."""
+    if col.ndim > 1:
+        return list(col)  # views
+    if col.dtype.kind == "O":  # its items are bytes objects: keep the object dtype
+        return [np.asarray(x, col.dtype) for x in col]
+    return list(map(np.asarray, col))
+
+
+def _per_sample(groups: list[dict[str, Any]], k: int) -> Iterator[list[np.ndarray]]:
+    """The sampled batch's column groups split into ``k`` per-sample lists of arrays (views
+    of the batch arrays; a squeezed scalar column gives 0-d arrays), in batch order.
+
+    Lazily for one layout: each list is made as it is taken, so a consumer that drops its
+    samples keeps no batch of tracked objects alive (which made the cyclic GC promote them
+    and run full collections of 5-40 ms every few batches)."""
+    if len(groups) == 1 and len(groups[0]["index"]) == k:  # one layout: in batch order
+        columns = [_unstack(col) for col in groups[0]["columns"]]
+        if columns:
+            return map(list, zip(*columns, strict=True))
+    per_sample: list[list[np.ndarray]] = [[] for _ in range(k)]  # each set by one group
+    for group in groups:
+        columns = [_unstack(col) for col in group["columns"]]
+        for i, *row in zip(group["index"].tolist(), *columns, strict=True):
+            per_sample[i] = row
+    return iter(per_sample)
+
+
 class Client:
     """A client of the server at ``server_address`` (``"host:port"``)."""
 
@@ -283,25 +311,22 @@ class Client:
             info = out["info"]
             k = len(info["key"])
             left -= k
-            per_sample: list[list[np.ndarray]] = [[] for _ in range(k)]  # each set by one group
-            for group in out["groups"]:
-                columns = group["columns"]
-                for j, i in enumerate(group["index"].tolist()):
-                    per_sample[i] = [
-                        col[j] if col.ndim > 1 else np.asarray(col[j], col.dtype) for col in columns
-                    ]
-            keys, probs, sizes = (
+            infos = map(  # lazily, as _per_sample
+                SampleInfo,
                 info["key"].tolist(),
                 info["probability"].tolist(),
                 info["table_size"].tolist(),
+                info["priority"].tolist(),
+                info["times_sampled"].tolist(),
             )
-            prios, times = info["priority"].tolist(), info["times_sampled"].tolist()
-            for i in range(k):
-                si = SampleInfo(keys[i], probs[i], sizes[i], prios[i], times[i])
-                data = per_sample[i]
-                if not emit_timesteps:
-                    yield ReplaySample(si, unflatten(data))
-                    continue
+            datas = _per_sample(out["groups"], k)
+            if not emit_timesteps:
+                if signature:
+                    yield from map(ReplaySample, infos, map(unflatten, datas))
+                else:
+                    yield from map(ReplaySample, infos, datas)
+                continue
+            for si, data in zip(infos, datas, strict=True):
                 if len({col.shape[0] if col.ndim else -1 for col in data}) != 1 or any(
                     col.ndim == 0 for col in data
                 ):

@@ -24,7 +24,7 @@ from recollect.reverb import selection as _selection
 from recollect.reverb.errors import RateLimiterTimeoutError
 from recollect.reverb.limiter import LimiterState
 from recollect.reverb.rate_limiters import RateLimiter
-from recollect.reverb.store import ColumnStore
+from recollect.reverb.store import ColumnStore, lazy_zeros
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,12 @@ class Items:
         self.shift = max(1, int(n - 1).bit_length())
         self.cond = threading.Condition()
         self.key = np.full(n, -1, np.int64)
-        self.priority = np.zeros(n, np.float64)
-        self.times_sampled = np.zeros(n, np.int32)
-        self.seq = np.zeros(n, np.int64)
-        self.layout_of = np.zeros(n, np.int32)
-        self.episode = np.zeros(n, np.int64)
+        # the per-slot arrays take memory as slots are used (lazy_zeros)
+        self.priority = lazy_zeros((n,), np.float64)
+        self.times_sampled = lazy_zeros((n,), np.int32)
+        self.seq = lazy_zeros((n,), np.int64)
+        self.layout_of = lazy_zeros((n,), np.int32)
+        self.episode = lazy_zeros((n,), np.int64)
         self.free = np.arange(n - 1, -1, -1, dtype=np.int64)  # a stack: free[:n_free]
         self.n_free = n
         self.counter = 0
@@ -93,7 +94,8 @@ class Items:
         if layout not in self.layout_ids:
             self.layout_ids[layout] = len(self.layouts)
             self.layouts.append(layout)
-            self.rows.append(np.zeros((self.max_size, layout.width), np.int64))
+            # row indices of pools (< store.MAX_ROWS): int32 halves the index's bytes
+            self.rows.append(lazy_zeros((self.max_size, layout.width), np.int32))
         return self.layout_ids[layout]
 
     def _wait(self, ready, timeout_s: float | None, what: str) -> int:

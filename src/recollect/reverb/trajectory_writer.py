@@ -31,6 +31,10 @@ class TrajectoryColumn:
             or a None reference (a step where the field was not given).
     """
 
+    # refs: the column's data references, oldest first; span: (stream column, first step,
+    # count) when they are consecutive steps of one column (history slices), else None
+    __slots__ = ("is_squeezed", "refs", "span")
+
     def __init__(
         self,
         data_references: Sequence[CellRef | None],
@@ -50,38 +54,42 @@ class TrajectoryColumn:
                 f"at path {path} got {list(refs)}. (The field was not appended at "
                 "every step of the slice.)"
             )
-        self._refs = cast("tuple[CellRef, ...]", refs)  # None was refused above
+        self.refs = cast("tuple[CellRef, ...]", refs)  # None was refused above
+        self.span: tuple[Any, int, int] | None = None
         self.is_squeezed = squeeze
 
     def __len__(self) -> int:
-        return len(self._refs)
+        return len(self.refs)
 
     def __iter__(self) -> Iterator[CellRef]:
-        return iter(self._refs)
-
-    @property
-    def refs(self) -> tuple[CellRef, ...]:
-        """The column's data references, oldest first."""
-        return self._refs
+        return iter(self.refs)
 
     def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
         if is_int(val):
-            return TrajectoryColumn([self._refs[val]], squeeze=True)
+            ref = self.refs[val]
+            return _column((ref,), True, (ref.owner, ref.step, 1))
         if isinstance(val, slice):
-            return TrajectoryColumn(self._refs[val])
+            refs = self.refs[val]
+            span = self.span
+            if span is not None and val.step in (None, 1) and refs:
+                # consecutive references of one span are consecutive steps
+                span = (span[0], refs[0].step, len(refs))
+            else:
+                span = None
+            return _column(refs, False, span)
         if isinstance(val, list):
-            return TrajectoryColumn([self._refs[x] for x in val])
+            return TrajectoryColumn([self.refs[x] for x in val])
         raise TypeError(f"TrajectoryColumn indices must be integers or slices, not {type(val)}")
 
     @property
     def shape(self) -> tuple[int | None, ...]:
         if self.is_squeezed:
-            return tuple(self._refs[0].shape)
-        return (len(self._refs), *self._refs[0].shape)
+            return tuple(self.refs[0].shape)
+        return (len(self.refs), *self.refs[0].shape)
 
     @property
     def dtype(self) -> np.dtype:
-        return self._refs[0].dtype
+        return self.refs[0].dtype
 
     def numpy(self) -> np.ndarray:
         """The referenced values stacked (squeezed: the one value).
@@ -89,13 +97,27 @@ class TrajectoryColumn:
         Raises:
             RuntimeError: a reference has expired.
         """
-        if any(ref.expired for ref in self._refs):
+        if any(ref.expired for ref in self.refs):
             raise ReverbError(
                 "Cannot convert TrajectoryColumn with expired data references to numpy array."
             )
         if self.is_squeezed:
-            return self._refs[0].numpy()
-        return np.stack([ref.numpy() for ref in self._refs])
+            return self.refs[0].numpy()
+        return np.stack([ref.numpy() for ref in self.refs])
+
+
+def _column(
+    refs: tuple[CellRef, ...], squeeze: bool, span: tuple[Any, int, int] | None = None
+) -> TrajectoryColumn:
+    """A :class:`TrajectoryColumn` of references known to be valid (none None; one when
+    ``squeeze``), built without the checks of its constructor. ``span``: ``(stream column,
+    first step, count)`` when the references are consecutive steps of one stream column
+    (a slice of one history), which lets ``create_item`` skip reading every reference."""
+    column = object.__new__(TrajectoryColumn)
+    column.refs = refs
+    column.span = span
+    column.is_squeezed = squeeze
+    return column
 
 
 class _ColumnHistory:
@@ -111,9 +133,10 @@ class _ColumnHistory:
         return self._path
 
     def append(self, ref: CellRef | None) -> None:
-        self._refs.append(ref)
-        if len(self._refs) > self._size:
-            self._refs.pop(0)
+        refs = self._refs
+        refs.append(ref)
+        if len(refs) > self._size:
+            del refs[0]
             self._offset += 1
 
     def reset(self) -> None:
@@ -147,13 +170,23 @@ class _ColumnHistory:
         return self._refs[i] if i >= 0 else None
 
     def __getitem__(self, val: int | slice | list[int]) -> TrajectoryColumn:
+        if type(val) is slice and val.stop is None and val.step is None:
+            start, history = val.start, self._refs
+            if type(start) is int and -len(history) <= start < 0:  # [-n:], the common case
+                last: list[Any] = history[start:]
+                if None not in last:
+                    head = last[0]
+                    return _column(tuple(last), False, (head.owner, head.step, -start))
         if type(val) is slice:
-            start, stop, step = val.indices(len(self._refs) + self._offset)
-            first = start - self._offset
-            if step == 1 and first >= 0:  # every index inside the kept references
-                refs = self._refs[first : stop - self._offset]
-                if None not in refs:
-                    return TrajectoryColumn(refs)
+            offset = self._offset
+            start, stop, step = val.indices(len(self._refs) + offset)
+            if step == 1 and start >= offset:  # every index inside the kept references
+                refs = self._refs[start - offset : stop - offset]
+                if refs and None not in refs:
+                    # a history's non-None entries are consecutive steps of one column
+                    kept = cast("list[CellRef]", refs)
+                    first = kept[0]
+                    return _column(tuple(kept), False, (first.owner, first.step, len(kept)))
         path = (*self._path, val)
         if is_int(val):
             return TrajectoryColumn([self._one(int(val))], squeeze=True, path=path)
@@ -181,6 +214,7 @@ class TrajectoryWriter(StreamWriter):
     def __init__(self, stream: WriterStream, signatures: Any = None) -> None:
         super().__init__(stream)
         self._signatures = signatures  # callable table name -> columns, or None
+        self._expected: dict[str, Any] = {}  # its answers, by table
         self._structure: Any = None
         self._paths: dict[tuple, int] = {}
         self._columns: list[_ColumnHistory] = []
@@ -190,6 +224,10 @@ class TrajectoryWriter(StreamWriter):
         # the last appended structure and its leaves' columns (_SAME: leaf i is column i)
         self._last_treedef: Any = None
         self._last_order: list[int] | None = None
+        # the keys of the last step when it was a flat dict of leaves, in column order
+        self._dict_keys: list[Any] | None = None
+        self._item_keys: list[Any] | None = None  # the same, of the last item's trajectory
+        self._item_types: list[type] = []
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None or not issubclass(exc_type, ReverbError):
@@ -253,6 +291,7 @@ class TrajectoryWriter(StreamWriter):
         self._structure = _union(self._structure, data)
         self._history = None
         self._last_treedef = self._last_order = None
+        self._dict_keys = None
 
     def _flat_by_column(self, data: Any, leaves: list[Any], treedef: Any) -> list[Any]:
         """``leaves`` placed at their columns (a new structure: its columns are found, new
@@ -263,6 +302,12 @@ class TrajectoryWriter(StreamWriter):
         order = [self._paths[path] for path in paths]
         self._last_treedef = treedef
         self._last_order = _SAME if order == list(range(len(self._columns))) else order
+        if (
+            type(data) is dict
+            and self._last_order is _SAME
+            and treedef.num_leaves == treedef.num_nodes - 1 == len(data)
+        ):  # a flat dict of leaves: the next steps may take append's fast path
+            self._dict_keys = [path[0] for path in paths]
         flat: list[Any] = [None] * len(self._columns)
         for index, leaf in zip(order, leaves, strict=True):
             flat[index] = leaf
@@ -276,6 +321,18 @@ class TrajectoryWriter(StreamWriter):
                 ("Tensor of wrong dtype provided for column ('a',)...").
             InvalidArgumentError (a ValueError): a field given twice in one step.
         """
+        keys = self._dict_keys
+        if keys is not None and type(data) is dict and not (partial_step or self._open):
+            if len(data) == len(keys):  # the fast path: the last step's flat dict of leaves
+                try:
+                    leaves = [data[k] for k in keys]
+                except KeyError:
+                    leaves = None
+                whole = None if leaves is None else self._stream.append_whole(leaves)
+                if whole is not None:
+                    for column, cell in zip(self._columns, whole, strict=True):
+                        column.append(cell)
+                    return
         leaves, treedef = optree.tree_flatten(data, none_is_leaf=True)
         if treedef == self._last_treedef and self._last_order is not None:
             flat = leaves if self._last_order is _SAME else [None] * len(self._columns)
@@ -292,13 +349,18 @@ class TrajectoryWriter(StreamWriter):
                         "step by previous (partial) append call and thus must be omitted or "
                         f"set to None but got: {value}"
                     )
-        refs = self._append(flat, partial_step, lambda i: _path_text(self._columns[i].path()))
-        for column, ref in zip(self._columns, refs, strict=True):
-            if not self._open:
+        refs = self._append(flat, partial_step, self._column_name)
+        if self._open:
+            for column, ref in zip(self._columns, refs, strict=True):
+                if ref is not None:
+                    column.set_last(ref)
+        else:
+            for column, ref in zip(self._columns, refs, strict=True):
                 column.append(ref)
-            elif ref is not None:
-                column.set_last(ref)
         self._open = partial_step
+
+    def _column_name(self, index: int) -> str:
+        return _path_text(self._columns[index].path())
 
     def create_item(self, table: str, priority: float, trajectory: Any) -> None:
         """Queues an item of ``trajectory`` (a nest of :class:`TrajectoryColumn`) for ``table``.
@@ -307,21 +369,50 @@ class TrajectoryWriter(StreamWriter):
             TypeError: a leaf that is not a TrajectoryColumn.
             SpecError (a ValueError): the trajectory does not match the table's signature.
         """
-        flat = _signature.flatten(trajectory)
-        if not flat or not all(isinstance(c, TrajectoryColumn) for c in flat):
+        keys = self._item_keys
+        flat = None
+        if keys is not None and type(trajectory) is dict and len(trajectory) == len(keys):
+            try:  # the last trajectory's flat dict: its leaves without optree
+                flat = [trajectory[k] for k in keys]
+            except KeyError:
+                pass
+            if flat is not None and list(map(type, flat)) != self._item_types:
+                flat = None  # a nested or other leaf: flatten it
+        if flat is None:
+            flat = _signature.flatten(trajectory)
+            self._item_keys = None
+            if type(trajectory) is dict and len(flat) == len(trajectory):
+                paths = optree.tree_paths(cast(Any, trajectory), none_is_leaf=True)
+                self._item_keys = [path[0] for path in paths]
+                self._item_types = [TrajectoryColumn] * len(flat)
+        refs: list[tuple[CellRef, ...]] = []
+        spans: list[tuple[Any, int, int]] | None = []
+        squeeze: list[bool] = []
+        for column in flat:
+            if type(column) is not TrajectoryColumn and not isinstance(column, TrajectoryColumn):
+                refs = []
+                break
+            refs.append(column.refs)
+            squeeze.append(column.is_squeezed)
+            if spans is not None:
+                if column.span is None:
+                    spans = None
+                else:
+                    spans.append(column.span)
+        if not refs:
             raise TypeError(
                 f"All leaves of `trajectory` must be `TrajectoryColumn` but got {trajectory}"
             )
         if self._signatures is not None:
-            expected = self._signatures(table)
+            if table not in self._expected:
+                self._expected[table] = self._signatures(table)
+            expected = self._expected[table]
             if expected is not None:
                 _signature.check_item(table, expected, [(c.dtype, c.shape) for c in flat])
-        self._stream.create_item(
-            table,
-            priority,
-            [c.refs for c in flat],
-            [c.is_squeezed for c in flat],
-        )
+        if spans is not None:
+            self._stream.create_span_item(table, priority, spans, squeeze)
+        else:
+            self._stream.create_item(table, priority, refs, squeeze)
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Flushes, starts a new episode; ``clear_buffers`` also empties the history."""
