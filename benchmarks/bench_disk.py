@@ -98,12 +98,19 @@ def status() -> dict[str, int]:
     return out
 
 
-def fill(buf: rc.ReplayBuffer, pool: Pool, steps: int, start: int = 0) -> tuple[np.ndarray, dict]:
-    """Adds ``steps // E`` batches; returns (seconds of each add_batch ``[2, calls]``: wall
-    time and this thread's CPU time, peak VmRSS and peak RssAnon, sampled every 4096 calls)."""
+def fill(
+    buf: rc.ReplayBuffer, pool: Pool, steps: int, start: int = 0, seconds: float = np.inf
+) -> tuple[np.ndarray, dict]:
+    """Adds ``steps // E`` batches (fewer if ``seconds`` of wall time pass first); returns
+    (seconds of each add_batch ``[2, calls]``: wall time and this thread's CPU time, peak
+    VmRSS and peak RssAnon, sampled every 4096 calls)."""
     spent = np.empty((2, steps // E))
     peak = {"VmRSS": 0, "RssAnon": 0}
+    until = time.perf_counter() + seconds
     for t in range(start, start + steps // E):
+        if t % 4096 == 0 and time.perf_counter() > until:
+            spent = spent[:, : t - start]
+            break
         b = pool.batch(t)
         c0 = time.thread_time()
         t0 = time.perf_counter()
@@ -152,7 +159,7 @@ def per_game(buf: rc.ReplayBuffer, capacity: int) -> str:
     steps = min(capacity, lengths.shape[1])
     game = (np.arange(steps) // RECORDED) % len(GAMES)
     total = np.bincount(game, lengths[:, :steps].sum(0), minlength=len(GAMES))
-    count = np.bincount(game, minlength=len(GAMES)) * lengths.shape[0]
+    count = np.bincount(game, (lengths[:, :steps] > 0).sum(0), minlength=len(GAMES))
     means = total / np.maximum(count, 1)
     return ", ".join(f"{g} {m:,.0f}" for g, m in zip(GAMES, means, strict=True))
 
@@ -213,6 +220,12 @@ def main() -> None:
     p.add_argument("--dir", default=None, help="where the buffer directory goes (default: tmp)")
     p.add_argument("--level", type=int, default=1, help="zstd level of the frames (default 1)")
     p.add_argument("--no-ram", action="store_true", help="skip the same buffer in RAM")
+    p.add_argument(
+        "--fill-seconds",
+        type=float,
+        default=np.inf,
+        help="stop filling the disk buffer after this many seconds (wall)",
+    )
     p.add_argument("--save-calls", default=None, help="save the disk add_batch times (.npy)")
     p.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -235,7 +248,10 @@ def main() -> None:
     try:
         rss0 = status()
         disk = make(capacity, directory)
-        add_s, peak = fill(disk, pool, capacity)
+        add_s, peak = fill(disk, pool, capacity, seconds=a.fill_seconds)
+        added = add_s.shape[1] * E
+        if added < capacity:
+            print(f"filled {added:,} of {capacity:,} steps in --fill-seconds {a.fill_seconds:,.0f}")
         if a.save_calls:
             np.save(a.save_calls, add_s)
         disk.flush()
@@ -260,7 +276,7 @@ def main() -> None:
             ("disk: directory bytes (allocated) (MiB)", f"{d_bytes / 2**20:,.1f}"),
             ("disk: block file / live compressed bytes",
              f"{blocks / 2**20:,.1f} / {live / 2**20:,.1f} MiB = {blocks / live:.2f}x"),
-            ("disk: bytes per stored step", f"{d_bytes / capacity:,.0f}"),
+            ("disk: bytes per stored step", f"{d_bytes / added:,.0f}"),
         ]  # fmt: skip
         disk.close()
         del disk, store
@@ -269,7 +285,7 @@ def main() -> None:
         t0 = time.perf_counter()
         subprocess.run(
             [sys.executable, __file__, "--level", str(LEVEL), "--child", str(directory),
-             str(capacity), "200", str(capacity // E)],
+             str(capacity), "200", str(added // E)],
             check=False,
         )  # fmt: skip
         child_s = time.perf_counter() - t0
