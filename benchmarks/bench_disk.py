@@ -72,6 +72,8 @@ class Pool:
         }
 
 
+#: add_batch calls between progress lines (stderr) while filling
+PROGRESS = 125_000
 #: zstd level of the stored frames (``--level``)
 LEVEL = 1
 
@@ -96,30 +98,70 @@ def status() -> dict[str, int]:
     return out
 
 
-def fill(buf: rc.ReplayBuffer, pool: Pool, steps: int, start: int = 0) -> tuple[np.ndarray, dict]:
-    """Adds ``steps // E`` batches; returns (seconds of each add_batch, peak VmRSS and
-    peak RssAnon, sampled every 4096 calls)."""
-    spent = np.empty(steps // E)
+def fill(
+    buf: rc.ReplayBuffer, pool: Pool, steps: int, start: int = 0, seconds: float = np.inf
+) -> tuple[np.ndarray, dict]:
+    """Adds ``steps // E`` batches (fewer if ``seconds`` of wall time pass first); returns
+    (seconds of each add_batch ``[2, calls]``: wall time and this thread's CPU time, peak
+    VmRSS and peak RssAnon, sampled every 4096 calls)."""
+    spent = np.empty((2, steps // E))
     peak = {"VmRSS": 0, "RssAnon": 0}
+    until = time.perf_counter() + seconds
     for t in range(start, start + steps // E):
+        if t % 4096 == 0 and time.perf_counter() > until:
+            spent = spent[:, : t - start]
+            break
         b = pool.batch(t)
+        c0 = time.thread_time()
         t0 = time.perf_counter()
         buf.add_batch(b)
-        spent[t - start] = time.perf_counter() - t0
+        spent[0, t - start] = time.perf_counter() - t0
+        spent[1, t - start] = time.thread_time() - c0
         if t % 4096 == 0:
             now = status()
             peak = {k: max(v, now[k]) for k, v in peak.items()}
+        if (t - start + 1) % PROGRESS == 0:
+            done = spent[:, : t - start + 1].sum(1)
+            print(f"  {(t - start + 1) * E:,} steps: {(t - start + 1) * E / done[0]:,.0f} steps/s "
+                  f"wall, {(t - start + 1) * E / done[1]:,.0f} CPU; VmRSS {now['VmRSS'] >> 20} "
+                  f"MiB, RssAnon {now['RssAnon'] >> 20} MiB; load {os.getloadavg()[0]:.1f}",
+                  file=sys.stderr, flush=True)  # fmt: skip
     now = status()
     return spent, {k: max(v, now[k]) for k, v in peak.items()}
 
 
-def add_rates(spent: np.ndarray) -> str:
-    """Steps/s over all add_batch time, and at the median call (on a shared machine the
-    total includes time the process was descheduled: see the p99 call)."""
-    return (
-        f"{E * len(spent) / spent.sum():,.0f} (median call {np.median(spent) * 1e6:,.0f} us "
-        f"= {E / np.median(spent):,.0f}; p99 {np.quantile(spent, 0.99) * 1e6:,.0f} us)"
-    )
+def add_rates(spent: np.ndarray) -> list[tuple[str, str]]:
+    """Rows of add_batch steps/s over all calls (wall time, and CPU time: on a shared
+    machine the wall total includes time the process was descheduled) and the per-call
+    distribution: p50 / p99 / max and the three slowest calls."""
+    rows = []
+    for name, x in (("wall", spent[0]), ("CPU", spent[1])):
+        p50, p99 = np.quantile(x, [0.5, 0.99]) * 1e6
+        rows.append((
+            f"add_batch steps/s over all calls, {name} time",
+            f"{E * len(x) / x.sum():,.0f} (p50 call {p50:,.0f} us = {E / p50 * 1e6:,.0f}/s; "
+            f"p99 {p99:,.0f} us; max {x.max() * 1e6:,.0f} us; calls > 1 ms: "
+            f"{np.count_nonzero(x > 1e-3):,} of {len(x):,}, {x[x > 1e-3].sum() / x.sum():.0%} "
+            "of the time)",
+        ))  # fmt: skip
+    for name, x in (("wall", spent[0]), ("CPU", spent[1])):
+        slow = np.argsort(x)[::-1][:4]
+        rows.append((
+            f"slowest add_batch calls by {name} time: call (wall / CPU ms)",
+            ", ".join(f"#{i} ({spent[0, i] * 1e3:,.1f} / {spent[1, i] * 1e3:,.1f})" for i in slow),
+        ))  # fmt: skip
+    return rows
+
+
+def per_game(buf: rc.ReplayBuffer, capacity: int) -> str:
+    """Mean compressed bytes of a stored frame, by game (slot ``t`` holds step ``t``)."""
+    lengths = compressed_store(buf).lengths.astype(np.int64)
+    steps = min(capacity, lengths.shape[1])
+    game = (np.arange(steps) // RECORDED) % len(GAMES)
+    total = np.bincount(game, lengths[:, :steps].sum(0), minlength=len(GAMES))
+    count = np.bincount(game, (lengths[:, :steps] > 0).sum(0), minlength=len(GAMES))
+    means = total / np.maximum(count, 1)
+    return ", ".join(f"{g} {m:,.0f}" for g, m in zip(GAMES, means, strict=True))
 
 
 def learner_step(buf: rc.ReplayBuffer, rng: np.random.Generator):
@@ -178,6 +220,13 @@ def main() -> None:
     p.add_argument("--dir", default=None, help="where the buffer directory goes (default: tmp)")
     p.add_argument("--level", type=int, default=1, help="zstd level of the frames (default 1)")
     p.add_argument("--no-ram", action="store_true", help="skip the same buffer in RAM")
+    p.add_argument(
+        "--fill-seconds",
+        type=float,
+        default=np.inf,
+        help="stop filling the disk buffer after this many seconds (wall)",
+    )
+    p.add_argument("--save-calls", default=None, help="save the disk add_batch times (.npy)")
     p.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     global LEVEL
@@ -195,10 +244,16 @@ def main() -> None:
           f"{LEVEL}, Prioritized, sequence_length 2)")  # fmt: skip
     print(f"frames: {len(GAMES)} games x {RECORDED} steps x {E} envs, cycled; RSS rows are "
           "deltas over the process before the buffer (which holds the recorded pool)")  # fmt: skip
+    print(f"load average at start: {os.getloadavg()}")
     try:
         rss0 = status()
         disk = make(capacity, directory)
-        add_s, peak = fill(disk, pool, capacity)
+        add_s, peak = fill(disk, pool, capacity, seconds=a.fill_seconds)
+        added = add_s.shape[1] * E
+        if added < capacity:
+            print(f"filled {added:,} of {capacity:,} steps in --fill-seconds {a.fill_seconds:,.0f}")
+        if a.save_calls:
+            np.save(a.save_calls, add_s)
         disk.flush()
         warm = time_steps(learner_step(disk, rng), a.calls)
         after = status()
@@ -208,8 +263,8 @@ def main() -> None:
         store = compressed_store(disk)
         d_bytes, live = disk_bytes(directory), store.stored_bytes
         blocks = store.arena.disk_bytes
-        rows = [
-            ("disk: add_batch steps/s", add_rates(add_s)),
+        rows = [(f"disk: {k}", v) for k, v in add_rates(add_s)] + [
+            ("disk: compressed bytes per frame by game", per_game(disk, capacity)),
             ("disk: learner step, cache warm (us)", f"{warm * 1e6:,.0f}"),
             ("disk: learner step, cache dropped (us)", f"{cold * 1e6:,.0f}"),
             ("disk: peak VmRSS / RssAnon adding, delta (MiB)",
@@ -221,7 +276,7 @@ def main() -> None:
             ("disk: directory bytes (allocated) (MiB)", f"{d_bytes / 2**20:,.1f}"),
             ("disk: block file / live compressed bytes",
              f"{blocks / 2**20:,.1f} / {live / 2**20:,.1f} MiB = {blocks / live:.2f}x"),
-            ("disk: bytes per stored step", f"{d_bytes / capacity:,.0f}"),
+            ("disk: bytes per stored step", f"{d_bytes / added:,.0f}"),
         ]  # fmt: skip
         disk.close()
         del disk, store
@@ -230,7 +285,7 @@ def main() -> None:
         t0 = time.perf_counter()
         subprocess.run(
             [sys.executable, __file__, "--level", str(LEVEL), "--child", str(directory),
-             str(capacity), "200", str(capacity // E)],
+             str(capacity), "200", str(added // E)],
             check=False,
         )  # fmt: skip
         child_s = time.perf_counter() - t0
@@ -260,7 +315,7 @@ def main() -> None:
         ram_store = compressed_store(ram)
         ram_status = status()
         rows += [
-            ("RAM: add_batch steps/s", add_rates(ram_add_s)),
+            *((f"RAM: {k}", v) for k, v in add_rates(ram_add_s)),
             ("RAM: learner step (us)", f"{ram_warm * 1e6:,.0f}"),
             ("RAM: arena bytes / live compressed bytes (MiB)",
              f"{ram_store.arena.nbytes / 2**20:,.1f} / {ram_store.stored_bytes / 2**20:,.1f}"),
@@ -275,6 +330,7 @@ def main() -> None:
         ]  # fmt: skip
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        rows.append(("load average at the end (1, 5, 15 min)", f"{os.getloadavg()}"))
         width = max(len(r[0]) for r in rows) if rows else 0
         for name, value in rows:
             print(f"{name:<{width}}  {value}")
