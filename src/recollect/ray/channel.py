@@ -45,7 +45,7 @@ This module is the writer's end (:class:`ChunkChannel`); the shard's end is
 
 from __future__ import annotations
 
-import select
+import selectors
 import socket
 import time
 from typing import Any
@@ -151,8 +151,9 @@ class ChunkChannel:
 
     def __init__(self, address: str, token: bytes, timeout: float = CONNECT_TIMEOUT_S) -> None:
         self._sock = _connect(address, token, timeout)
-        self._poll = select.poll()  # registered once: a wait with a timeout builds nothing
-        self._poll.register(self._sock, select.POLLIN)
+        # registered once: a wait with a timeout builds nothing
+        self._readable = selectors.DefaultSelector()
+        self._readable.register(self._sock, selectors.EVENT_READ)
         self._sent = 0
         self._read = 0
         self._answers: dict[int, bytes | bytearray] = {}
@@ -188,7 +189,7 @@ class ChunkChannel:
         """Reads acknowledgements until chunk ``number``'s arrived; False after ``timeout`` s.
 
         Answers are read in blocks of what has arrived (several at once when the shard
-        answered several chunks), without a wait that builds a selector per call.
+        answered several chunks); a wait with a timeout uses the channel's one selector.
 
         Raises:
             EOFError, OSError: the listener's process is gone.
@@ -199,7 +200,7 @@ class ChunkChannel:
             if answer is None:
                 if deadline is not None:
                     remaining = max(deadline - time.monotonic(), 0.0)
-                    if not self._poll.poll(remaining * 1000.0):
+                    if not self._readable.select(remaining):
                         return False
                 data = self._sock.recv(_READ_BYTES)
                 if not data:
@@ -216,4 +217,5 @@ class ChunkChannel:
 
     def close(self) -> None:
         """Closes the connection (chunks not yet read by the shard may be lost)."""
+        self._readable.close()
         self._sock.close()
