@@ -16,6 +16,7 @@ import pytest
 import recollect as rc
 from recollect.errors import RateLimiterTimeout, ShapeError, StateError
 from recollect.ray.channel import ChunkChannel, ChunkListener
+from recollect.ray.channel_wire import recv_frame, send_frame
 from recollect.service.shard import Shard
 from recollect.service.wire import codec
 from recollect.service.wire import requests as rq
@@ -179,4 +180,57 @@ def test_an_error_of_a_type_the_wire_does_not_know_comes_back_as_a_state_error(
         answer(channel, send(channel, lease_id, chunk(0), None))
     monkeypatch.undo()
     assert answer(channel, send(channel, lease_id, chunk(0), None)) == ENVS * T  # still serving
+    channel.close()
+
+
+class _Trickle:
+    """A socket stand-in whose ``sendmsg`` takes at most ``step`` bytes a call."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.data = step, bytearray()
+
+    def sendmsg(self, views) -> int:
+        room = self.step
+        for view in views:
+            part = bytes(view[:room])
+            self.data += part
+            room -= len(part)
+            if not room:
+                break
+        return self.step - room
+
+
+@pytest.mark.parametrize("step", [1, 3, 8, 1000])
+def test_a_frame_the_socket_takes_in_pieces_arrives_whole(step: int) -> None:
+    parts = [b"RCW1", memoryview(np.arange(5, dtype=np.float32)), b"", b"xyz"]
+    sock = _Trickle(step)
+    send_frame(sock, parts)
+    payload = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+    assert bytes(sock.data) == struct.pack("!i", len(payload)) + payload
+    left, right = socket.socketpair()
+    with left, right:
+        left.sendall(bytes(sock.data))
+        assert recv_frame(right) == payload
+
+
+def test_frames_of_the_long_header_are_read_and_a_cut_frame_raises_eof() -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        # multiprocessing.connection's header of a frame over 2 GiB: -1, then 8 bytes
+        left.sendall(struct.pack("!i", -1) + struct.pack("!Q", 3) + b"abc")
+        assert recv_frame(right) == b"abc"
+        left.sendall(struct.pack("!i", 10) + b"cut")
+        left.close()
+        with pytest.raises(EOFError, match="3 bytes into a 10-byte read"):
+            recv_frame(right)
+
+
+def test_answers_that_arrive_together_are_each_read_once(served) -> None:
+    _shard, listener, lease_id = served
+    channel = ChunkChannel(listener.address, listener.token)
+    numbers = [send(channel, lease_id, chunk(k), None) for k in range(5)]
+    time.sleep(0.3)  # the five answers wait in the socket: one read takes them all
+    assert channel.ready(numbers[-1], 0.0)
+    assert [channel.result(n) for n in numbers] == [ENVS * T] * 5
+    assert not channel.ready(numbers[-1] + 1, 0.05)  # nothing more came
     channel.close()

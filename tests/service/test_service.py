@@ -21,6 +21,7 @@ from recollect.errors import (
     StateError,
 )
 from recollect.service import Server
+from recollect.specs import FlatSpec
 
 SPEC = {"obs": rc.ArraySpec((3,), np.float32), "is_last": rc.ArraySpec((), bool)}
 
@@ -69,6 +70,36 @@ def test_add_of_a_single_env_writer_and_its_refusal_with_several() -> None:
     one.close()
     client.writer("t", 1)  # the released row passes on
     two.close()
+
+
+def test_a_sent_chunk_is_the_shards_own_copy_unchanged_by_later_steps() -> None:
+    """The writer refills one time-major buffer: each chunk it sends is a new row-major
+    copy ``[num_envs, steps, ...]``, which later steps and the caller's arrays leave alone."""
+    from recollect.service.wire.endpoint import LocalEndpoint
+
+    client = Server({"t": rc.ReplayBuffer(SPEC, 400, 2)}).client()
+    writer = client.writer("t", 2, chunk_length=3)
+    kept: list = []
+
+    class Keeping(LocalEndpoint):  # keeps each chunk's leaves as a transport might
+        def send(self, request):
+            kept.append(getattr(request, "leaves", None))
+            return super().send(request)
+
+    writer._endpoint = Keeping(writer._endpoint.shard_object)
+    step = steps(0.0, 2)
+    for i in range(7):
+        step["obs"][:] = i  # the caller reuses its arrays
+        writer.add_batch(step)
+    writer.flush()
+    at = list(FlatSpec(SPEC).paths).index("obs")
+    obs = [leaves[at] for leaves in kept if leaves is not None]
+    assert [o.shape for o in obs] == [(2, 3, 3), (2, 3, 3), (2, 1, 3)]
+    assert all(o.flags.c_contiguous for o in obs)
+    for k, o in enumerate(obs):
+        want = np.arange(3 * k, min(3 * k + 3, 7), dtype=np.float32)
+        np.testing.assert_array_equal(o, np.broadcast_to(want[None, :, None], o.shape))
+    writer.close()
 
 
 def _error(call) -> BaseException:

@@ -15,8 +15,10 @@ is the writer's end: one connection per writer lease, bounded by the writer's
 in-flight limit.
 Messages are packed by :mod:`recollect.service.wire.codec` (header values and raw
 array buffers, no pickle) in :mod:`multiprocessing.connection`'s length-prefixed
-framing; a message cut short by a dying writer is never decoded, so a chunk is
-stored whole or not at all.
+framing, written and read on the sockets themselves (:mod:`recollect.ray.channel_wire`:
+a chunk's parts go out in one ``sendmsg``, unjoined, and are read into one buffer that
+the shard decodes in place); a message cut short by a dying writer is never decoded, so
+a chunk is stored whole or not at all.
 
 A connection is accepted only after it sends the listener's ``token`` (random,
 32 bytes) as its first message: whoever may call the shard (through Ray) learns
@@ -43,12 +45,18 @@ This module is the writer's end (:class:`ChunkChannel`); the shard's end is
 
 from __future__ import annotations
 
+import selectors
 import socket
 import time
-from multiprocessing.connection import Connection
 from typing import Any
 
-from recollect.ray.channel_wire import ACCEPTED, HELLO, TRANSPORT_ERRORS
+from recollect.ray.channel_wire import (
+    ACCEPTED,
+    HEADER,
+    HELLO,
+    TRANSPORT_ERRORS,
+    send_frame,
+)
 from recollect.ray.listener import (
     EVICTION_GRACE_S,
     HANDSHAKE_TIMEOUT_S,
@@ -70,6 +78,8 @@ __all__ = [
 
 #: seconds a writer waits to connect and be accepted (ChunkChannel's default)
 CONNECT_TIMEOUT_S = 5.0
+#: bytes a writer reads of its answers at once (each about a hundred)
+_READ_BYTES = 1 << 16
 
 
 def _connect(address: str, token: bytes, timeout: float) -> socket.socket:
@@ -140,10 +150,14 @@ class ChunkChannel:
     """
 
     def __init__(self, address: str, token: bytes, timeout: float = CONNECT_TIMEOUT_S) -> None:
-        self._conn = Connection(_connect(address, token, timeout).detach())
+        self._sock = _connect(address, token, timeout)
+        # registered once: a wait with a timeout builds nothing
+        self._readable = selectors.DefaultSelector()
+        self._readable.register(self._sock, selectors.EVENT_READ)
         self._sent = 0
         self._read = 0
-        self._answers: dict[int, bytes] = {}
+        self._answers: dict[int, bytes | bytearray] = {}
+        self._inbox = bytearray()  # answer bytes read and not yet taken (acks are small)
 
     def send_request(self, request: Request[Any]) -> int:
         """Sends ``request`` (applied to the shard in the order sent); returns its number.
@@ -151,23 +165,49 @@ class ChunkChannel:
         Raises:
             OSError: the listener's process is gone.
         """
-        self._conn.send_bytes(codec.packed(request))
+        send_frame(self._sock, codec.pack(request))
         number = self._sent
         self._sent += 1
         return number
 
+    def _answer(self) -> bytes | bytearray | None:
+        """The next whole answer already read, or None."""
+        inbox = self._inbox
+        if len(inbox) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(inbox)
+        if size < 0:  # the listener frames answers of a few hundred bytes
+            raise OSError(f"an answer's frame header announced {size} bytes: not this channel")
+        end = HEADER.size + size
+        if len(inbox) < end:
+            return None
+        answer = inbox[HEADER.size : end]
+        del inbox[:end]
+        return answer
+
     def ready(self, number: int, timeout: float | None = None) -> bool:
         """Reads acknowledgements until chunk ``number``'s arrived; False after ``timeout`` s.
+
+        Answers are read in blocks of what has arrived (several at once when the shard
+        answered several chunks); a wait with a timeout uses the channel's one selector.
 
         Raises:
             EOFError, OSError: the listener's process is gone.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._read <= number:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            if not self._conn.poll(remaining):
-                return False
-            self._answers[self._read] = self._conn.recv_bytes()
+            answer = self._answer()
+            if answer is None:
+                if deadline is not None:
+                    remaining = max(deadline - time.monotonic(), 0.0)
+                    if not self._readable.select(remaining):
+                        return False
+                data = self._sock.recv(_READ_BYTES)
+                if not data:
+                    raise EOFError("the chunk listener closed the connection")
+                self._inbox += data
+                continue
+            self._answers[self._read] = answer
             self._read += 1
         return True
 
@@ -177,4 +217,5 @@ class ChunkChannel:
 
     def close(self) -> None:
         """Closes the connection (chunks not yet read by the shard may be lost)."""
-        self._conn.close()
+        self._readable.close()
+        self._sock.close()

@@ -35,7 +35,6 @@ import sys
 import tempfile
 import threading
 import time
-from multiprocessing.connection import Connection
 from typing import cast
 
 from recollect.ray.channel_wire import (
@@ -43,6 +42,8 @@ from recollect.ray.channel_wire import (
     HELLO,
     TOKEN_BYTES,
     TRANSPORT_ERRORS,
+    recv_frame,
+    send_frame,
 )
 from recollect.service.wire import codec
 from recollect.service.wire.protocol import ShardProtocol
@@ -256,14 +257,13 @@ class ChunkListener:
         try:
             sock.setblocking(True)
             sock.sendall(ACCEPTED)
-            conn = Connection(sock.detach())
         except OSError:
             sock.close()
             return
         try:
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
         except Exception:  # no thread to be had: the writer falls back to Ray calls
-            conn.close()
+            sock.close()
 
     def _drop(self, sock: socket.socket) -> None:
         self._pending.pop(sock, None)
@@ -271,11 +271,11 @@ class ChunkListener:
             self._selector.unregister(sock)
         sock.close()
 
-    def _serve(self, conn: Connection) -> None:
-        with conn:
+    def _serve(self, sock: socket.socket) -> None:
+        with sock:
             try:
-                while True:
-                    conn.send_bytes(codec.respond(self.shard, conn.recv_bytes()))
+                while True:  # each chunk read into a buffer of its own, decoded in place
+                    send_frame(sock, [codec.respond(self.shard, recv_frame(sock))])
             except TRANSPORT_ERRORS:  # the writer closed or died; nothing half-read is stored
                 return
 

@@ -26,11 +26,13 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import json
+import json.encoder
+import json.scanner
 import struct
 import sys
 from collections import namedtuple
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -52,6 +54,30 @@ _LENGTH = struct.Struct("<Q")
 _ALIGN = 8
 #: one encoder for every header (``json.dumps`` with arguments builds a new one per call)
 _JSON = json.JSONEncoder(separators=(",", ":"))
+#: the C function ``_JSON.encode`` builds anew for each call (most of what a small header's
+#: encoding costs), built once; None where the C accelerator is missing.
+#: No circular-reference check: the tree :class:`_Encoder` builds is new and acyclic.
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODE: Any = (
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(
+        None,  # markers: no circular check
+        _JSON.default,
+        json.encoder.encode_basestring_ascii,
+        None,  # indent
+        ":",
+        ",",
+        False,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan: NaN and infinities travel (as json.dumps writes them)
+    )
+)
+#: ``json.loads`` without its per-call work on bytes (encoding detection, whitespace regex)
+_SCAN: Any = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
+#: dtypes by their ``str`` (parsing one costs about 1 us; a peer sends few kinds)
+_DTYPES: dict[str, np.dtype] = {}
+_MAX_DTYPES = 256
 
 
 class CodecError(StateError):
@@ -166,6 +192,39 @@ def _namedtuple(module: str, name: str, fields: list[str]) -> Any:
     return namedtuple(name.rsplit(".", 1)[-1], fields)
 
 
+def _dtype(name: Any) -> np.dtype:
+    """``np.dtype(name)``, cached for str names."""
+    dtype = _DTYPES.get(name) if type(name) is str else None
+    if dtype is None:
+        dtype = np.dtype(name)
+        if type(name) is str and len(_DTYPES) < _MAX_DTYPES:
+            _DTYPES[name] = dtype
+    return dtype
+
+
+def _dumps(tree: Any) -> bytes:
+    """``tree`` (of JSON types) as compact ASCII JSON, as ``_JSON.encode`` writes it."""
+    if _C_ENCODE is None:
+        return _JSON.encode(tree).encode()
+    return "".join(_C_ENCODE(tree, 0)).encode()
+
+
+def _loads(header: bytes | memoryview) -> Any:
+    """The JSON value of ``header`` (UTF-8), as ``json.loads`` reads it.
+
+    Raises:
+        ValueError: not one JSON value (StopIteration of an empty one included).
+    """
+    text = str(header, "utf-8")
+    try:
+        tree, end = _SCAN(text, 0)
+    except StopIteration as err:
+        raise ValueError(f"Expecting value at {err.value}") from None
+    if end != len(text) and text[end:].strip():
+        raise ValueError(f"Extra data at {end}")
+    return tree
+
+
 class _Decoder:
     def __init__(self, buffers: Sequence[Any]) -> None:
         self.buffers = buffers
@@ -178,7 +237,7 @@ class _Decoder:
         kind = value.get("$t")
         try:
             if kind == "nd":
-                dtype = np.dtype(value["d"])
+                dtype = _dtype(value["d"])
                 if dtype.hasobject:
                     raise CodecError(f"an array of dtype {dtype} (Python objects)")
                 data = self.buffers[value["b"]]
@@ -188,9 +247,9 @@ class _Decoder:
             if kind == "tuple":
                 return tuple(self(v) for v in value["v"])
             if kind == "np":
-                return np.dtype(value["d"]).type(value["v"])
+                return _dtype(value["d"]).type(value["v"])
             if kind == "dtype":
-                return np.dtype(value["d"])
+                return _dtype(value["d"])
             if kind == "bytes":
                 return bytes(self.buffers[value["b"]])
             if kind == "error":
@@ -216,7 +275,7 @@ def encode(value: Any) -> tuple[bytes, list[memoryview]]:
         CodecError: a value the wire does not carry (an object array, an unknown class).
     """
     encoder = _Encoder()
-    header = _JSON.encode(encoder(value)).encode()
+    header = _dumps(encoder(value))
     return header, encoder.buffers
 
 
@@ -228,7 +287,7 @@ def decode(header: bytes | memoryview, buffers: Sequence[Any]) -> Any:
         CodecError: the header is not one of this codec.
     """
     try:
-        tree = json.loads(bytes(header))
+        tree = _loads(header)
     except ValueError as err:
         raise CodecError(f"a message header is not the service's wire format ({err}).") from err
     return _Decoder(buffers)(tree)
