@@ -150,6 +150,7 @@ def new_writer(served: Listener, limit_s: float = 30.0) -> tuple[float, object]:
     return outcome[0] if outcome else (limit_s, TimeoutError("the writer hung"))
 
 
+@pytest.mark.slow  # about 3 s (a flood of peers): runs with CI=true / --run-slow
 def test_a_flood_of_idle_and_one_byte_peers_holds_no_thread_and_ends_at_its_deadline(
     listener,
 ) -> None:

@@ -15,6 +15,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import recollect as rc
 
@@ -65,6 +66,7 @@ def run_child(tmp_path, path, kill_at: int) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # about 4.5 s (killed subprocesses): runs with CI=true / --run-slow
 def test_a_kill_during_cleanup_leaves_nothing_the_next_save_keeps(tmp_path):
     probe = run_child(tmp_path, tmp_path / "probe" / "replay", 10**6)
     assert probe.returncode == 0, probe.stderr

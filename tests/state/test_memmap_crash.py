@@ -116,7 +116,7 @@ def test_sigkill_during_adds_always_reopens_with_recover(tmp_path):
 
 def _torn_cases() -> list:
     """(prefix, cut) pairs; the slow ones (about 5 s each: ``state-`` has many files) run in CI."""
-    slow = {("state-", 0.5), ("leaf-", 10), ("state-", 10), ("written", 10)}
+    slow = {("state-", 0), ("state-", 0.5), ("leaf-", 10), ("state-", 10), ("written", 10)}
     return [
         pytest.param(prefix, cut, marks=[pytest.mark.slow] if (prefix, cut) in slow else [])
         for cut in (0, 10, 0.5)

@@ -73,6 +73,7 @@ def _pair_counts(make, trials: int, items: int) -> np.ndarray:
     return counts
 
 
+@pytest.mark.slow  # about 5 s of draws: runs with CI=true / --run-slow
 def test_uniform_max_times_one_is_sampling_without_replacement_chi_square():
     counts = _pair_counts(lambda seed: table(rc.Uniform(), 4, 1, rng=seed), 3000, 4)
     assert np.trace(counts) == 0  # never the same window twice
