@@ -1,8 +1,8 @@
 """Row gathers for ring storage: ``np.take`` for row leaves, split over threads when large.
 
 A :class:`Gatherer` holds everything gathers keep between calls: recycled
-output blocks, a small pool of copy threads and the number of threads that
-copy a large gather now. Each storage owns one (or is given a shared one), so
+output blocks, a small pool of copy threads and the measured choice between
+one and several threads. Each storage owns one (or is given a shared one), so
 several buffers, tables or shards in one process share no hidden state.
 
 ``np.take(view, index, axis=0)`` copies each row with one ``memmove`` and is
@@ -18,18 +18,12 @@ small persistent pool of worker threads copy concurrently into one
 preallocated output. Chunks are claimed one at a time, so a worker that is
 not scheduled in time costs nothing: the calling thread then copies the
 remaining chunks itself and never waits for a worker that has not started.
-A worker preempted in the middle of a chunk does make the caller wait, so a
-split pays only while another CPU is idle. A default gatherer decides by one
-rule (:func:`copy_threads`): ``1 + round(usable CPUs - 1-minute load average)``
-threads, between 1 and its cap, the load re-read at most once a second. The
-load average counts the calling thread, so an idle 2-CPU machine splits over 2
-threads and one with a busy process (or more) copies on the calling thread
-alone. The rule depends only on the machine's load, not on timings of earlier
-gathers, so runs on a machine under the same load make the same choice.
+A worker preempted in the middle of a chunk does make the caller wait, so
+large gathers pick one or several threads by measured throughput
+(:class:`ThreadChooser`).
 
-``RECOLLECT_GATHER_THREADS`` (default: usable CPUs, at most 4) caps the number
-of threads copying one gather, the calling thread included; set (or a
-gatherer's ``threads`` given), it is used as is, whatever the load; 1 disables
+``RECOLLECT_GATHER_THREADS`` (default: usable CPUs, at most 4) sets the default
+number of threads copying one gather, the calling thread included; 1 disables
 the pool. After ``fork`` a child's gatherers start new threads and locks.
 """
 
@@ -49,14 +43,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = [
-    "ALIGN_BYTES",
-    "PARALLEL_MIN_BYTES",
-    "ChunkPool",
-    "Gatherer",
-    "ThreadChooser",
-    "copy_threads",
-]
+__all__ = ["ALIGN_BYTES", "PARALLEL_MIN_BYTES", "ChunkPool", "Gatherer", "ThreadChooser"]
 
 #: Leaf gathers moving at least this many bytes may be split over threads.
 PARALLEL_MIN_BYTES = 1 << 22
@@ -65,35 +52,15 @@ CHUNK_BYTES = 1 << 20
 MAX_CHUNKS = 32
 
 
-#: Seconds a default gatherer keeps the copy-thread count before reading the load again.
-LOAD_CHECK_S = 1.0
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def _thread_count() -> int:
     env = os.environ.get("RECOLLECT_GATHER_THREADS")
     if env:
         return max(1, int(env))
-    return max(1, min(_usable_cpus(), 4))
-
-
-def copy_threads(cap: int, cpus: int, load: float) -> int:
-    """Threads that copy one large gather of a default :class:`Gatherer`, the caller
-    included: ``1 + round(cpus - load)`` (one per CPU the load leaves idle, plus the
-    calling thread, which the load average counts), clipped to ``[1, cap]``.
-
-    Args:
-        cap: the gatherer's ``threads`` (at most this many).
-        cpus: usable CPUs of the process.
-        load: the 1-minute load average (``os.getloadavg()[0]``).
-    """
-    return max(1, min(cap, 1 + round(cpus - load)))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 4))
 
 
 class _Job:
@@ -166,17 +133,13 @@ class ChunkPool:
             for _ in range(self.threads - 1):
                 self._queue.put(None)
 
-    def run(
-        self, fn: Callable[[int, int], object], bounds: list[int], threads: int | None = None
-    ) -> None:
+    def run(self, fn: Callable[[int, int], object], bounds: list[int]) -> None:
         """Calls ``fn(bounds[k], bounds[k + 1])`` for every chunk ``k``, on this thread
-        and up to ``threads - 1`` workers (default: all); returns when all are done
-        (re-raises the first error)."""
+        and the workers; returns when all are done (re-raises the first error)."""
         if not self._started:
             self._start()
         job = _Job(fn, bounds)
-        helpers = self.threads if threads is None else min(threads, self.threads)
-        for _ in range(min(helpers, job.chunks) - 1):
+        for _ in range(min(self.threads, job.chunks) - 1):
             self._queue.put(job)
         job.run()
         job.done.wait()
@@ -184,24 +147,15 @@ class ChunkPool:
         if job.error is not None:
             raise job.error
 
-    def take(
-        self,
-        src: np.ndarray,
-        flat: np.ndarray,
-        out: np.ndarray,
-        nbytes: int,
-        threads: int | None = None,
-    ) -> None:
-        """``np.take(src, flat, axis=0, out=out)`` copied by ``threads`` threads (default:
-        all of the pool's)."""
+    def take(self, src: np.ndarray, flat: np.ndarray, out: np.ndarray, nbytes: int) -> None:
+        """``np.take(src, flat, axis=0, out=out)`` copied by several threads."""
         n = len(flat)
-        use = self.threads if threads is None else min(threads, self.threads)
-        chunks = max(use, min(MAX_CHUNKS, nbytes // CHUNK_BYTES, n))
+        chunks = max(self.threads, min(MAX_CHUNKS, nbytes // CHUNK_BYTES, n))
 
         def copy(a: int, b: int) -> None:  # internal, in-range indices: "clip" skips a pass
             np.take(src, flat[a:b], axis=0, out=out[a:b], mode="clip")
 
-        self.run(copy, [n * k // chunks for k in range(chunks + 1)], use)
+        self.run(copy, [n * k // chunks for k in range(chunks + 1)])
 
 
 class _Blocks:
@@ -281,8 +235,7 @@ def _aligned(raw: np.ndarray, nbytes: int) -> np.ndarray:
 
 
 class ThreadChooser:
-    """Picks one or several threads for a large split task by measured throughput (the
-    zstd codec's; :class:`Gatherer` follows the load instead, see :func:`copy_threads`).
+    """Picks one or several threads for a large gather by measured throughput.
 
     Splitting pays when another core is idle; on a loaded machine a worker
     that is preempted mid-chunk makes the caller wait, and one thread is
@@ -333,59 +286,33 @@ class Gatherer:
     """Gathers rows of ring arrays into recycled, aligned blocks, large ones on several threads.
 
     Args:
-        threads: threads copying one large gather, the caller included, used as given;
-            default (None): ``RECOLLECT_GATHER_THREADS`` as given when set, else adapted
-            to the machine's load (:func:`copy_threads`, at most the usable CPUs and 4).
-            1 never splits.
+        threads: threads copying one large gather, the caller included (default:
+            ``RECOLLECT_GATHER_THREADS`` or the usable CPUs, at most 4); 1 never splits.
 
-    How many threads copy a large (>= ``PARALLEL_MIN_BYTES``) leaf gather is decided
-    by :meth:`threads_now`, never by timings of earlier gathers. One gatherer may be
-    shared by several storages (pass it in); its methods are thread-safe. Its worker
-    threads end when it is garbage collected.
+    One gatherer may be shared by several storages (pass it in); its methods
+    are thread-safe. Its worker threads end when it is garbage collected.
     """
 
     def __init__(self, threads: int | None = None) -> None:
-        #: whether :meth:`threads_now` follows the load (no count given or set in the env)
-        self.adaptive = threads is None and not os.environ.get("RECOLLECT_GATHER_THREADS")
         self.threads = _thread_count() if threads is None else max(1, int(threads))
-        self._cpus = _usable_cpus()
-        self._load_read = -math.inf  # time.monotonic() of the last load read
-        self._threads_now = self.threads
         self.reset()
         _LIVE.add(self)
 
     def reset(self) -> None:
-        """New threads and block cache (after a fork: the old ones are not usable)."""
+        """New threads, block cache and chooser (after a fork: the old ones are not usable)."""
         self.pool = ChunkPool(self.threads)
         self.blocks = _Blocks()
+        self.chooser = ThreadChooser()
         weakref.finalize(self, self.pool.stop)
 
-    def threads_now(self) -> int:
-        """Threads that copy a large leaf gather now, the calling thread included:
-        ``threads`` as given, or for a default gatherer :func:`copy_threads` of the usable
-        CPUs and the 1-minute load average (read at most every ``LOAD_CHECK_S`` seconds;
-        ``threads`` where the OS reports no load average)."""
-        if not self.adaptive:
-            return self.threads
-        now = time.monotonic()
-        if now - self._load_read >= LOAD_CHECK_S:
-            self._load_read = now
-            try:
-                load = os.getloadavg()[0]
-            except (AttributeError, OSError):  # no load average (Windows)
-                self._threads_now = self.threads
-            else:
-                self._threads_now = copy_threads(self.threads, self._cpus, load)
-        return self._threads_now
-
     def take_large(self, view: np.ndarray, flat: np.ndarray, dst: np.ndarray, size: int) -> None:
-        """``np.take(view, flat, axis=0, out=dst)`` of ``size`` bytes, copied by
-        :meth:`threads_now` threads."""
-        threads = self.threads_now()
-        if threads > 1:
-            self.pool.take(view, flat, dst, size, threads)
+        split = self.chooser.split(size)
+        t0 = time.perf_counter()
+        if split:
+            self.pool.take(view, flat, dst, size)
         else:
             np.take(view, flat, axis=0, out=dst, mode="clip")
+        self.chooser.record(size, split, time.perf_counter() - t0)
 
     def gather(self, views: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:
         """Rows ``view[index]`` of ``[N, *shape]`` arrays; returns ``[*index.shape, *shape]`` each.
