@@ -42,16 +42,20 @@ def insert(client: reverb.Client, values: range) -> None:
             writer.create_item("t", 1.0, writer.history[-1:])
 
 
-def trajectory_elements(server: reverb.Server, workers: int = 1):
-    dataset = reverb.TrajectoryDataset(
+def trajectory_dataset(server: reverb.Server, workers: int = 1, **options):
+    return reverb.TrajectoryDataset(
         f"localhost:{server.port}",
         "t",
         dtypes=tf.int64,
         shapes=tf.TensorShape([1]),
         max_in_flight_samples_per_worker=IN_FLIGHT,
         num_workers_per_iterator=workers,
+        **options,
     )
-    for element in dataset:
+
+
+def trajectory_elements(server: reverb.Server, workers: int = 1):
+    for element in trajectory_dataset(server, workers):
         yield int(element.info.key), int(element.data[0])
 
 
@@ -99,16 +103,7 @@ def test_no_item_is_served_more_often_than_max_times_sampled(workers):
     with reverb.Server([make_table(max_times_sampled=times)]) as server:
         client = server.localhost_client()
         insert(client, range(20))
-        dataset = reverb.TrajectoryDataset(
-            f"localhost:{server.port}",
-            "t",
-            dtypes=tf.int64,
-            shapes=tf.TensorShape([1]),
-            max_in_flight_samples_per_worker=IN_FLIGHT,
-            num_workers_per_iterator=workers,
-            rate_limiter_timeout_ms=1000,
-        )
-        elements = iter(dataset)
+        elements = iter(trajectory_dataset(server, workers, rate_limiter_timeout_ms=1000))
         first = [int(next(elements).data[0]) for _ in range(30)]
         insert(client, range(1000, 1020))
         rest = [int(e.data[0]) for e in elements]  # ends when the table is empty
