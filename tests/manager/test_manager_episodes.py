@@ -10,10 +10,9 @@ boundary step: items end on a boundary step but never hold one before their end.
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 import pytest
+from test_manager import Trajectory, trajectory_spec
 
 import recollect as rc
 from recollect.errors import InvalidArgumentError
@@ -21,19 +20,7 @@ from recollect.errors import InvalidArgumentError
 gym = pytest.importorskip("gymnasium")
 
 FIRST, MID, LAST = 0, 1, 2
-Trajectory = collections.namedtuple(
-    "Trajectory",
-    ["step_type", "observation", "action", "policy_info", "next_step_type", "reward", "discount"],
-)
-SPEC = Trajectory(
-    step_type=rc.ArraySpec((), np.int32),
-    observation=rc.ArraySpec((4,), np.float32),
-    action=rc.ArraySpec((), np.int64),
-    policy_info=(),
-    next_step_type=rc.ArraySpec((), np.int32),
-    reward=rc.ArraySpec((), np.float32),
-    discount=rc.ArraySpec((), np.float32),
-)
+SPEC = trajectory_spec()._replace(discount=rc.ArraySpec((), np.float32))
 
 
 def collect(observer, num_envs: int, count: int, seed: int = 0) -> np.ndarray:

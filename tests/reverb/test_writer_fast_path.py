@@ -7,21 +7,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_writers import _server as writer_tables
 
 import recollect.reverb as reverb
 from recollect.errors import InvalidArgumentError, SpecError
 
 
-def _server(max_size: int = 1000) -> reverb.Server:
-    table = reverb.Table(
-        "t",
-        reverb.selectors.Fifo(),
-        reverb.selectors.Fifo(),
-        max_size,
-        reverb.rate_limiters.MinSize(1),
-        max_times_sampled=1,
-    )
-    return reverb.Server([table])
+def _server() -> reverb.Server:
+    return writer_tables(max_size=1000)
 
 
 def _items(client: reverb.Client, n: int) -> list[list[np.ndarray]]:
