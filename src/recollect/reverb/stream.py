@@ -4,7 +4,9 @@ This is what Reverb's C++ ``TrajectoryWriter`` does for its Python face. Each
 column (a flattened leaf path) has its own step counter; ``append`` returns one
 :class:`CellRef` per given value. Items are queued client side as runs of one
 layout and sent, with the steps not yet sent, in one ``write`` call of the
-channel (``flush``, ``end_episode``, or when ``MAX_PENDING`` items are queued).
+channel (``flush``, ``end_episode``, when ``MAX_PENDING`` items are queued, or
+from the linger thread ``LINGER_S`` seconds after the queue stopped being empty:
+see :mod:`recollect.reverb.linger`).
 A reference older than the column's last ``num_keep_alive_refs`` steps has
 expired: items can no longer use it and the server drops its hold on it.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import datetime
 import re
 import secrets
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 
@@ -22,6 +25,7 @@ import numpy as np
 from recollect.errors import InvalidArgumentError
 from recollect.reverb.cells import PLAIN_KINDS, CellRef, StreamColumn
 from recollect.reverb.errors import DeadlineExceededError
+from recollect.reverb.linger import LINGER
 
 MAX_PENDING = 256  # items queued before create_item sends them (and may block)
 MAX_UNSENT = 512  # steps of a column buffered before they are sent without items
@@ -43,9 +47,14 @@ class WriterStream:
         self._kinds: list[type | None] | None = None  # the columns' kinds (None: stale)
         self._array_columns: list[int] = []  # the columns whose kind is np.ndarray
         self.closed = False
+        # Held by every method that reads or changes the queue or the columns: the linger
+        # thread (recollect.reverb.linger) sends a quiet writer's queue from its own thread.
+        self.lock = threading.RLock()
+        self.error: BaseException | None = None  # a linger send's failure, for the next call
 
     def configure(self, column: int, num_keep_alive_refs: int) -> None:
-        self._column(column).keep = int(num_keep_alive_refs)
+        with self.lock:
+            self._column(column).keep = int(num_keep_alive_refs)
 
     def _column(self, index: int) -> StreamColumn:
         while len(self.columns) <= index:
@@ -66,32 +75,33 @@ class WriterStream:
         (the type of its first value: an array of the column's dtype and shape, or that
         numpy scalar type); None, with nothing done, for any other step (then call
         :meth:`append`). ``values`` (one per column) is the caller's to give away."""
-        kinds = self._kinds
-        if kinds is None:
-            kinds = self._kinds = [c.kind for c in self.columns]
-            self._array_columns = [i for i, k in enumerate(kinds) if k is np.ndarray]
-        if self.closed or list(map(type, values)) != kinds:
-            return None
-        cols = self.columns
-        for i in self._array_columns:
-            value, col = values[i], cols[i]
-            if value.dtype != col.dtype or value.shape != col.shape:
+        with self.lock:
+            kinds = self._kinds
+            if kinds is None:
+                kinds = self._kinds = [c.kind for c in self.columns]
+                self._array_columns = [i for i, k in enumerate(kinds) if k is np.ndarray]
+            if self.closed or list(map(type, values)) != kinds:
                 return None
-        for i in self._array_columns:
-            values[i] = values[i].copy()  # the caller may reuse its arrays
-        refs: list[CellRef] = []
-        for col, value in zip(cols, values, strict=True):
-            step = col.next_step
-            refs.append(CellRef(col, step, value))
-            col.unsent.append(value)
-            col.next_step = step + 1
-            if step + 1 - col.keep > col.alive_from:
-                col.alive_from = step + 1 - col.keep
-        self.episode_steps += 1
-        self.unsent_steps += 1
-        if self.unsent_steps >= MAX_UNSENT:
-            self._send(None)
-        return refs
+            cols = self.columns
+            for i in self._array_columns:
+                value, col = values[i], cols[i]
+                if value.dtype != col.dtype or value.shape != col.shape:
+                    return None
+            for i in self._array_columns:
+                values[i] = values[i].copy()  # the caller may reuse its arrays
+            refs: list[CellRef] = []
+            for col, value in zip(cols, values, strict=True):
+                step = col.next_step
+                refs.append(CellRef(col, step, value))
+                col.unsent.append(value)
+                col.next_step = step + 1
+                if step + 1 - col.keep > col.alive_from:
+                    col.alive_from = step + 1 - col.keep
+            self.episode_steps += 1
+            self.unsent_steps += 1
+            if self.unsent_steps >= MAX_UNSENT:
+                self._send(None)
+            return refs
 
     def append(self, flat: list[Any], partial: bool) -> list[CellRef | None]:
         """Appends one (partial) step; ``flat[i]`` is column ``i``'s value or None.
@@ -99,41 +109,44 @@ class WriterStream:
         Every value is validated before any is stored; arrays are copied (as Reverb does),
         so the caller may reuse its buffers. Numpy scalars (immutable) are kept as given.
         """
-        if self.closed:
-            raise InvalidArgumentError("the writer is closed; create a new one.")
-        if len(self.columns) < len(flat):
-            self._column(len(flat) - 1)
-        cols = self.columns if len(self.columns) == len(flat) else self.columns[: len(flat)]
-        values: list[Any] = []
-        for col, value in zip(cols, flat, strict=True):  # validate every value first
-            kind = type(value)
-            if kind is col.kind:  # the column's first value's type: the fast check
-                if kind is np.ndarray:
-                    if value.dtype != col.dtype or value.shape != col.shape:
-                        col.check(value)
-                    value = value.copy()
-                values.append(value)
-            elif value is None:
-                values.append(None)
-            else:
-                values.append(col.admit(value))
-        refs: list[CellRef | None] = []
-        for col, value in zip(cols, values, strict=True):
-            if value is None:
-                refs.append(None)
-                continue
-            step = col.next_step
-            refs.append(CellRef(col, step, value))
-            col.unsent.append(value)
-            col.next_step = step + 1
-            if step + 1 - col.keep > col.alive_from:
-                col.alive_from = step + 1 - col.keep
-        if not partial:
-            self.episode_steps += 1
-        self.unsent_steps += 1  # an upper bound of every column's unsent values
-        if self.unsent_steps >= MAX_UNSENT:
-            self._send(None)
-        return refs
+        with self.lock:
+            if self.closed:
+                raise InvalidArgumentError("the writer is closed; create a new one.")
+            if self.error is not None:
+                self._raise_error()
+            if len(self.columns) < len(flat):
+                self._column(len(flat) - 1)
+            cols = self.columns if len(self.columns) == len(flat) else self.columns[: len(flat)]
+            values: list[Any] = []
+            for col, value in zip(cols, flat, strict=True):  # validate every value first
+                kind = type(value)
+                if kind is col.kind:  # the column's first value's type: the fast check
+                    if kind is np.ndarray:
+                        if value.dtype != col.dtype or value.shape != col.shape:
+                            col.check(value)
+                        value = value.copy()
+                    values.append(value)
+                elif value is None:
+                    values.append(None)
+                else:
+                    values.append(col.admit(value))
+            refs: list[CellRef | None] = []
+            for col, value in zip(cols, values, strict=True):
+                if value is None:
+                    refs.append(None)
+                    continue
+                step = col.next_step
+                refs.append(CellRef(col, step, value))
+                col.unsent.append(value)
+                col.next_step = step + 1
+                if step + 1 - col.keep > col.alive_from:
+                    col.alive_from = step + 1 - col.keep
+            if not partial:
+                self.episode_steps += 1
+            self.unsent_steps += 1  # an upper bound of every column's unsent values
+            if self.unsent_steps >= MAX_UNSENT:
+                self._send(None)
+            return refs
 
     def create_item(
         self,
@@ -144,43 +157,48 @@ class WriterStream:
         per_step: bool = False,
     ) -> None:
         """Queues an item; sends the queue when it reaches ``MAX_PENDING`` items."""
-        if self.closed:
-            raise InvalidArgumentError("the writer is closed; create a new one.")
-        ids: list[int] = []
-        lengths: list[int] = []
-        steps: list[int] = []  # every column's steps, one after the other
-        for i, refs in enumerate(columns):
-            if not refs:
-                raise InvalidArgumentError(
-                    f"Column {i} of the trajectory is empty; every column needs a reference."
-                )
-            column = refs[0].owner
-            first = len(steps)
-            for ref in refs:  # one pass: the field of every reference, and its step
-                if ref.owner is not column:
+        with self.lock:
+            if self.closed:
+                raise InvalidArgumentError("the writer is closed; create a new one.")
+            if self.error is not None:
+                self._raise_error()
+            ids: list[int] = []
+            lengths: list[int] = []
+            steps: list[int] = []  # every column's steps, one after the other
+            for i, refs in enumerate(columns):
+                if not refs:
                     raise InvalidArgumentError(
-                        f"Column {i} of the trajectory mixes references of different appended "
-                        "fields; recollect.reverb needs each trajectory column to come from one "
-                        "field (slice one history column)."
+                        f"Column {i} of the trajectory is empty; every column needs a reference."
                     )
-                steps.append(ref.step)
-            if min(steps[first:]) < column.alive_from:
-                raise InvalidArgumentError(
-                    f"Error in column {i}: Column contains expired data (references older "
-                    f"than num_keep_alive_refs={column.keep} steps). Raise num_keep_alive_refs."
-                )
-            ids.append(column.index)
-            lengths.append(len(refs))
-        key = (table, tuple(ids), tuple(lengths), tuple(map(bool, squeeze)), per_step, False)
-        if not self.runs or self.runs[-1][0] != key:
-            self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
-        run = self.runs[-1][1]
-        run["priorities"].append(float(priority))
-        run["episodes"].append(self.episode)
-        run["steps"].extend(steps)
-        self.pending += 1
-        if self.pending >= MAX_PENDING:
-            self._send(None)
+                column = refs[0].owner
+                first = len(steps)
+                for ref in refs:  # one pass: the field of every reference, and its step
+                    if ref.owner is not column:
+                        raise InvalidArgumentError(
+                            f"Column {i} of the trajectory mixes references of different "
+                            "appended fields; recollect.reverb needs each trajectory column to "
+                            "come from one field (slice one history column)."
+                        )
+                    steps.append(ref.step)
+                if min(steps[first:]) < column.alive_from:
+                    raise InvalidArgumentError(
+                        f"Error in column {i}: Column contains expired data (references older "
+                        f"than num_keep_alive_refs={column.keep} steps). Raise num_keep_alive_refs."
+                    )
+                ids.append(column.index)
+                lengths.append(len(refs))
+            key = (table, tuple(ids), tuple(lengths), tuple(map(bool, squeeze)), per_step, False)
+            if not self.runs or self.runs[-1][0] != key:
+                self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
+            run = self.runs[-1][1]
+            run["priorities"].append(float(priority))
+            run["episodes"].append(self.episode)
+            run["steps"].extend(steps)
+            self.pending += 1
+            if self.pending >= MAX_PENDING:
+                self._send(None)
+            elif self.pending == 1:
+                LINGER.arm(self)
 
     def create_span_item(
         self,
@@ -192,25 +210,55 @@ class WriterStream:
         """:meth:`create_item` of columns given as ``(column, first step, count)`` spans of
         consecutive steps (what history slices make): the same checks and queue, without
         reading every reference (a run of such items keeps each item's first steps)."""
-        if self.closed:
-            raise InvalidArgumentError("the writer is closed; create a new one.")
-        columns, firsts, counts = zip(*spans, strict=True)
-        for i, (column, first) in enumerate(zip(columns, firsts, strict=True)):
-            if first < column.alive_from:
-                raise InvalidArgumentError(
-                    f"Error in column {i}: Column contains expired data (references older "
-                    f"than num_keep_alive_refs={column.keep} steps). Raise num_keep_alive_refs."
-                )
-        key = (table, columns, counts, tuple(squeeze), False, True)
-        if not self.runs or self.runs[-1][0] != key:
-            self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
-        run = self.runs[-1][1]
-        run["priorities"].append(float(priority))
-        run["episodes"].append(self.episode)
-        run["steps"].append(firsts)
-        self.pending += 1
-        if self.pending >= MAX_PENDING:
-            self._send(None)
+        with self.lock:
+            if self.closed:
+                raise InvalidArgumentError("the writer is closed; create a new one.")
+            if self.error is not None:
+                self._raise_error()
+            columns, firsts, counts = zip(*spans, strict=True)
+            for i, (column, first) in enumerate(zip(columns, firsts, strict=True)):
+                if first < column.alive_from:
+                    raise InvalidArgumentError(
+                        f"Error in column {i}: Column contains expired data (references older "
+                        f"than num_keep_alive_refs={column.keep} steps). Raise num_keep_alive_refs."
+                    )
+            key = (table, columns, counts, tuple(squeeze), False, True)
+            if not self.runs or self.runs[-1][0] != key:
+                self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
+            run = self.runs[-1][1]
+            run["priorities"].append(float(priority))
+            run["episodes"].append(self.episode)
+            run["steps"].append(firsts)
+            self.pending += 1
+            if self.pending >= MAX_PENDING:
+                self._send(None)
+            elif self.pending == 1:
+                LINGER.arm(self)
+
+    def send_lingering(self) -> bool:
+        """Sends the queue for the linger thread: what the tables take now, without
+        waiting, unless another thread holds the stream. True when items stay queued (the
+        linger thread tries again). A failure is kept for the writer's next call."""
+        if not self.lock.acquire(blocking=False):
+            return True  # the writer is in a call; it sends or re-arms on its own
+        try:
+            if self.closed or not self.pending:
+                return False
+            try:
+                self._send(0.0)
+            except Exception as err:
+                self.error = err
+                return False
+            return self.pending > 0
+        finally:
+            self.lock.release()
+
+    def _raise_error(self) -> None:
+        """Raises (once) what a linger send failed with; its items were dropped."""
+        err, self.error = self.error, None
+        assert err is not None
+        err.add_note("Raised by a background send of queued items; those items were dropped.")
+        raise err
 
     def _groups(self, limit: int) -> list[dict[str, Any]]:
         """The first ``limit`` queued items as runs of one layout."""
@@ -312,34 +360,38 @@ class WriterStream:
             InvalidArgumentError: ``block_until_num_items < 0``.
             DeadlineExceededError: ``timeout_ms`` passed first (the rest stays queued).
         """
-        if block_until_num_items < 0:
-            raise InvalidArgumentError(
-                f"block_until_num_items must be >= 0, got {block_until_num_items}"
-            )
-        timeout = None if timeout_ms is None or timeout_ms < 0 else timeout_ms / 1000.0
-        if block_until_num_items > 0:
-            self._send(0.0)  # whatever the tables take now, without waiting
-            if self.pending <= block_until_num_items:
-                return
-        if not self._send(timeout, self.pending - block_until_num_items):
-            raise DeadlineExceededError(
-                "Flush call did not complete within provided timeout of "
-                f"{datetime.timedelta(milliseconds=timeout_ms or 0)}: {self.pending} items "
-                "still wait on the table's rate limiter (they stay queued)."
-            )
+        with self.lock:
+            if self.error is not None:
+                self._raise_error()
+            if block_until_num_items < 0:
+                raise InvalidArgumentError(
+                    f"block_until_num_items must be >= 0, got {block_until_num_items}"
+                )
+            timeout = None if timeout_ms is None or timeout_ms < 0 else timeout_ms / 1000.0
+            if block_until_num_items > 0:
+                self._send(0.0)  # whatever the tables take now, without waiting
+                if self.pending <= block_until_num_items:
+                    return
+            if not self._send(timeout, self.pending - block_until_num_items):
+                raise DeadlineExceededError(
+                    "Flush call did not complete within provided timeout of "
+                    f"{datetime.timedelta(milliseconds=timeout_ms or 0)}: {self.pending} items "
+                    "still wait on the table's rate limiter (they stay queued)."
+                )
 
     def end_episode(self, clear_buffers: bool = True, timeout_ms: int | None = None) -> None:
         """Sends everything, starts a new episode; with ``clear_buffers`` expires every ref."""
-        try:
-            self.flush(0, timeout_ms)
-        finally:
-            self.episode = secrets.randbits(62)
-            self.episode_steps = 0
-            if clear_buffers:
-                for col in self.columns:
-                    col.alive_from = col.next_step
-        if clear_buffers and not self.pending:
-            self._send(None)  # releases the server's hold on the expired steps
+        with self.lock:
+            try:
+                self.flush(0, timeout_ms)
+            finally:
+                self.episode = secrets.randbits(62)
+                self.episode_steps = 0
+                if clear_buffers:
+                    for col in self.columns:
+                        col.alive_from = col.next_step
+            if clear_buffers and not self.pending:
+                self._send(None)  # releases the server's hold on the expired steps
 
     def abandon(self) -> None:
         """:meth:`close` for a writer being collected (``__del__``): errors are swallowed."""
@@ -350,17 +402,18 @@ class WriterStream:
                 pass
 
     def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            if self.pending:  # what the tables take now; the rest is dropped (as Reverb)
-                self._send(0.0)
-        finally:
-            self.closed = True
+        with self.lock:
+            if self.closed:
+                return
             try:
-                self.channel.call("close_stream", {"stream": self.stream}, None)
-            except Exception:
-                pass
+                if self.pending:  # what the tables take now; the rest is dropped (as Reverb)
+                    self._send(0.0)
+            finally:
+                self.closed = True
+                try:
+                    self.channel.call("close_stream", {"stream": self.stream}, None)
+                except Exception:
+                    pass
 
 
 class StreamWriter:
