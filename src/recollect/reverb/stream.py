@@ -188,17 +188,7 @@ class WriterStream:
                 ids.append(column.index)
                 lengths.append(len(refs))
             key = (table, tuple(ids), tuple(lengths), tuple(map(bool, squeeze)), per_step, False)
-            if not self.runs or self.runs[-1][0] != key:
-                self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
-            run = self.runs[-1][1]
-            run["priorities"].append(float(priority))
-            run["episodes"].append(self.episode)
-            run["steps"].extend(steps)
-            self.pending += 1
-            if self.pending >= MAX_PENDING:
-                self._send(None)
-            elif self.pending == 1:
-                LINGER.arm(self)
+            self._enqueue(key, priority, steps)
 
     def create_span_item(
         self,
@@ -222,18 +212,23 @@ class WriterStream:
                         f"Error in column {i}: Column contains expired data (references older "
                         f"than num_keep_alive_refs={column.keep} steps). Raise num_keep_alive_refs."
                     )
-            key = (table, columns, counts, tuple(squeeze), False, True)
-            if not self.runs or self.runs[-1][0] != key:
-                self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
-            run = self.runs[-1][1]
-            run["priorities"].append(float(priority))
-            run["episodes"].append(self.episode)
-            run["steps"].append(firsts)
-            self.pending += 1
-            if self.pending >= MAX_PENDING:
-                self._send(None)
-            elif self.pending == 1:
-                LINGER.arm(self)
+            self._enqueue((table, columns, counts, tuple(squeeze), False, True), priority, [firsts])
+
+    def _enqueue(self, key: tuple, priority: float, steps: list) -> None:
+        """Queues one checked item in the run of layout ``key`` (a new run when the last one
+        has another layout); sends the queue at ``MAX_PENDING`` items, else arms the linger
+        thread when the queue was empty."""
+        if not self.runs or self.runs[-1][0] != key:
+            self.runs.append((key, {"priorities": [], "episodes": [], "steps": []}))
+        run = self.runs[-1][1]
+        run["priorities"].append(float(priority))
+        run["episodes"].append(self.episode)
+        run["steps"].extend(steps)
+        self.pending += 1
+        if self.pending >= MAX_PENDING:
+            self._send(None)
+        elif self.pending == 1:
+            LINGER.arm(self)
 
     def send_lingering(self) -> bool:
         """Sends the queue for the linger thread: what the tables take now, without
