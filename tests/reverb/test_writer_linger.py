@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import recollect.reverb as reverb
-from recollect.reverb.linger import LINGER, LINGER_S
+from recollect.reverb.linger import LINGER, LINGER_S, RETRY_MAX_S
 from recollect.reverb.stream import MAX_PENDING, WriterStream
 
 
@@ -158,3 +158,22 @@ def test_a_collected_stream_is_forgotten() -> None:
     assert _wait_for(lambda: Counting.calls == 1)
     time.sleep(3 * LINGER_S)
     assert Counting.calls == 1
+
+
+def test_refused_items_are_retried_with_a_growing_delay() -> None:
+    """A table that keeps refusing (a full queue nobody samples) is retried after 20, 40,
+    80 ms and then every RETRY_MAX_S, not every LINGER_S: about 12 tries in a second."""
+
+    class Refused:
+        calls = 0
+
+        def send_lingering(self) -> bool:
+            Refused.calls += 1
+            return True  # items stay queued
+
+    stream = Refused()
+    LINGER.arm(stream)
+    time.sleep(1.0)
+    calls = Refused.calls
+    assert 2 <= calls <= 2 * (3 + (1.0 - 0.14) / RETRY_MAX_S), calls  # 50 without the backoff
+    del stream  # collected: the linger thread drops it at its next try

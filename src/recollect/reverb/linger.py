@@ -19,6 +19,7 @@ import weakref
 from typing import Protocol
 
 LINGER_S = 0.02  # seconds a queued item waits for more before it is sent on its own
+RETRY_MAX_S = 0.1  # the longest wait between tries at items the tables refused (doubling)
 
 
 class Lingering(Protocol):
@@ -41,22 +42,25 @@ class Linger:
     def __init__(self, delay: float = LINGER_S) -> None:
         self.delay = delay
         self._cond = threading.Condition()
-        self._due: dict[int, tuple[float, weakref.ref[Lingering]]] = {}
+        self._due: dict[int, tuple[float, weakref.ref[Lingering], float]] = {}
         self._pid = -1  # the process the thread runs in (a forked child starts its own)
 
-    def arm(self, stream: Lingering) -> None:
-        """Sends ``stream``'s queue ``delay`` seconds from now (an armed stream keeps its
-        earlier deadline). Costs a dict insert; wakes the thread only when it was idle."""
+    def arm(self, stream: Lingering, delay: float | None = None) -> None:
+        """Sends ``stream``'s queue ``delay`` (default: the linger delay) seconds from now; an
+        armed stream keeps its earlier deadline. Costs a dict insert and a wake-up of the
+        thread (once per queue, not per item). Items the tables refused (rate limiters) are
+        tried again after twice the last delay, at most :data:`RETRY_MAX_S`."""
+        delay = self.delay if delay is None else delay
         with self._cond:
+            if self._pid != os.getpid():  # first use, or a forked child: no thread runs here
+                self._pid = os.getpid()
+                self._due.clear()  # a parent's streams are the parent's to send
+                threading.Thread(target=self._run, name="recollect-linger", daemon=True).start()
             armed = self._due.get(id(stream))
             if armed is not None and armed[1]() is stream:
                 return
-            self._due[id(stream)] = (time.monotonic() + self.delay, weakref.ref(stream))
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                threading.Thread(target=self._run, name="recollect-linger", daemon=True).start()
-            elif len(self._due) == 1:
-                self._cond.notify()
+            self._due[id(stream)] = (time.monotonic() + delay, weakref.ref(stream), delay)
+            self._cond.notify()  # its deadline may come before the one the thread waits for
 
     def _run(self) -> None:
         while True:
@@ -64,17 +68,17 @@ class Linger:
                 while not self._due:
                     self._cond.wait()
                 now = time.monotonic()
-                first = min(due for due, _ in self._due.values())
+                first = min(entry[0] for entry in self._due.values())
                 if first > now:
                     self._cond.wait(first - now)
                     continue
-                ready = [(key, ref) for key, (due, ref) in self._due.items() if due <= now]
+                ready = [(key, entry) for key, entry in self._due.items() if entry[0] <= now]
                 for key, _ in ready:
                     del self._due[key]
-            for _, ref in ready:
+            for _, (_, ref, delay) in ready:
                 stream = ref()
                 if stream is not None and stream.send_lingering():
-                    self.arm(stream)
+                    self.arm(stream, min(2 * delay, max(RETRY_MAX_S, self.delay)))
                 del stream
 
 
