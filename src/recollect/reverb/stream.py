@@ -235,7 +235,7 @@ class WriterStream:
         waiting, unless another thread holds the stream. True when items stay queued (the
         linger thread tries again). A failure is kept for the writer's next call."""
         if not self.lock.acquire(blocking=False):
-            return True  # the writer is in a call; it sends or re-arms on its own
+            return True  # the writer is in a call: the linger thread tries again later
         try:
             if self.closed or not self.pending:
                 return False
