@@ -251,6 +251,18 @@ def test_tf_client_ops_in_tf_function(address):
     assert again.info.priority == 5.0 and again.info.key == int(sample.info.key.numpy())
 
 
+def test_tf_client_ops_run_eagerly(address):
+    """Eagerly, TF 2.15's numpy_function passes a string tensor as a 0-d object array (not
+    bytes as in a graph): the table name is still read right."""
+    tf_client = reverb.TFClient(address)
+    tf_client.insert([tf.constant(4.0)], tf.constant(["q"]), tf.constant([1.0], tf.float64))
+    sample = tf_client.sample(tf.constant("q"), tf.float32)
+    assert sample.data.numpy() == 4.0 and sample.info.times_sampled.numpy() == 1
+    tf_client.update_priorities(
+        tf.constant("nosig"), tf.constant([], tf.uint64), tf.constant([], tf.float64)
+    )
+
+
 def test_tf_client_in_a_v1_session(address):
     with tf.Graph().as_default():
         tf_client = reverb.TFClient(address)

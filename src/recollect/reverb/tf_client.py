@@ -7,7 +7,8 @@ and in ``tf.compat.v1`` sessions (the op runs when the session runs it).
 Build-time checks raise Reverb's ``ValueError``s with its messages; run-time
 failures surface as ``tf.errors.InvalidArgumentError`` (a missing table, a
 dtype mismatch, ``keys``/``priorities`` of different lengths; Reverb raises
-``NotFoundError`` for a missing table) with the reason in the message.
+``NotFoundError`` for a missing table and ``InternalError`` for a dtype mismatch, which a
+``numpy_function`` cannot) with the reason in the message.
 
 ``sample`` returns one item's first time step, as Reverb's op does (an item
 written by ``insert`` or the legacy writer has one step: the whole item);
@@ -66,7 +67,7 @@ class TFClient:
         info_dtypes = list(SampleInfo.tf_dtypes())
 
         def run(table_name: Any) -> list[np.ndarray]:
-            name_ = table_name.decode() if isinstance(table_name, bytes) else str(table_name)
+            name_ = _text(table_name)
             out = self._py_client().sample_batch(name_, 1)
             info, columns = out
             if len(columns) != len(flat):
@@ -135,7 +136,7 @@ class TFClient:
             with self._py_client().writer(max_sequence_length=1) as writer:
                 writer.append(list(columns))
                 for table, priority in zip(names.tolist(), prios.tolist(), strict=True):
-                    writer.create_item(table.decode(), 1, priority)
+                    writer.create_item(_text(table), 1, priority)
             return np.zeros((), np.int64)
 
         with tf.name_scope(name or f"{self._name}_insert"):
@@ -165,7 +166,7 @@ class TFClient:
                     f"Tensors `keys` and `priorities` do not match in shape "
                     f"({_signature.shape_text(k.shape)} vs. {_signature.shape_text(p.shape)})"
                 )
-            name_ = table_name.decode() if isinstance(table_name, bytes) else str(table_name)
+            name_ = _text(table_name)
             self._py_client().update_priorities(name_, k, p)
             return np.zeros((), np.int64)
 
@@ -188,6 +189,14 @@ def _op(fn: Any, inputs: list[Any], dtypes: Any) -> Any:
         raise tf.errors.InvalidArgumentError(None, None, f"{type(err).__name__}: {err}") from err
     except Exception as err:
         raise tf.errors.UnknownError(None, None, f"{type(err).__name__}: {err}") from err
+
+
+def _text(value: Any) -> str:
+    """A string tensor's value as ``str``: ``numpy_function`` passes ``bytes`` in graph mode
+    and a 0-d object array of ``bytes`` when executing eagerly."""
+    if isinstance(value, np.ndarray):
+        value = value.item()
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _stepped(columns: list[np.ndarray]) -> bool:
