@@ -18,7 +18,7 @@ import re
 import secrets
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import numpy as np
 
@@ -89,14 +89,7 @@ class WriterStream:
                     return None
             for i in self._array_columns:
                 values[i] = values[i].copy()  # the caller may reuse its arrays
-            refs: list[CellRef] = []
-            for col, value in zip(cols, values, strict=True):
-                step = col.next_step
-                refs.append(CellRef(col, step, value))
-                col.unsent.append(value)
-                col.next_step = step + 1
-                if step + 1 - col.keep > col.alive_from:
-                    col.alive_from = step + 1 - col.keep
+            refs = cast("list[CellRef]", self._store(cols, values))  # no None among values
             self.episode_steps += 1
             self.unsent_steps += 1
             if self.unsent_steps >= MAX_UNSENT:
@@ -130,23 +123,30 @@ class WriterStream:
                     values.append(None)
                 else:
                     values.append(col.admit(value))
-            refs: list[CellRef | None] = []
-            for col, value in zip(cols, values, strict=True):
-                if value is None:
-                    refs.append(None)
-                    continue
-                step = col.next_step
-                refs.append(CellRef(col, step, value))
-                col.unsent.append(value)
-                col.next_step = step + 1
-                if step + 1 - col.keep > col.alive_from:
-                    col.alive_from = step + 1 - col.keep
+            refs = self._store(cols, values)
             if not partial:
                 self.episode_steps += 1
             self.unsent_steps += 1  # an upper bound of every column's unsent values
             if self.unsent_steps >= MAX_UNSENT:
                 self._send(None)
             return refs
+
+    @staticmethod
+    def _store(cols: list[StreamColumn], values: list[Any]) -> list[CellRef | None]:
+        """Appends each checked value to its column (None: that column has no value this
+        step) and returns the references; expires what falls out of a column's window."""
+        refs: list[CellRef | None] = []
+        for col, value in zip(cols, values, strict=True):
+            if value is None:
+                refs.append(None)
+                continue
+            step = col.next_step
+            refs.append(CellRef(col, step, value))
+            col.unsent.append(value)
+            col.next_step = step + 1
+            if step + 1 - col.keep > col.alive_from:
+                col.alive_from = step + 1 - col.keep
+        return refs
 
     def create_item(
         self,
