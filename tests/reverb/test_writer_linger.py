@@ -146,9 +146,9 @@ def test_a_collected_stream_is_forgotten() -> None:
     class Counting:
         calls = 0
 
-        def send_lingering(self) -> bool:
+        def send_lingering(self) -> float | None:
             Counting.calls += 1
-            return False
+            return None
 
     gone = Counting()
     LINGER.arm(gone)
@@ -161,19 +161,28 @@ def test_a_collected_stream_is_forgotten() -> None:
 
 
 def test_refused_items_are_retried_with_a_growing_delay() -> None:
-    """A table that keeps refusing (a full queue nobody samples) is retried after 20, 40,
-    80 ms and then every RETRY_MAX_S, not every LINGER_S: about 12 tries in a second."""
+    """A table that keeps refusing (a full queue nobody samples) is tried after 20, 40,
+    80 ms and then every RETRY_MAX_S, not every LINGER_S: about 12 writes in a second."""
+    with reverb.Server([reverb.Table.queue("q", 1)]) as server:
+        client = server.localhost_client()
+        writes = []
+        channel = client.channel
+        call = channel.call
 
-    class Refused:
-        calls = 0
+        def counting(method: str, *args: Any) -> Any:
+            if method == "write":
+                writes.append(method)
+            return call(method, *args)
 
-        def send_lingering(self) -> bool:
-            Refused.calls += 1
-            return True  # items stay queued
-
-    stream = Refused()
-    LINGER.arm(stream)
-    time.sleep(1.0)
-    calls = Refused.calls
-    assert 2 <= calls <= 2 * (3 + (1.0 - 0.14) / RETRY_MAX_S), calls  # 50 without the backoff
-    del stream  # collected: the linger thread drops it at its next try
+        channel.call = counting
+        writer = client.trajectory_writer(num_keep_alive_refs=1)
+        for i in range(2):
+            writer.append({"x": np.int64(i)})
+            writer.create_item("q", 1.0, {"x": writer.history["x"][-1]})
+        time.sleep(1.0)
+        tries = len(writes)
+        assert 2 <= tries <= 2 * (3 + (1.0 - 0.14) / RETRY_MAX_S), tries  # 50 without backoff
+        assert _size(client, "q") == 1
+        assert int(next(iter(client.sample("q", 1, emit_timesteps=False))).data[0]) == 0
+        assert _wait_for(lambda: _size(client, "q") == 1)  # the refused item, still no flush
+        writer.close()

@@ -5,7 +5,7 @@ column (a flattened leaf path) has its own step counter; ``append`` returns one
 :class:`CellRef` per given value. Items are queued client side as runs of one
 layout and sent, with the steps not yet sent, in one ``write`` call of the
 channel (``flush``, ``end_episode``, when ``MAX_PENDING`` items are queued, or
-from the linger thread ``LINGER_S`` seconds after the queue stopped being empty:
+from the linger thread once the oldest queued item has waited ``LINGER_S`` seconds:
 see :mod:`recollect.reverb.linger`).
 A reference older than the column's last ``num_keep_alive_refs`` steps has
 expired: items can no longer use it and the server drops its hold on it.
@@ -17,6 +17,7 @@ import datetime
 import re
 import secrets
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Self, cast
 
@@ -25,7 +26,7 @@ import numpy as np
 from recollect.errors import InvalidArgumentError
 from recollect.reverb.cells import PLAIN_KINDS, CellRef, StreamColumn
 from recollect.reverb.errors import DeadlineExceededError
-from recollect.reverb.linger import LINGER
+from recollect.reverb.linger import LINGER, RETRY_MAX_S
 
 MAX_PENDING = 256  # items queued before create_item sends them (and may block)
 MAX_UNSENT = 512  # steps of a column buffered before they are sent without items
@@ -51,6 +52,8 @@ class WriterStream:
         # thread (recollect.reverb.linger) sends a quiet writer's queue from its own thread.
         self.lock = threading.RLock()
         self.error: BaseException | None = None  # a linger send's failure, for the next call
+        self.queued_at = 0.0  # time.monotonic() when the queue last stopped being empty
+        self.retry_s = 0.0  # the linger thread's wait before it tries refused items again
 
     def configure(self, column: int, num_keep_alive_refs: int) -> None:
         with self.lock:
@@ -228,23 +231,34 @@ class WriterStream:
         if self.pending >= MAX_PENDING:
             self._send(None)
         elif self.pending == 1:
+            self.queued_at = time.monotonic()
+            self.retry_s = LINGER.delay
             LINGER.arm(self)
 
-    def send_lingering(self) -> bool:
-        """Sends the queue for the linger thread: what the tables take now, without
-        waiting, unless another thread holds the stream. True when items stay queued (the
-        linger thread tries again). A failure is kept for the writer's next call."""
+    def send_lingering(self) -> float | None:
+        """The linger thread's send (:class:`~recollect.reverb.linger.Lingering`): once the
+        oldest queued item has waited ``LINGER.delay``, sends what the tables take now,
+        without waiting. Returns the seconds until the next try (a queue that is younger,
+        since the writer sent its last one; a stream busy in another thread; items the
+        tables refused, tried after 2x the last wait, at most ``RETRY_MAX_S``), or None. A
+        failure is kept for the writer's next call."""
         if not self.lock.acquire(blocking=False):
-            return True  # the writer is in a call: the linger thread tries again later
+            return LINGER.delay  # the writer is in a call
         try:
             if self.closed or not self.pending:
-                return False
+                return None
+            young = self.queued_at + LINGER.delay - time.monotonic()
+            if young > 0:
+                return young
             try:
                 self._send(0.0)
             except Exception as err:
                 self.error = err
-                return False
-            return self.pending > 0
+                return None
+            if not self.pending:
+                return None
+            self.retry_s = min(2 * self.retry_s, max(RETRY_MAX_S, LINGER.delay))
+            return self.retry_s
         finally:
             self.lock.release()
 
