@@ -27,6 +27,21 @@ def _wait_for(predicate: Any, seconds: float = 10.0) -> bool:
     return bool(predicate())
 
 
+def _count_writes(client: reverb.Client) -> list[str]:
+    """A list that gets one entry per ``write`` call of ``client``'s channel (a writer's send)."""
+    writes: list[str] = []
+    channel = client.channel
+    call = channel.call
+
+    def counting(method: str, *args: Any) -> Any:
+        if method == "write":
+            writes.append(method)
+        return call(method, *args)
+
+    channel.call = counting
+    return writes
+
+
 def _fifo_server(max_size: int = 10_000) -> reverb.Server:
     """A queue table "t": samples come back once each, in insertion order."""
     return reverb.Server([reverb.Table.queue("t", max_size)])
@@ -51,16 +66,7 @@ def test_a_busy_writer_still_sends_in_batches() -> None:
     """Sends come from a full queue or a linger deadline: never one per item."""
     with _fifo_server() as server:
         client = server.localhost_client()
-        writes = []
-        channel = client.channel
-        call = channel.call
-
-        def counting(method: str, *args: Any) -> Any:
-            if method == "write":
-                writes.append(method)
-            return call(method, *args)
-
-        channel.call = counting
+        writes = _count_writes(client)
         n = 4 * MAX_PENDING
         start = time.monotonic()
         with client.trajectory_writer(num_keep_alive_refs=1) as writer:
@@ -165,16 +171,7 @@ def test_refused_items_are_retried_with_a_growing_delay() -> None:
     80 ms and then every RETRY_MAX_S, not every LINGER_S: about 12 writes in a second."""
     with reverb.Server([reverb.Table.queue("q", 1)]) as server:
         client = server.localhost_client()
-        writes = []
-        channel = client.channel
-        call = channel.call
-
-        def counting(method: str, *args: Any) -> Any:
-            if method == "write":
-                writes.append(method)
-            return call(method, *args)
-
-        channel.call = counting
+        writes = _count_writes(client)
         writer = client.trajectory_writer(num_keep_alive_refs=1)
         for i in range(2):
             writer.append({"x": np.int64(i)})
