@@ -1,24 +1,65 @@
 """A byte arena of large blocks with a free list: where compressed values live.
 
-One lazily committed uint8 array (``np.zeros``: the kernel maps a page only
-when it is first written, so RSS tracks the bytes written, not the reserved
-size) cut into equal blocks. Values are appended to the current block, never
-split across blocks; each block counts its live values. When a value is
-overwritten its block's count drops, and a block whose count reaches zero goes
-back to the free list and is reused before any fresh block. A ring buffer
-overwrites values in the order it wrote them, so blocks empty in order and the
-arena holds the live compressed bytes plus about one block per write front.
-No Python object is kept per value: callers keep ``(offset, length)`` in
-arrays, and every operation is vectorized over a batch of values.
+One lazily committed uint8 array (the kernel maps a page only when it is first
+written, so RSS tracks the bytes written, not the reserved size) cut into equal
+blocks. Reservations of 1 GiB or more are anonymous ``MAP_NORESERVE`` mappings
+where the platform has them: the worst case of a 10M-frame buffer is tens of GiB
+of address space, which Linux's default overcommit check refuses to ``np.zeros``
+on a machine with less RAM (the pages written are all that is ever committed).
+
+Values are appended to the current block, never split across blocks; each
+block counts its live values. When a value is overwritten its block's count
+drops, and a block whose count reaches zero goes back to the free list and is
+reused before any fresh block. A ring buffer overwrites values in the order it
+wrote them, so blocks empty in order and the arena holds the live compressed
+bytes plus about one block per write front. No Python object is kept per value:
+callers keep ``(offset, length)`` in arrays, and every operation is vectorized
+over a batch of values.
 """
 
 from __future__ import annotations
 
+import mmap
+import platform
+import sys
+
 import numpy as np
 
-__all__ = ["ByteArena"]
+__all__ = ["ByteArena", "reserve"]
 
 PAGE = 4096
+#: Reservations from this size on are ``MAP_NORESERVE`` mappings (where available).
+NORESERVE_MIN_BYTES = 1 << 30
+
+
+def _noreserve_flag() -> int:
+    """Linux's ``MAP_NORESERVE`` (``mmap`` names it from Python 3.13; before that, its
+    value on the architectures where it is 0x4000), or 0 where it is unknown."""
+    flag = getattr(mmap, "MAP_NORESERVE", 0)
+    if flag or not sys.platform.startswith("linux"):
+        return flag
+    return 0x4000 if platform.machine() in ("x86_64", "aarch64", "arm64") else 0
+
+
+_NORESERVE = _noreserve_flag()
+
+
+def reserve(nbytes: int) -> np.ndarray:
+    """A zeroed uint8 array of ``nbytes`` whose pages are committed only when written.
+
+    Large reservations (``NORESERVE_MIN_BYTES``) map anonymous memory with
+    ``MAP_NORESERVE`` (Linux), so the kernel's overcommit heuristic does not refuse
+    address space beyond the machine's RAM; elsewhere, or if that mapping fails, it is
+    ``np.zeros`` (which may raise MemoryError for a reservation the OS refuses).
+    """
+    if nbytes >= NORESERVE_MIN_BYTES and _NORESERVE:
+        try:
+            raw = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE)
+        except OSError:
+            pass
+        else:
+            return np.frombuffer(raw, np.uint8)  # keeps the mapping alive
+    return np.zeros(nbytes, np.uint8)
 
 
 class ByteArena:
@@ -34,7 +75,7 @@ class ByteArena:
     def __init__(self, reserve_bytes: int, block_bytes: int = 1 << 20) -> None:
         self.block_bytes = -(-block_bytes // PAGE) * PAGE
         blocks = max(2, -(-reserve_bytes // self.block_bytes))
-        self.data = np.zeros(blocks * self.block_bytes, np.uint8)
+        self.data = reserve(blocks * self.block_bytes)
         self.live = np.zeros(blocks, np.int64)
         self._fresh = 0  # blocks [0, _fresh) were handed out at least once
         self._free: list[int] = []  # emptied blocks, reused first (LIFO: still paged in)
@@ -61,7 +102,7 @@ class ByteArena:
 
     def _grow(self) -> None:
         blocks = len(self.live)
-        data = np.zeros(2 * blocks * self.block_bytes, np.uint8)
+        data = reserve(2 * blocks * self.block_bytes)
         data[: len(self.data)] = self.data
         self.data = data
         self.live = np.concatenate([self.live, np.zeros(blocks, np.int64)])

@@ -8,6 +8,8 @@ leaf, including ids and probabilities).
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import optree
 import pytest
@@ -220,6 +222,45 @@ def test_arena_reuses_emptied_blocks_so_memory_tracks_compressed_bytes():
     assert stored > 4000 * 64 * 64
     assert slots.arena.nbytes <= stored + 3 * slots.arena.block_bytes
     assert buf.nbytes <= buf.storage.inner.nbytes + stored + 3 * slots.arena.block_bytes + 4000 * 12
+
+
+def _commit_limit_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        if open("/proc/sys/vm/overcommit_memory").read().strip() != "0":
+            return None  # strict or unlimited overcommit: the heuristic is not in play
+        return int(fields["CommitLimit"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+@pytest.mark.skipif(
+    _commit_limit_bytes() is None or platform.machine() not in ("x86_64", "aarch64"),
+    reason="needs Linux's heuristic overcommit on x86_64/aarch64",
+)
+def test_a_worst_case_reservation_beyond_the_machines_memory_is_built_lazily():
+    # a 10M-frame image buffer reserves its incompressible worst case (tens of GiB) as
+    # address space; np.zeros of it was refused by the overcommit check ("Unable to
+    # allocate 67.1 GiB") on a 24 GiB machine
+    limit = _commit_limit_bytes()
+    assert limit is not None
+    frame = 84 * 84 * 4
+    capacity = -(-2 * limit // frame)  # worst case: twice what the kernel would commit
+    spec = {"observation": rc.ArraySpec((84, 84, 4), np.uint8)}
+    buf = rc.ReplayBuffer(spec, capacity, 1, compression={"observation": "zstd"})
+    slots = buf.storage.compressed_slots[0]
+    assert slots.arena.data.nbytes >= 2 * limit
+    obs = np.zeros((1, 84, 84, 4), np.uint8)
+    for t in range(20):
+        obs[0, t] = t + 1
+        buf.add_batch({"observation": obs})
+    out = buf.gather_all()["observation"]
+    assert out.shape[:2] == (1, 20) and [int(out[0, t, t, 0, 0]) for t in range(20)] == list(
+        range(1, 21)
+    )
+    rss = int(open("/proc/self/statm").read().split()[1]) * 4096
+    assert rss < limit  # only the written pages are committed
 
 
 def test_arena_free_list_and_offsets():
