@@ -9,6 +9,7 @@ leaf, including ids and probabilities).
 from __future__ import annotations
 
 import platform
+import resource
 
 import numpy as np
 import optree
@@ -230,6 +231,8 @@ def _commit_limit_bytes() -> int | None:
             fields = dict(line.split(":", 1) for line in f)
         if open("/proc/sys/vm/overcommit_memory").read().strip() != "0":
             return None  # strict or unlimited overcommit: the heuristic is not in play
+        if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+            return None  # a capped address space refuses the reservation anyway
         return int(fields["CommitLimit"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
         return None
