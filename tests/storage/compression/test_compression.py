@@ -9,7 +9,6 @@ leaf, including ids and probabilities).
 from __future__ import annotations
 
 import platform
-import resource
 
 import numpy as np
 import optree
@@ -227,6 +226,8 @@ def test_arena_reuses_emptied_blocks_so_memory_tracks_compressed_bytes():
 
 def _commit_limit_bytes() -> int | None:
     try:
+        import resource  # not on Windows
+
         with open("/proc/meminfo") as f:
             fields = dict(line.split(":", 1) for line in f)
         if open("/proc/sys/vm/overcommit_memory").read().strip() != "0":
@@ -234,7 +235,7 @@ def _commit_limit_bytes() -> int | None:
         if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
             return None  # a capped address space refuses the reservation anyway
         return int(fields["CommitLimit"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
+    except (ImportError, OSError, KeyError, ValueError):
         return None
 
 
