@@ -6,8 +6,9 @@ frames, cycled game after game), 8 envs, stacks of 4, zstd, ``Prioritized``,
 
 - ``add_batch`` steps/s filling the disk buffer and the same buffer in RAM (compressed);
 - the prioritized learner step (``sample(32, 2)`` + ``update_priorities``), disk vs RAM,
-  with the page cache warm and with the buffer's files dropped from it
-  (``posix_fadvise(DONTNEED)`` before every step: each step reads from the device);
+  with the page cache warm and with the buffer's files dropped from it before every
+  step (this process's pages of them unmapped, then ``posix_fadvise(DONTNEED)``: each
+  step reads from the device);
 - RSS (total, anonymous ``RssAnon`` and file-backed ``RssFile`` of /proc/self/status);
 - disk bytes (allocated blocks of the directory) vs the in-RAM compressed bytes;
 - reopen with ``recover=True`` after a child process adds unflushed steps and is
