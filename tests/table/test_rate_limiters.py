@@ -282,6 +282,7 @@ def test_info_reports_counters_and_inspect_prints_them(tmp_path):
 
 
 # -- threads ----------------------------------------------------------------------------
+@pytest.mark.slow  # about 4 s of threads: runs with CI=true / --run-slow
 @pytest.mark.timeout(120)
 def test_sample_to_insert_ratio_holds_under_four_writers_and_two_samplers():
     limiter = rc.SampleToInsertRatio(8, 1000, 200)

@@ -81,6 +81,7 @@ def test_uniform_max_times_one_is_sampling_without_replacement_chi_square():
     assert stats.chisquare(observed).pvalue > 1e-3  # all 12 ordered pairs alike
 
 
+@pytest.mark.slow  # about 4 s: runs with CI=true / --run-slow
 def test_prioritized_max_times_one_is_successive_sampling_chi_square():
     p = np.array([1.0, 2.0, 3.0, 4.0])
 

@@ -164,9 +164,8 @@ def test_a_closed_clients_sample_raises_state_error_on_its_own() -> None:
         server.close()
 
 
-@pytest.mark.parametrize(
-    "owner", [pytest.param(False, marks=pytest.mark.slow), True], ids=["connect", "serve"]
-)  # "connect": ~5 s, CI and --run-slow
+@pytest.mark.slow  # ~5 s each (a Ray session per test): CI and --run-slow
+@pytest.mark.parametrize("owner", [False, True], ids=["connect", "serve"])
 def test_closing_a_ray_client_ends_a_stream_blocked_on_the_limiter(owner: bool, request) -> None:
     request.getfixturevalue("ray_session")
     rc_ray = pytest.importorskip("recollect.ray")
