@@ -183,6 +183,7 @@ def _unmap_pages(directory: Path) -> None:
     faults them in again, from the cache or from the device.
     """
     import ctypes
+    import mmap
 
     libc = ctypes.CDLL(None, use_errno=True)
     madvise = libc.madvise
@@ -193,7 +194,7 @@ def _unmap_pages(directory: Path) -> None:
             fields = line.split(maxsplit=5)
             if len(fields) == 6 and fields[5].strip().startswith(root + "/"):
                 lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                madvise(lo, hi - lo, 4)  # MADV_DONTNEED
+                madvise(lo, hi - lo, mmap.MADV_DONTNEED)
 
 
 def drop_cache(directory: Path) -> None:
