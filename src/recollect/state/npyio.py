@@ -70,11 +70,15 @@ class Digest:
 
     def update(self, data: memoryview | bytes) -> Future | None:
         """Adds ``data``; when threaded, returns the future that finishes with this chunk."""
-        if self._pool is None:
-            self._update(data)
-            return None
-        self._last = self._pool.submit(self._update, data)
-        return self._last
+        if self._pool is not None:
+            try:
+                self._last = self._pool.submit(self._update, data)
+                return self._last
+            except RuntimeError:  # interpreter shutdown (an atexit flush): no new threads
+                self.wait()
+                self._pool = None
+        self._update(data)
+        return None
 
     def wait(self) -> None:
         """Blocks until every chunk given so far is checksummed."""
