@@ -87,7 +87,9 @@ class Sb3Arrays:
         self.store_timeouts = "timeouts" in paths
         self.side_timeouts = None
         if not self.store_timeouts:
-            self.side_timeouts = np.zeros((self.n_envs, self.buffer_size), np.float32)
+            shape = (self.buffer_size, self.n_envs)  # laid out as the ring's leaves (flat_of)
+            zeros = np.zeros(shape if self.ring().time_major else shape[::-1], np.float32)
+            self.side_timeouts = zeros.swapaxes(0, 1) if self.ring().time_major else zeros
         #: per field: its leaf index (an int), or ``{key: leaf index}`` for dict observations
         self.leaf: dict[str, Any] = {}
         for field in FIELDS:
@@ -144,14 +146,19 @@ class Sb3Arrays:
         return arrays[where].swapaxes(0, 1)
 
     def flat(self, field: str) -> Any:
-        """The storage of ``field`` row-flattened, ``[n_envs * buffer_size, ...]`` (a view)."""
+        """The storage of ``field`` flattened, ``[n_envs * buffer_size, ...]`` (a view),
+        indexed by :meth:`flat_index`."""
         if field == "timeouts" and self.side_timeouts is not None:
-            return self.side_timeouts.reshape(-1)
+            return self.ring().flat_of(self.side_timeouts)
         views = self.ring().flat_views
         where = self.leaf[field]
         if isinstance(where, dict):
             return {key: views[i] for key, i in where.items()}
         return views[where]
+
+    def flat_index(self, env_indices: Any, batch_inds: Any) -> Any:
+        """The index in :meth:`flat` of SB3's ``(env, pos)`` coordinates (int arrays)."""
+        return self.ring().flat_index(env_indices, batch_inds)
 
     # -- writing ------------------------------------------------------------
     def write(self, values: dict[str, Any]) -> None:

@@ -6,8 +6,8 @@ an n-step sample sums ``gamma^k r_k`` up to and including the first done or
 timeout within ``n_steps`` transitions, bootstraps from the ``next_obs`` of that
 last transition with ``discounts = gamma^(k+1)``, and treats the newest stored
 step of each env as a timeout unless it is done (its successor is not stored).
-Every gather is one ``take`` of the row-flattened storage (index
-``env * buffer_size + pos``).
+Every gather is one ``take`` of the flattened storage (index
+:meth:`~recollect.sb3.arrays.Sb3Arrays.flat_index` of ``(env, pos)``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def gather_fields(
         discounts ``[B, 1]`` (None when ``n_steps == 1``).
     """
     size = arrays.buffer_size
-    index = env_indices * size + batch_inds
+    index = arrays.flat_index(env_indices, batch_inds)
     obs = _normalize_obs(_take(arrays.flat("observations"), index), env)
     actions = arrays.flat("actions").take(index, axis=0)
     dones_flat, timeouts_flat = arrays.flat("dones"), arrays.flat("timeouts")
@@ -70,7 +70,7 @@ def gather_fields(
         return obs, actions, next_obs, dones.reshape(-1, 1), rewards, None
     steps = np.arange(n_steps)
     slots = (batch_inds[:, None] + steps) % size  # [B, n]
-    seq = env_indices[:, None] * size + slots
+    seq = arrays.flat_index(env_indices[:, None], slots)
     rewards_seq = rewards_flat.take(seq)
     if env is not None:
         rewards_seq = env.normalize_reward(rewards_seq).astype(np.float32)
@@ -82,7 +82,7 @@ def gather_fields(
     discounts = gamma ** mask.sum(axis=1, keepdims=True).astype(np.float32)
     weights = gamma ** np.arange(n_steps, dtype=np.float32)
     returns = (rewards_seq * weights * mask).sum(axis=1, keepdims=True)
-    last = env_indices * size + (batch_inds + done_idx) % size
+    last = arrays.flat_index(env_indices, (batch_inds + done_idx) % size)
     next_obs = _normalize_obs(_take(arrays.flat("next_observations"), last), env)
     final = dones_flat.take(last)[:, None].astype(np.float32)
     final *= 1.0 - timeouts_flat.take(last)[:, None].astype(np.float32)

@@ -126,11 +126,27 @@ def _header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
 
 
 def _chunks(pieces: list[np.ndarray]) -> Iterator[memoryview]:
-    """Byte views of C-contiguous ``pieces``, split into chunks of at most ``_CHUNK_BYTES``."""
-    for piece in pieces:
-        view = np.ascontiguousarray(piece).reshape(-1).view(np.uint8).data
+    """Byte views of ``pieces`` in C order, in chunks of at most ``_CHUNK_BYTES`` (a piece
+    that is not C-contiguous, such as a time-major ring's leaf, is copied a chunk at a time)."""
+    for part in _parts(pieces):
+        view = np.ascontiguousarray(part).reshape(-1).view(np.uint8).data
         for start in range(0, len(view), _CHUNK_BYTES):
             yield view[start : start + _CHUNK_BYTES]
+
+
+def _parts(pieces: list[np.ndarray]) -> Iterator[np.ndarray]:
+    """Views of ``pieces`` in C order that together cover them: the C-contiguous pieces
+    whole, the others as leading-axis slices of at most ``_CHUNK_BYTES`` (or single
+    entries, split further), so that a write or read copies through bounded scratch."""
+    for piece in pieces:
+        if piece.flags.c_contiguous:
+            yield piece
+        elif piece.ndim == 1 or piece[:1].nbytes <= _CHUNK_BYTES:
+            step = max(1, _CHUNK_BYTES // max(1, piece[:1].nbytes))
+            for start in range(0, len(piece), step):
+                yield piece[start : start + step]
+        else:
+            yield from _parts(list(piece))
 
 
 def _write(path: Path, head: bytes, pieces: list[np.ndarray], nbytes: int) -> tuple[str, int]:
@@ -175,7 +191,7 @@ def write_columns(path: Path, array: np.ndarray, offset: int, count: int) -> tup
 
 def write_array(path: Path, array: np.ndarray) -> tuple[str, int]:
     """Writes one array as ``.npy``; returns ``(checksum, size in bytes)``."""
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array)
     if array.dtype.hasobject:
         raise CheckpointError(f"{path.name}: cannot checkpoint an object array.")
     return _write(path, _header(array.shape, array.dtype), [array], array.nbytes)
@@ -271,10 +287,14 @@ def read_columns_into(
         digest.update(f.read(data_offset))
         ranges = column_ranges(max_length, offset, count)
         pieces = [dest[r, a:b] for r in range(num_envs) for a, b in ranges]
-        for chunk in _chunks(pieces):
-            if f.readinto(chunk) != len(chunk):
-                raise CheckpointError(f"{path}: truncated while reading.")
-            digest.update(chunk)
+        for piece in _parts(pieces):
+            chunk = piece if piece.flags.c_contiguous else np.empty(piece.shape, piece.dtype)
+            for part in _chunks([chunk]):
+                if f.readinto(part) != len(part):
+                    raise CheckpointError(f"{path}: truncated while reading.")
+                digest.update(part)
+            if chunk is not piece:
+                piece[...] = chunk
     if digest.value() != checksum:
         raise _mismatch(path)
 

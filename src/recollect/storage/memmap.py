@@ -104,7 +104,7 @@ class MemmapStorage(RingStorage):
         for i in range(len(self.arrays)) if leaf_ids is None else leaf_ids:  # over leaves
             array = self.arrays[i]
             if array.nbytes >= PREFETCH_MIN_FILE:
-                flat = np.asarray(rows) * self.max_length + slots if flat is None else flat
+                flat = self.flat_index(np.asarray(rows), slots) if flat is None else flat
                 prefetch_items(array, flat, array.nbytes // (self.num_envs * self.max_length))
         return super().gather(rows, slots, times=times, leaf_ids=leaf_ids)
 

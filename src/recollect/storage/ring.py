@@ -1,7 +1,14 @@
-"""Numpy ring storage: one contiguous array per leaf, leading dims ``[num_envs, max_length]``.
+"""Numpy ring storage: one array per leaf, indexed ``[num_envs, max_length]``.
 
 Storage owns bytes and nothing else: it knows slots, not ids, windows or
 sampling. Slot ``(row, t % max_length)`` holds step ``t`` of env row ``row``.
+
+In RAM, with several env rows, each leaf is laid out time-major in memory
+(``[max_length, num_envs, *shape]``, exposed as its ``[num_envs, max_length]``
+transpose): an ``add_batch`` writes one contiguous block per leaf, not one
+strided piece per row. W2 ``add_batch(8)`` (five leaves): 1.6 -> 1.1 us for the
+writes, 0.51-0.58x -> 0.61-0.69x the plain numpy ring. Memory-mapped files
+keep the row-major layout of their ``.npy`` format.
 """
 
 from __future__ import annotations
@@ -29,8 +36,11 @@ class RingStorage:
         gatherer: the :class:`~recollect.storage.gather.Gatherer` its samples
             go through (default: its own).
 
-    Each leaf also has a row-flattened view ``[num_envs * max_length, *shape]``,
-    so a gather is one row take per leaf with a single integer index.
+    ``arrays[i]`` is leaf ``i`` as ``[num_envs, max_length, *shape]``: a view of
+    time-major memory when :attr:`time_major`, else a C-contiguous array. Each
+    leaf also has a flat view ``[num_envs * max_length, *shape]`` of its memory
+    (``flat_views``), indexed by :meth:`flat_index`, so a gather is one row take
+    per leaf with a single integer index.
     """
 
     def __init__(
@@ -57,12 +67,18 @@ class RingStorage:
     def refresh_views(self) -> None:
         """Derives the views of ``arrays``; call it after replacing entries of ``arrays``.
 
-        ``flat_views``: row-flattened ``[num_envs * max_length, *shape]`` (what
-        :meth:`gather` takes rows of); ``_columns``: time-major
+        ``flat_views``: each leaf's memory as ``[num_envs * max_length, *shape]``,
+        indexed by :meth:`flat_index` (what :meth:`gather` takes rows of); ``_columns``:
         ``[max_length, num_envs, *shape]`` (what a write of every row at one slot uses).
         """
-        n = self.num_envs * self.max_length
-        self.flat_views: list[np.ndarray] = [a.reshape((n, *a.shape[2:])) for a in self.arrays]
+        #: whether every leaf's memory is time-major (``[max_length, num_envs, *shape]``);
+        #: if only some are (a load mapped the others' files), those are made row-major
+        self.time_major = self.num_envs > 1 and all(map(_is_time_major, self.arrays))
+        if not self.time_major:
+            self.arrays[:] = [
+                a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in self.arrays
+            ]
+        self.flat_views: list[np.ndarray] = [self.flat_of(a) for a in self.arrays]
         self._columns = [a.swapaxes(0, 1) for a in self.arrays]
         #: ``write_columns(slot, leaves)``: writes one step of every row (leaves
         #: ``[num_envs, *shape]``) at int ``slot``: ``column[slot] = leaf`` per leaf, unrolled.
@@ -83,7 +99,22 @@ class RingStorage:
 
     def _allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         del name
-        return np.zeros((self.num_envs, self.max_length, *shape), dtype=dtype)
+        if self.num_envs == 1:
+            return np.zeros((1, self.max_length, *shape), dtype=dtype)
+        return np.zeros((self.max_length, self.num_envs, *shape), dtype=dtype).swapaxes(0, 1)
+
+    def flat_index(self, rows: Any, slots: Any) -> Any:
+        """The index of ``(rows, slots)`` (int arrays of one shape, or ints) in ``flat_views``."""
+        if self.time_major:
+            return slots * self.num_envs + rows
+        return rows * self.max_length + slots
+
+    def flat_of(self, array: np.ndarray) -> np.ndarray:
+        """``array`` ``[num_envs, max_length, *shape]`` flattened to ``[num_envs * max_length,
+        *shape]`` in this ring's :meth:`flat_index` order: a view when its memory has this
+        ring's layout (its leaves' arrays do), else a copy."""
+        n = self.num_envs * self.max_length
+        return (array.swapaxes(0, 1) if self.time_major else array).reshape((n, *array.shape[2:]))
 
     @property
     def nbytes(self) -> int:
@@ -125,7 +156,7 @@ class RingStorage:
         """
         del times
         views = self.flat_views if leaf_ids is None else [self.flat_views[i] for i in leaf_ids]
-        return self.gatherer.gather(views, rows * self.max_length + slots)
+        return self.gatherer.gather(views, self.flat_index(rows, slots))
 
     def read_rows(self, slots: np.ndarray) -> list[np.ndarray]:
         """Returns ``[num_envs, len(slots), *shape]`` copies of the given slots of every row."""
@@ -183,6 +214,11 @@ def load_columns(
                 f"needs shape {dest.shape}, dtype {dest.dtype}."
             )
         dest[...] = source
+
+
+def _is_time_major(array: np.ndarray) -> bool:
+    """Whether ``array`` ``[num_envs, max_length, ...]`` views time-major C-contiguous memory."""
+    return bool(array.swapaxes(0, 1).flags.c_contiguous)
 
 
 def _unrolled_writer(views: list[np.ndarray]) -> Callable[[int, Sequence[Any]], None]:
