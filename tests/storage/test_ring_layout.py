@@ -41,6 +41,16 @@ def test_several_rows_are_time_major_and_one_row_is_plain():
     assert all(a.flags.c_contiguous for a in one.arrays)
 
 
+def test_a_ring_with_a_large_step_stays_row_major():
+    """A window's consecutive large steps stay adjacent (gathers of pairs are faster)."""
+    image = {**SPEC, "o": rc.ArraySpec((16, 16, 4), np.uint8)}  # 1,024 bytes per step
+    ring = RingStorage(FlatSpec(image), 4, 6)
+    assert not ring.time_major
+    assert all(a.flags.c_contiguous for a in ring.arrays)
+    small = {**SPEC, "o": rc.ArraySpec((1023,), np.uint8)}
+    assert RingStorage(FlatSpec(small), 4, 6).time_major
+
+
 @settings(max_examples=40, deadline=None)
 @given(envs=st.integers(1, 5), length=st.integers(1, 7), seed=st.integers(0, 2**16))
 def test_a_gather_and_flat_index_read_the_row_slot_entry(envs, length, seed):
