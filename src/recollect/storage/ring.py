@@ -26,6 +26,7 @@ import numpy as np
 
 from recollect.errors import CheckpointError
 from recollect.specs import FlatSpec, leaf_names
+from recollect.storage.arena import zeros
 from recollect.storage.base import ColumnSource
 from recollect.storage.gather import Gatherer
 
@@ -112,10 +113,10 @@ class RingStorage:
         )
 
     def _allocate(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        del name
+        del name  # zeros committed as written (a loaded or pickled ring replaces them unwritten)
         if not self.allocate_time_major:
-            return np.zeros((self.num_envs, self.max_length, *shape), dtype=dtype)
-        return np.zeros((self.max_length, self.num_envs, *shape), dtype=dtype).swapaxes(0, 1)
+            return zeros((self.num_envs, self.max_length, *shape), dtype)
+        return zeros((self.max_length, self.num_envs, *shape), dtype).swapaxes(0, 1)
 
     def flat_index(self, rows: Any, slots: Any) -> Any:
         """The index of ``(rows, slots)`` (int arrays of one shape, or ints) in ``flat_views``."""
