@@ -87,9 +87,10 @@ class Sb3Arrays:
         self.store_timeouts = "timeouts" in paths
         self.side_timeouts = None
         if not self.store_timeouts:
-            shape = (self.buffer_size, self.n_envs)  # laid out as the ring's leaves (flat_of)
-            zeros = np.zeros(shape if self.ring().time_major else shape[::-1], np.float32)
-            self.side_timeouts = zeros.swapaxes(0, 1) if self.ring().time_major else zeros
+            major = self.ring().time_major  # laid out as the ring's leaves (``flat_of`` views it)
+            shape = (self.buffer_size, self.n_envs) if major else (self.n_envs, self.buffer_size)
+            zeros = np.zeros(shape, np.float32)
+            self.side_timeouts = zeros.swapaxes(0, 1) if major else zeros
         #: per field: its leaf index (an int), or ``{key: leaf index}`` for dict observations
         self.leaf: dict[str, Any] = {}
         for field in FIELDS:
